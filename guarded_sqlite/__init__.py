@@ -1,0 +1,73 @@
+"""guarded_sqlite: a drop-in ``sqlite3.connect`` that probes every query result for duplicate
+explosions, empty results and errors, and repairs explosions with DISTINCT patches.
+
+``import guarded_sqlite as sqlite3`` works for ordinary code: the DB-API module attributes, exception
+classes, ``Row``, adapters, converters and constants of :mod:`sqlite3` are re-exported here, and
+``connect`` returns a guarded connection.
+"""
+
+from __future__ import annotations
+
+import sqlite3 as _sqlite3
+from sqlite3 import (
+    PARSE_COLNAMES,
+    PARSE_DECLTYPES,
+    Binary,
+    Connection,
+    Cursor,
+    DatabaseError,
+    DataError,
+    Date,
+    DateFromTicks,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    PrepareProtocol,
+    ProgrammingError,
+    Row,
+    Time,
+    TimeFromTicks,
+    Timestamp,
+    TimestampFromTicks,
+    Warning,
+    adapt,
+    adapters,
+    apilevel,
+    complete_statement,
+    converters,
+    enable_callback_tracebacks,
+    paramstyle,
+    register_adapter,
+    register_converter,
+    sqlite_version,
+    sqlite_version_info,
+    threadsafety,
+)
+
+from .api import connect, install, uninstall, unwrap, wrap
+from .policy import GuardPolicy
+from .proxy import GuardedConnection, GuardedCursor
+from .report import GuardReport, RuleDecision
+
+__all__ = [
+    "connect",
+    "wrap",
+    "unwrap",
+    "install",
+    "uninstall",
+    "GuardPolicy",
+    "GuardReport",
+    "RuleDecision",
+    "GuardedConnection",
+    "GuardedCursor",
+]
+__version__ = "0.1.0"
+
+# Whatever else this Python's sqlite3 offers (SQLITE_* constants, Blob, ...), without triggering the
+# deprecation warnings that module-level __getattr__ hooks raise for retired names.
+globals().update(
+    {name: value for name, value in vars(_sqlite3.dbapi2).items() if not name.startswith("_") and name not in globals()}
+)

@@ -1,0 +1,7 @@
+"""``python -m guarded_sqlite``: the same as the ``guarded-sqlite`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

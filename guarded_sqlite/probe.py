@@ -1,0 +1,147 @@
+"""The runtime probe: pure functions that judge an executed result.
+
+The probe never touches the database. It receives rows that were already fetched and answers three
+questions in the paper's order: did execution fail, is the result empty, and are most rows duplicate
+copies of others (``dup_ratio >= tau``). Everything here runs on the hot path of every query, so it is
+written for speed: one ``set()`` over the rows, with a slower fallback only for unhashable rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+EXEC_ERROR: Final = "exec_error"
+EMPTY_RESULT: Final = "empty_result"
+CARTESIAN_EXPLOSION: Final = "cartesian_explosion"
+
+
+def hashable_row(value: Any) -> Hashable:
+    """Return a hashable stand-in for ``value`` that is equal exactly when the values are equal.
+
+    Rows from a custom ``row_factory`` (dicts, lists) or values from a custom ``text_factory``
+    (bytearray) cannot go into a set as they are. Objects we cannot freeze stand for themselves by
+    identity, which can only make rows look *more* distinct: the probe then errs towards not flagging.
+    """
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        pass
+    if isinstance(value, Mapping):
+        return ("mapping", tuple((k, hashable_row(v)) for k, v in value.items()))
+    if isinstance(value, (bytearray, memoryview)):
+        return ("bytes", bytes(value))
+    if isinstance(value, (Sequence, Iterable)) and not isinstance(value, (str, bytes)):
+        return ("sequence", tuple(hashable_row(v) for v in value))
+    return ("object", id(value))
+
+
+def count_unique(rows: Sequence[Any]) -> int:
+    """Number of distinct rows, comparing rows by value."""
+    try:
+        return len(set(rows))
+    except TypeError:
+        return len({hashable_row(row) for row in rows})
+
+
+def row_set(rows: Sequence[Any]) -> set[Hashable]:
+    """The rows as a set of hashable values (used to check that a patch kept the same set)."""
+    try:
+        return set(rows)
+    except TypeError:
+        return {hashable_row(row) for row in rows}
+
+
+class PartialCount:
+    """A distinct-row count the probe stopped early, finished only if someone asks for it.
+
+    Deciding that a large result is *not* an explosion needs only enough distinct rows to clear the
+    threshold; with ``tau_inject = 0.8`` that is about a fifth of the rows. The exact count is for the
+    report, so it is completed lazily from the rows the cursor keeps until its next statement.
+    """
+
+    __slots__ = ("_rows", "_seen", "_scanned", "_exact")
+
+    def __init__(self, rows: Sequence[Any], seen: set[Any], scanned: int) -> None:
+        self._rows, self._seen, self._scanned = rows, seen, scanned
+        self._exact: int | None = None
+
+    @property
+    def lower_bound(self) -> int:
+        return len(self._seen) if self._exact is None else self._exact
+
+    def exact(self) -> int:
+        if self._exact is None:
+            self._seen.update(self._rows[self._scanned :])
+            self._exact = len(self._seen)
+            self._rows, self._seen = (), set()
+        return self._exact
+
+
+def probe_large(rows: Sequence[Any], tau: float) -> tuple[str | None, int | PartialCount]:
+    """``classify`` for a large hashable result, stopping as soon as the verdict is certain.
+
+    Rows go into a set in chunks, each just big enough to possibly settle the question. The result is
+    healthy once ``rows - seen < tau * rows`` (at least that many distinct rows exist). Raises
+    TypeError for unhashable rows, like ``set()``.
+    """
+    total = len(rows)
+    seen: set[Any] = set()
+    scanned = 0
+    while scanned < total:
+        # Distinct rows still needed before ``total - len(seen) < tau * total`` can hold.
+        needed = max(1, int(total - tau * total) + 1 - len(seen))
+        seen.update(rows[scanned : scanned + needed])
+        scanned += needed
+        if total - len(seen) < tau * total:
+            if scanned >= total:
+                return None, len(seen)
+            return None, PartialCount(rows, seen, scanned)
+    return classify(total, len(seen), tau), len(seen)
+
+
+def dup_ratio(rows: int, unique_rows: int) -> float:
+    """Fraction of rows that are redundant copies: ``(rows - unique_rows) / rows``, in [0, 1).
+
+    Defined for non-empty results only; the paper's equation (1).
+    """
+    if rows <= 0:
+        raise ValueError("dup_ratio is defined for non-empty results only")
+    return (rows - unique_rows) / rows
+
+
+def classify(rows: int, unique_rows: int, tau: float) -> str | None:
+    """The probe's verdict for a result that executed: ``empty_result``, ``cartesian_explosion`` or None.
+
+    ``dup_ratio >= tau`` is tested as ``rows - unique_rows >= tau * rows`` to avoid a division on the
+    hot path; both forms agree for every non-negative integer pair.
+    """
+    if rows == 0:
+        return EMPTY_RESULT
+    if rows - unique_rows >= tau * rows:
+        return CARTESIAN_EXPLOSION
+    return None
+
+
+def removal_can_commit(rows: int, tau_remove: float) -> bool:
+    """Whether P2 (DISTINCT removal) could commit at all on a DISTINCT result of ``rows`` rows.
+
+    P2 commits only if the result without DISTINCT has the same set of rows (so ``rows`` distinct
+    ones), strictly more rows ``m > rows``, and ``(m - rows) / m <= tau_remove``. The smallest
+    candidate is ``m = rows + 1``, so P2 is possible only when ``1 <= tau_remove * (rows + 1)``.
+    Checking this first keeps small DISTINCT results (every point query) off the re-execution path.
+    """
+    return rows > 0 and tau_remove * (rows + 1) >= 1
+
+
+def min_rows_for_removal(tau_remove: float) -> int:
+    """The smallest ``rows`` for which ``removal_can_commit(rows, tau_remove)`` holds."""
+    if tau_remove <= 0:
+        return 2**63  # removal can never commit: it needs more rows without any duplicate
+    rows = max(1, int(1 / tau_remove) - 2)  # just below the boundary; float error is walked off below
+    while removal_can_commit(rows - 1, tau_remove) and rows > 1:
+        rows -= 1
+    while not removal_can_commit(rows, tau_remove):
+        rows += 1
+    return rows

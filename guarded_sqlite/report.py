@@ -1,0 +1,160 @@
+"""What the guard decided about one statement: the frozen ``GuardReport`` on ``cursor.guard_report``.
+
+Building a frozen dataclass costs about as much as the whole probe, so cursors keep a plain tuple
+(``ReportState``) and build the report only when someone reads it.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, fields
+from typing import Literal, NamedTuple, Optional, Union
+
+from .probe import PartialCount, dup_ratio
+
+Action = Literal["none", "distinct_injected", "distinct_removed"]
+RuleName = Literal["P1", "P2"]
+
+
+@dataclass(frozen=True)
+class RuleDecision:
+    """One patch rule that was considered for a statement, and what came of it."""
+
+    rule: RuleName
+    """``"P1"`` (DISTINCT injection) or ``"P2"`` (DISTINCT removal)."""
+
+    applied: bool
+    """True when the rule's rewrite now serves the cursor's rows."""
+
+    reason: str
+    """Why it fired, or why it did not (a structural exemption, a failed check, an error)."""
+
+
+class ReportState(NamedTuple):
+    """The raw facts a cursor records after each execute; ``GuardReport`` is derived from them."""
+
+    mode: str
+    sql: str
+    final_sql: str
+    trigger: Optional[str]
+    action: Action
+    rows: Optional[int]
+    unique_rows: Union[int, PartialCount, None]
+    final_rows: Optional[int]
+    note: Optional[str]
+    error: Optional[str]
+    decisions: tuple[RuleDecision, ...]
+    detect_ns: Optional[int]
+    patch_ns: Optional[int]
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    """The guard's account of the last statement a cursor executed."""
+
+    sql: str
+    """The SQL the caller passed."""
+
+    final_sql: str
+    """The SQL whose rows the cursor now serves: ``sql`` itself unless a patch was applied."""
+
+    mode: str
+    """The guard mode in force: ``"patch"``, ``"observe"`` or ``"off"``."""
+
+    trigger: Optional[str]
+    """The probe's verdict: None (healthy, or not probed), ``"exec_error"``, ``"empty_result"``, or
+    ``"cartesian_explosion"`` (``dup_ratio >= tau_inject``)."""
+
+    flagged: bool
+    """``trigger is not None``."""
+
+    action: Action
+    """What the guard changed: ``"none"`` (rows served exactly as SQLite returned them),
+    ``"distinct_injected"`` (P1: DISTINCT added to the outermost SELECT), or ``"distinct_removed"``
+    (P2: the outermost DISTINCT removed)."""
+
+    probed: bool
+    """Whether the probe measured the result. False for statements that return no rows, for
+    ``executemany``/``executescript``, in mode ``"off"``, and past ``row_cap`` (see ``note``)."""
+
+    rows: Optional[int]
+    """Rows in the original result; None when not probed."""
+
+    unique_rows: Optional[int]
+    """Distinct rows in the original result; None when not probed."""
+
+    dup_ratio: Optional[float]
+    """``(rows - unique_rows) / rows``; None when not probed or when the result is empty."""
+
+    final_rows: Optional[int]
+    """Rows the cursor serves after any patch; None when not probed."""
+
+    decisions: tuple[RuleDecision, ...]
+    """Each patch rule considered for this statement, applied or not, with its reason."""
+
+    note: Optional[str]
+    """Why the statement was not probed or not patched, when that is not obvious from the fields."""
+
+    error: Optional[str]
+    """``"ExceptionClass: message"`` of the execution error that was re-raised, else None."""
+
+    detect_us: Optional[float]
+    """Time the probe took (one pass over the fetched rows), in microseconds."""
+
+    patch_ms: Optional[float]
+    """Time spent deciding, re-executing and verifying patches, in milliseconds; None when no
+    patch rule got as far as being considered."""
+
+    @classmethod
+    def from_state(cls, state: ReportState) -> "GuardReport":
+        rows, unique = state.rows, state.unique_rows
+        if isinstance(unique, PartialCount):
+            unique = unique.exact()
+        return cls(
+            sql=state.sql,
+            final_sql=state.final_sql,
+            mode=state.mode,
+            trigger=state.trigger,
+            flagged=state.trigger is not None,
+            action=state.action,
+            probed=rows is not None,
+            rows=rows,
+            unique_rows=unique,
+            dup_ratio=dup_ratio(rows, unique) if rows and unique is not None else None,
+            final_rows=state.final_rows,
+            decisions=state.decisions,
+            note=state.note,
+            error=state.error,
+            detect_us=None if state.detect_ns is None else state.detect_ns / 1_000,
+            patch_ms=None if state.patch_ns is None else state.patch_ns / 1_000_000,
+        )
+
+    @property
+    def patched(self) -> bool:
+        """True when the cursor serves the rows of a rewritten query."""
+        return self.action != "none"
+
+    def summary(self) -> str:
+        """One line for logs: verdict, ratio and action."""
+        ratio = "n/a" if self.dup_ratio is None else f"{self.dup_ratio:.2f}"
+        verdict = self.trigger or ("healthy" if self.probed else "not probed")
+        return f"{verdict}: rows={self.rows} unique={self.unique_rows} dup_ratio={ratio} action={self.action}"
+
+    def _repr_html_(self) -> str:
+        cells = "".join(
+            f"<tr><th style='text-align:left'>{f.name}</th>"
+            f"<td style='text-align:left'><code>{html.escape(_render(getattr(self, f.name)))}</code></td></tr>"
+            for f in fields(self)
+        )
+        return f"<table><caption>GuardReport: {html.escape(self.summary())}</caption>{cells}</table>"
+
+
+def _render(value: object) -> str:
+    if isinstance(value, tuple):
+        return "; ".join(
+            f"{d.rule} {'applied' if d.applied else 'not applied'}: {d.reason}" if isinstance(d, RuleDecision) else str(d)
+            for d in value
+        ) or "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

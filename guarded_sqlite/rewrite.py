@@ -1,0 +1,265 @@
+"""The DISTINCT patches as pure functions of SQL text: P1 adds it, P2 removes it.
+
+Each rule decides on sqlglot's syntax tree but edits the caller's own text at token offsets, so
+comments, parameters (``?``, ``:name``), quoting and every other byte the caller wrote stay as they
+were. A rewrite is accepted only if re-parsing it gives exactly the original tree with the outermost
+``distinct`` flag toggled; anything the parser cannot handle is left alone, with the reason.
+
+Nothing here touches a database; the runtime checks that a rewrite changed only multiplicity live in
+``patching``. Results are cached per (sql, dialect): text-to-SQL workloads repeat their statements.
+
+>>> inject_distinct("SELECT t.a FROM t JOIN u ON u.t_id = t.id WHERE u.b = ?").sql
+'SELECT DISTINCT t.a FROM t JOIN u ON u.t_id = t.id WHERE u.b = ?'
+>>> inject_distinct("SELECT a FROM t JOIN u ON 1 LIMIT 3").reason
+'has LIMIT/OFFSET: DISTINCT would change which rows survive the cut'
+>>> remove_distinct("select distinct a from t -- keep me").sql
+'select a from t -- keep me'
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+from typing import NamedTuple, Optional, Union
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import Token, TokenType
+
+__all__ = ["Rewrite", "inject_distinct", "remove_distinct"]
+
+
+class Rewrite(NamedTuple):
+    """A rule's answer for one statement."""
+
+    sql: Optional[str]
+    """The rewritten SQL, or None when the rule does not apply."""
+
+    reason: str
+    """Why the rule applies (what it changed) or why it does not."""
+
+
+# Aggregates that sqlglot does not model as AggFunc in every dialect; they parse as Anonymous.
+_ANONYMOUS_AGGREGATES = frozenset({"total", "group_concat", "string_agg", "json_group_array", "json_group_object"})
+_WRITE_NODES = (exp.DML, exp.Into, exp.Lock)
+
+
+class _Query(NamedTuple):
+    root: exp.Expression
+    select: exp.Select
+    tokens: list[Token]
+    select_index: int  # position in ``tokens`` of the outermost SELECT keyword
+
+
+def inject_distinct(sql: str, dialect: str = "sqlite") -> Rewrite:
+    """P1: add DISTINCT to the outermost SELECT, unless the query's structure rules it out.
+
+    Exemptions, each because duplicates there are not join amplification or DISTINCT would change
+    more than multiplicity: compound queries (``UNION ALL`` asks for duplicates), ``LIMIT``/``OFFSET``
+    (the cut would keep other rows), ``GROUP BY`` (each row is its own group), aggregate queries, and
+    queries already ``DISTINCT``.
+    """
+    return _inject_distinct(sql, dialect)
+
+
+def remove_distinct(sql: str, dialect: str = "sqlite") -> Rewrite:
+    """P2: remove the outermost DISTINCT, if the paper's safeguards allow it.
+
+    Safeguards: no aggregate (window aggregates included) and no ``GROUP BY`` in the outermost query;
+    also no ``LIMIT``/``OFFSET``, for the same reason as P1. Whether the rewrite is *committed* is
+    decided at runtime from the rows it returns.
+    """
+    return _remove_distinct(sql, dialect)
+
+
+@lru_cache(maxsize=1024)
+def _inject_distinct(sql: str, dialect: str) -> Rewrite:
+    query = _parse_query(sql, dialect)
+    if isinstance(query, str):
+        return Rewrite(None, query)
+    select = query.select
+    if select.args.get("distinct") is not None:
+        return Rewrite(None, "already DISTINCT")
+    if _next_token_is(query, TokenType.ALL):
+        return Rewrite(None, "SELECT ALL asks for duplicates explicitly")
+    exemption = _cut_or_grouping(query) or _aggregate_in_outer_scope(select, include_windows=False)
+    if exemption:
+        return Rewrite(None, exemption)
+    keyword = query.tokens[query.select_index]
+    insert_at = keyword.end + 1
+    word = "distinct" if keyword.text.islower() else "DISTINCT"
+    rewritten = f"{sql[:insert_at]} {word}{sql[insert_at:]}"
+    if not _reparses_as(rewritten, dialect, query.root, distinct=True):
+        return Rewrite(None, "could not place DISTINCT safely in the original text")
+    return Rewrite(rewritten, "DISTINCT added to the outermost SELECT")
+
+
+@lru_cache(maxsize=1024)
+def _remove_distinct(sql: str, dialect: str) -> Rewrite:
+    query = _parse_query(sql, dialect)
+    if isinstance(query, str):
+        return Rewrite(None, query)
+    distinct = query.select.args.get("distinct")
+    if distinct is None:
+        return Rewrite(None, "no outermost DISTINCT")
+    if distinct.args.get("on") is not None:
+        return Rewrite(None, "DISTINCT ON picks one row per key; removing it changes the set")
+    exemption = _cut_or_grouping(query) or _aggregate_in_outer_scope(query.select, include_windows=True)
+    if exemption:
+        return Rewrite(None, exemption)
+    if not _next_token_is(query, TokenType.DISTINCT):
+        return Rewrite(None, "could not find the DISTINCT keyword in the original text")
+    keyword = query.tokens[query.select_index + 1]
+    before, after = sql[: keyword.start], sql[keyword.end + 1 :]
+    if before[-1:].isspace():
+        after = after.lstrip(" \t")
+        if after[:1] in ("\n", "\r"):
+            before = before.rstrip(" \t")
+    rewritten = before + after
+    if not _reparses_as(rewritten, dialect, query.root, distinct=False):
+        return Rewrite(None, "could not remove DISTINCT safely from the original text")
+    return Rewrite(rewritten, "DISTINCT removed from the outermost SELECT")
+
+
+def _parse_query(sql: str, dialect: str) -> Union[_Query, str]:
+    """The statement's tree and tokens if it is one read-only SELECT, else the reason it is not."""
+    try:
+        sqlglot_dialect = sqlglot.Dialect.get_or_raise(dialect)
+        tokens = [t for t in sqlglot_dialect.tokenize(sql)]
+    except SqlglotError as error:
+        return f"could not tokenize: {_first_line(error)}"
+    while tokens and tokens[-1].token_type == TokenType.SEMICOLON:
+        tokens.pop()
+    if not tokens:
+        return "empty statement"
+    if any(t.token_type == TokenType.SEMICOLON for t in tokens):
+        return "more than one statement"
+    if tokens[0].token_type not in (TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN):
+        return f"not a SELECT statement (starts with {tokens[0].text.upper()})"
+    try:
+        with _quiet_sqlglot():
+            trees = sqlglot_dialect.parser().parse(tokens, sql)
+    except SqlglotError as error:
+        return f"sqlglot could not parse it: {_first_line(error)}"
+    if len(trees) != 1 or trees[0] is None:
+        return "not a single statement"
+    root = trees[0]
+    if root.find(*_WRITE_NODES) is not None:
+        return "statement may write (DML, INTO or a row lock)"
+    select = _outermost(root)
+    if isinstance(select, exp.SetOperation):
+        kind = type(select).__name__.upper()
+        if isinstance(select, exp.Union) and not select.args.get("distinct"):
+            return "compound query: UNION ALL keeps duplicates on purpose"
+        return f"compound query ({kind})"
+    if not isinstance(select, exp.Select):
+        return f"not a SELECT statement ({type(select).__name__})"
+    index = _outermost_select_token(tokens)
+    if index is None:
+        return "could not find the outermost SELECT keyword"
+    return _Query(root, select, tokens, index)
+
+
+def _outermost(root: exp.Expression) -> exp.Expression:
+    """The query inside any wrapping parentheses (PostgreSQL allows ``(SELECT ...)`` statements)."""
+    node = root
+    while isinstance(node, exp.Subquery):
+        node = node.this
+    return node
+
+
+def _outermost_select_token(tokens: list[Token]) -> Optional[int]:
+    """Index of the first SELECT keyword at the shallowest bracket depth any SELECT has.
+
+    CTE bodies sit inside brackets, so this skips a WITH clause. Odd layouts that fool it are caught
+    by the re-parse check, never silently mis-patched.
+    """
+    depth, best, best_depth = 0, None, None
+    for index, token in enumerate(tokens):
+        kind = token.token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+        elif kind == TokenType.SELECT and (best_depth is None or depth < best_depth):
+            best, best_depth = index, depth
+    return best
+
+
+def _next_token_is(query: _Query, kind: TokenType) -> bool:
+    following = query.select_index + 1
+    return following < len(query.tokens) and query.tokens[following].token_type == kind
+
+
+def _cut_or_grouping(query: _Query) -> Optional[str]:
+    """Exemption shared by both rules: a LIMIT/OFFSET cut or a GROUP BY on the outermost query."""
+    node: exp.Expression = query.root
+    while True:
+        if node.args.get("limit") is not None or node.args.get("offset") is not None:
+            return "has LIMIT/OFFSET: DISTINCT would change which rows survive the cut"
+        if not isinstance(node, exp.Subquery):
+            break
+        node = node.this
+    if query.select.args.get("group") is not None:
+        return "has GROUP BY: each output row is a separate group"
+    return None
+
+
+def _aggregate_in_outer_scope(select: exp.Select, include_windows: bool) -> Optional[str]:
+    """Reason naming an aggregate used by the outermost query itself (not by its subqueries)."""
+    roots = [*select.expressions, select.args.get("having"), select.args.get("order")]
+    for root in roots:
+        if root is None:
+            continue
+        for node in root.walk(prune=lambda n: _prunes_scope(n, include_windows)):
+            if _is_aggregate(node):
+                return f"aggregate query ({_function_name(node)})"
+    return None
+
+
+def _prunes_scope(node: exp.Expression, include_windows: bool) -> bool:
+    if isinstance(node, (exp.Subquery, exp.Select, exp.SetOperation)):
+        return True
+    return isinstance(node, exp.Window) and not include_windows
+
+
+def _is_aggregate(node: exp.Expression) -> bool:
+    if isinstance(node, exp.AggFunc):
+        return True
+    return isinstance(node, exp.Anonymous) and str(node.name).lower() in _ANONYMOUS_AGGREGATES
+
+
+def _function_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).upper()
+    return node.sql_name()
+
+
+def _reparses_as(rewritten: str, dialect: str, original: exp.Expression, distinct: bool) -> bool:
+    """Whether ``rewritten`` parses to ``original`` with only the outermost DISTINCT toggled."""
+    expected = original.copy()
+    _outermost(expected).set("distinct", exp.Distinct() if distinct else None)
+    try:
+        with _quiet_sqlglot():
+            trees = sqlglot.parse(rewritten, read=dialect)
+    except SqlglotError:
+        return False
+    return len(trees) == 1 and trees[0] == expected
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+class _quiet_sqlglot:
+    """Silence sqlglot's logger while we parse: its fallback warnings are not the caller's concern."""
+
+    _logger = logging.getLogger("sqlglot")
+
+    def __enter__(self) -> None:
+        self._previous = self._logger.disabled
+        self._logger.disabled = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._logger.disabled = self._previous

@@ -51,6 +51,7 @@ from .api import connect, install, uninstall, unwrap, wrap
 from .policy import GuardPolicy
 from .proxy import GuardedConnection, GuardedCursor
 from .report import GuardReport, RuleDecision
+from .rescue import DupRatioSelector, LLMRescue, RescueReport, RescueRequest
 
 __all__ = [
     "connect",
@@ -63,6 +64,10 @@ __all__ = [
     "RuleDecision",
     "GuardedConnection",
     "GuardedCursor",
+    "LLMRescue",
+    "DupRatioSelector",
+    "RescueRequest",
+    "RescueReport",
 ]
 __version__ = "0.1.0"
 

@@ -1,21 +1,24 @@
-"""Deciding and verifying patches for one executed statement.
+"""Repairing one flagged (or DISTINCT) statement: rescue and patches, in the policy's order.
 
 The proxy hands over the original rows and a ``rerun`` callable that executes SQL read-only with the
-caller's parameters; this module picks the rule (P1 for explosions, P2 for DISTINCT results), asks
-``rewrite`` for the new text, reruns it, and commits only if the new rows pass the rule's runtime
-checks. Every check that fails becomes the reason recorded in the report; nothing here raises.
+caller's parameters, plus a ``RescueContext`` when the caller passed candidates. This module picks the
+rule (P1 for explosions, P2 for DISTINCT results), asks ``rewrite`` for the new text, reruns it, and
+commits only if the new rows pass the rule's runtime checks; with candidates it runs the rescuer before
+the patches (``rescue_first``, the paper's v2) or after them (``patch_first``, v1). Every check that
+fails becomes a reason in the report; nothing here raises.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
 
 from .policy import GuardPolicy
-from .probe import CARTESIAN_EXPLOSION, count_unique, dup_ratio, row_set
+from .probe import CARTESIAN_EXPLOSION, classify, count_unique, dup_ratio, mentions_distinct, row_set
 from .report import Action, RuleDecision
-from .rewrite import inject_distinct, remove_distinct
+from .rescue import PREVIEW_ROWS, CandidatePreview, RescueReport, RescueRequest, rescuer_name, run_rescuer
+from .rewrite import inject_distinct, is_read_only_query, remove_distinct
 
 logger = logging.getLogger("guarded_sqlite")
 
@@ -23,40 +26,114 @@ Rerun = Callable[[str], Optional[list[Any]]]
 """Executes SQL read-only with the caller's parameters; returns its rows, or None past the row cap."""
 
 
+class RescueContext(Protocol):
+    """What the connection provides for a rescue: the caller's candidates and a way to run them."""
+
+    candidates: Sequence[str]
+    question: Optional[str]
+    hint: Optional[str]
+
+    def run_candidate(self, sql: str) -> Optional[list[Any]]:
+        """Rows of ``sql`` run read-only under the candidate time limit; None past the row cap."""
+
+    def schema_summary(self) -> str:
+        """The database's tables and columns, for the prompt."""
+
+    def budget_refusal(self) -> Optional[str]:
+        """Why the connection's rescue budget forbids another rescue, or None."""
+
+    def record_rescue(self, cost_usd: Optional[float]) -> None:
+        """Count one rescue (and its known cost) against the budget."""
+
+
 class PatchOutcome(NamedTuple):
-    """What the cursor should serve after the patch rules had their say."""
+    """What the cursor should serve after rescue and patch rules had their say."""
 
     final_sql: str
     rows: list[Any]
     action: Action
     decisions: tuple[RuleDecision, ...]
     elapsed_ns: int
+    rescue: Optional[RescueReport] = None
 
 
-def apply_patches(
+def repair(
     sql: str,
-    rows: list[Any],
-    unique_rows: int,
+    rows: Optional[list[Any]],
+    unique_rows: Optional[int],
     trigger: Optional[str],
     policy: GuardPolicy,
     rerun: Rerun,
     dialect: str = "sqlite",
+    context: Optional[RescueContext] = None,
 ) -> PatchOutcome:
-    """Run the rule that fits the probe's verdict: P1 on an explosion, P2 on a healthy result."""
+    """Run the rescue (if the statement is flagged and came with candidates) and the patch rules.
+
+    ``rows`` is None only for ``exec_error``; then only a rescue can produce rows, and the outcome's
+    ``rows`` stays empty with ``action == "none"`` when it does not.
+    """
     started = time.perf_counter_ns()
+    decisions: list[RuleDecision] = []
+    rescue_report: Optional[RescueReport] = None
+    rescued: Optional[tuple[str, list[Any]]] = None
+    current = (sql, rows, unique_rows, trigger)
+    wants_rescue = trigger is not None and context is not None
+
+    if wants_rescue and policy.order == "rescue_first":
+        rescue_report, rescued, refusal = _rescue(sql, rows, unique_rows, trigger, policy, dialect, context)  # type: ignore[arg-type]
+        decisions.extend(refusal)
+        if rescued is not None:
+            new_sql, new_rows = rescued
+            new_unique = count_unique(new_rows)
+            current = (new_sql, new_rows, new_unique, classify(len(new_rows), new_unique, policy.tau_inject))
+
+    patched_sql, patched_rows, patch_action = _patches(*current, policy, rerun, dialect, decisions)
+
+    if wants_rescue and policy.order == "patch_first":
+        rescue_report, rescued, refusal = _rescue(sql, rows, unique_rows, trigger, policy, dialect, context)  # type: ignore[arg-type]
+        decisions.extend(refusal)
+        if rescued is not None:  # v1: the rescue overwrites whatever the patches did
+            patched_sql, patched_rows = rescued
+            patch_action = "none"
+
+    if rescued is not None:
+        action: Action = "candidate_selected" if patch_action == "none" else f"candidate_selected+{patch_action}"  # type: ignore[assignment]
+    else:
+        action = patch_action
+    elapsed = time.perf_counter_ns() - started
+    if action != "none":
+        logger.info("guarded_sqlite %s: %s -> %s", action, sql, patched_sql)
+    return PatchOutcome(patched_sql, patched_rows if patched_rows is not None else [], action, tuple(decisions), elapsed, rescue_report)
+
+
+def removal_applies(sql: str, rows: int, unique_rows: int, policy: GuardPolicy) -> bool:
+    """Whether P2 is worth considering: a duplicate-free result, big enough, of SQL saying DISTINCT."""
+    return unique_rows == rows and rows >= policy._p2_min_rows and mentions_distinct(sql) is not None
+
+
+def _patches(
+    sql: str,
+    rows: Optional[list[Any]],
+    unique_rows: Optional[int],
+    trigger: Optional[str],
+    policy: GuardPolicy,
+    rerun: Rerun,
+    dialect: str,
+    decisions: list[RuleDecision],
+) -> tuple[str, Optional[list[Any]], Action]:
+    """P1 on an explosion, P2 on a healthy DISTINCT result; appends its decision."""
+    if rows is None or unique_rows is None:
+        return sql, rows, "none"
     if trigger == CARTESIAN_EXPLOSION:
         decision, new = _inject(sql, rows, unique_rows, policy, rerun, dialect)
-    elif trigger is None:
+    elif trigger is None and removal_applies(sql, len(rows), unique_rows, policy):
         decision, new = _remove(sql, rows, policy, rerun, dialect)
     else:
-        raise ValueError(f"no patch rule applies to trigger {trigger!r}")
-    elapsed = time.perf_counter_ns() - started
+        return sql, rows, "none"
+    decisions.append(decision)
     if new is None:
-        return PatchOutcome(sql, rows, "none", (decision,), elapsed)
-    new_sql, new_rows = new
-    action: Action = "distinct_injected" if decision.rule == "P1" else "distinct_removed"
-    logger.info("guarded_sqlite %s (%s): %s -> %s", action, decision.reason, sql, new_sql)
-    return PatchOutcome(new_sql, new_rows, action, (decision,), elapsed)
+        return sql, rows, "none"
+    return new[0], new[1], "distinct_injected" if decision.rule == "P1" else "distinct_removed"
 
 
 _Result = tuple[RuleDecision, Optional[tuple[str, list[Any]]]]
@@ -113,3 +190,84 @@ def _run(rerun: Rerun, sql: str) -> tuple[Optional[list[Any]], str]:
 
 def _same_set(left: Sequence[Any], right: Sequence[Any]) -> bool:
     return row_set(left) == row_set(right)
+
+
+def _rescue(
+    sql: str,
+    rows: Optional[list[Any]],
+    unique_rows: Optional[int],
+    trigger: str,
+    policy: GuardPolicy,
+    dialect: str,
+    context: RescueContext,
+) -> tuple[Optional[RescueReport], Optional[tuple[str, list[Any]]], list[RuleDecision]]:
+    """Run the rescuer on the selection; (report, chosen sql and rows or None, refusal decisions)."""
+    rescuer = policy.rescue
+    if rescuer is None:
+        return None, None, [RuleDecision("rescue", False, "candidates were given but the policy has no rescuer")]
+    if not context.candidates:
+        return None, None, [RuleDecision("rescue", False, "the candidate list is empty")]
+    if not is_read_only_query(sql, dialect):
+        return None, None, [RuleDecision("rescue", False, "the selected statement is not a read-only query")]
+    refusal = context.budget_refusal()
+    if refusal is not None:
+        return None, None, [RuleDecision("rescue", False, refusal)]
+
+    started = time.perf_counter()
+    previews: list[CandidatePreview] = []
+    results: list[Optional[list[Any]]] = []
+    for index, candidate_sql in enumerate(context.candidates):
+        preview, candidate_rows = _preview(index, candidate_sql, context, dialect)
+        previews.append(preview)
+        results.append(candidate_rows)
+    selected = CandidatePreview(
+        -1, sql, None if rows is None else len(rows), unique_rows,
+        tuple(rows[:PREVIEW_ROWS]) if rows else (), None if rows is not None else "the selected SQL failed to execute", 0.0,
+    )
+    request = RescueRequest(selected, trigger, tuple(previews), context.question, context.hint,
+                            context.schema_summary(), policy.tau_inject)
+    candidates_ms = (time.perf_counter() - started) * 1000
+    choice, judge_ms = run_rescuer(rescuer, request)
+    context.record_rescue(choice.cost_usd)
+
+    chosen: Optional[tuple[str, list[Any]]] = None
+    fallback = choice.reason
+    if choice.index is not None:
+        candidate_rows = results[choice.index]
+        if candidate_rows is None:
+            fallback = f"candidate {choice.index} cannot serve rows: {previews[choice.index].error}"
+        else:
+            chosen = (context.candidates[choice.index], candidate_rows)
+            fallback = None
+    report = RescueReport(
+        rescuer=rescuer_name(rescuer),
+        trigger=trigger,
+        chosen_index=choice.index if chosen is not None else None,
+        chosen_sql=chosen[0] if chosen is not None else None,
+        fallback_reason=fallback if chosen is None else None,
+        answer=choice.answer,
+        latency_ms=candidates_ms + judge_ms,
+        candidates_ms=candidates_ms,
+        judge_ms=judge_ms,
+        prompt_tokens=choice.prompt_tokens,
+        completion_tokens=choice.completion_tokens,
+        cost_usd=choice.cost_usd,
+        candidates=tuple(previews),
+    )
+    return report, chosen, []
+
+
+def _preview(index: int, sql: str, context: RescueContext, dialect: str) -> tuple[CandidatePreview, Optional[list[Any]]]:
+    """Run one candidate read-only; its preview, and its rows when it may serve the cursor."""
+    started = time.perf_counter()
+    if not is_read_only_query(sql, dialect):
+        return CandidatePreview(index, sql, None, None, (), "not a read-only query: never executed", 0.0), None
+    try:
+        rows = context.run_candidate(sql)
+    except Exception as error:  # failures and timeouts are part of the preview, not the caller's problem
+        elapsed = (time.perf_counter() - started) * 1000
+        return CandidatePreview(index, sql, None, None, (), f"{type(error).__name__}: {error}", elapsed), None
+    elapsed = (time.perf_counter() - started) * 1000
+    if rows is None:
+        return CandidatePreview(index, sql, None, None, (), "result exceeds row_cap", elapsed), None
+    return CandidatePreview(index, sql, len(rows), count_unique(rows), tuple(rows[:PREVIEW_ROWS]), None, elapsed), rows

@@ -7,12 +7,17 @@ the package only ever sees one type. Defaults are the paper's operating points.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union, get_args
+from typing import TYPE_CHECKING, Literal, Optional, Union, get_args
 
 from .probe import min_rows_for_removal
 
+if TYPE_CHECKING:
+    from .rescue import Rescuer
+
 GuardMode = Literal["patch", "observe", "off"]
 _MODES: tuple[str, ...] = get_args(GuardMode)
+RescueOrder = Literal["rescue_first", "patch_first"]
+_ORDERS: tuple[str, ...] = get_args(RescueOrder)
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,24 @@ class GuardPolicy:
     """Most rows buffered and probed per query. A larger result is not probed: its first rows are
     served from the buffer and the rest stream from SQLite unchanged, so memory stays bounded."""
 
+    rescue: Optional["Rescuer"] = None
+    """Who picks a better candidate when a flagged statement came with ``candidates=``:
+    ``DupRatioSelector()``, ``LLMRescue(...)``, or any callable taking a ``RescueRequest`` and returning
+    a candidate index or None. None: candidates are ignored."""
+
+    order: RescueOrder = "rescue_first"
+    """``"rescue_first"`` (the paper's v2): rescue the selection, then patch what was chosen.
+    ``"patch_first"`` (v1): patch the selection, then let the rescue replace it."""
+
+    candidate_timeout: float = 5.0
+    """Seconds each candidate may run (read-only) before SQLite interrupts it."""
+
+    max_rescues: Optional[int] = None
+    """Most rescues per connection; None for no cap. Once reached, rescues stop and reports say so."""
+
+    max_rescue_cost: Optional[float] = None
+    """Most US dollars of rescue spend per connection (known costs only); None for no cap."""
+
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
             raise ValueError(f"guard mode must be one of {', '.join(map(repr, _MODES))}, not {self.mode!r}")
@@ -50,6 +73,16 @@ class GuardPolicy:
             raise ValueError(f"tau_remove must be in [0, 1), not {self.tau_remove!r}")
         if isinstance(self.row_cap, bool) or not isinstance(self.row_cap, int) or self.row_cap < 1:
             raise ValueError(f"row_cap must be a positive int, not {self.row_cap!r}")
+        if self.order not in _ORDERS:
+            raise ValueError(f"order must be one of {', '.join(map(repr, _ORDERS))}, not {self.order!r}")
+        if self.rescue is not None and not callable(self.rescue):
+            raise TypeError(f"rescue must be callable (a RescueRequest -> index or None), not {type(self.rescue).__name__}")
+        if not self.candidate_timeout > 0:
+            raise ValueError(f"candidate_timeout must be positive, not {self.candidate_timeout!r}")
+        if self.max_rescues is not None and self.max_rescues < 0:
+            raise ValueError(f"max_rescues must be >= 0 or None, not {self.max_rescues!r}")
+        if self.max_rescue_cost is not None and self.max_rescue_cost < 0:
+            raise ValueError(f"max_rescue_cost must be >= 0 or None, not {self.max_rescue_cost!r}")
         object.__setattr__(self, "_p2_min_rows", min_rows_for_removal(self.tau_remove))
 
     _p2_min_rows: int = field(init=False, repr=False, compare=False, default=0)

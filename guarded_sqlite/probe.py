@@ -8,12 +8,16 @@ written for speed: one ``set()`` over the rows, with a slower fallback only for 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 EXEC_ERROR: Final = "exec_error"
 EMPTY_RESULT: Final = "empty_result"
 CARTESIAN_EXPLOSION: Final = "cartesian_explosion"
+
+mentions_distinct = re.compile("distinct", re.IGNORECASE).search
+"""Cheap pre-screen for P2: SQL without the word cannot have an outermost DISTINCT, and is never parsed."""
 
 
 def hashable_row(value: Any) -> Hashable:

@@ -17,17 +17,16 @@ proxy read, and the hot path is a module function working on locals.
 from __future__ import annotations
 
 import itertools
-import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import wrapt
 
 from .policy import GuardPolicy
-from .probe import CARTESIAN_EXPLOSION, EXEC_ERROR, PartialCount, classify, count_unique, probe_large
+from .probe import CARTESIAN_EXPLOSION, EXEC_ERROR, PartialCount, classify, count_unique, mentions_distinct, probe_large
 from .report import GuardReport, ReportState, RuleDecision
 
 if TYPE_CHECKING:
@@ -35,9 +34,6 @@ if TYPE_CHECKING:
 
 _NO_PARAMETERS: Any = object()
 """Sentinel: the caller passed no parameters (sqlite3 treats that differently from ``()``)."""
-
-# P2 can only apply to SQL that contains the word; testing for it keeps every other query unparsed.
-_mentions_distinct = re.compile("distinct", re.IGNORECASE).search
 
 # Below this many rows one set() is cheaper than the early-stopping scan's bookkeeping.
 _SMALL_RESULT = 2048
@@ -50,7 +46,7 @@ _GUARD_OFF = "guard is off"
 class ConnectionGuard:
     """Per-connection facts the cursors need on every statement, in plain slots."""
 
-    __slots__ = ("policy", "dialect", "lock", "closed", "proxy")
+    __slots__ = ("policy", "dialect", "lock", "closed", "proxy", "rescues", "rescue_spend", "progress_handler")
 
     def __init__(self, policy: GuardPolicy, dialect: str, proxy: "GuardedConnection") -> None:
         self.policy = policy
@@ -60,6 +56,10 @@ class ConnectionGuard:
         self.lock = threading.RLock()
         self.closed = False
         self.proxy = proxy
+        self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
+        self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
+        # The caller's progress handler (set through this proxy), restored after a candidate's time limit.
+        self.progress_handler: tuple[Any, int] = (None, 0)
 
 
 class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
@@ -81,8 +81,8 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
         cursor._self_guard = self._self_guard
         return cursor
 
-    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /) -> "GuardedCursor":
-        return self.cursor().execute(sql, parameters)
+    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **rescue_inputs: Any) -> "GuardedCursor":
+        return self.cursor().execute(sql, parameters, **rescue_inputs)
 
     def executemany(self, sql: str, parameters: Any, /) -> "GuardedCursor":
         return self.cursor().executemany(sql, parameters)
@@ -101,6 +101,11 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.__wrapped__(*args, **kwargs)
 
+    def set_progress_handler(self, progress_handler: Any, n: int) -> None:
+        # Remembered so that a candidate's time limit can put it back afterwards.
+        self.__wrapped__.set_progress_handler(progress_handler, n)
+        self._self_guard.progress_handler = (progress_handler, n)
+
     def __enter__(self) -> "GuardedConnection":
         self.__wrapped__.__enter__()
         return self
@@ -108,13 +113,19 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
     def __exit__(self, *exc_info: Any) -> Any:
         return self.__wrapped__.__exit__(*exc_info)
 
-    def _read_only_fetch(self, sql: str, parameters: Any, row_factory: Any, row_cap: int) -> Optional[list[Any]]:
+    def _read_only_fetch(
+        self, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: Optional[float] = None
+    ) -> Optional[list[Any]]:
         """Run ``sql`` with ``PRAGMA query_only`` on; its rows, or None past ``row_cap``.
 
         Runs on this connection (not a second one) so it sees the caller's uncommitted changes.
         Plain ``sqlite3.Cursor``s keep a ``factory=`` subclass's cursor hooks out of the guard's work.
+        With ``time_limit`` (seconds) a progress handler makes SQLite interrupt the statement.
         """
         raw = self.__wrapped__
+        if time_limit is not None:
+            with _time_limited(raw, time_limit, self._self_guard.progress_handler):
+                return self._read_only_fetch(sql, parameters, row_factory, row_cap)
         pragma = sqlite3.Cursor(raw)
         pragma.row_factory = None
         was_query_only = pragma.execute("PRAGMA query_only").fetchone()[0]
@@ -134,6 +145,27 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
                 pragma.execute("PRAGMA query_only = OFF")
             pragma.close()
         return None if len(rows) > row_cap else rows
+
+
+class _time_limited:
+    """Interrupt statements on ``raw`` after ``seconds``, still honouring the caller's own handler."""
+
+    def __init__(self, raw: sqlite3.Connection, seconds: float, previous: tuple[Any, int]) -> None:
+        self._raw, self._seconds, self._previous = raw, seconds, previous
+
+    def __enter__(self) -> None:
+        deadline = time.monotonic() + self._seconds
+        user_handler = self._previous[0]
+
+        def handler() -> int:
+            if time.monotonic() > deadline:
+                return 1
+            return user_handler() if user_handler is not None else 0
+
+        self._raw.set_progress_handler(handler, 1000)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._raw.set_progress_handler(*self._previous)
 
 
 _NOTHING: Iterator[Any] = iter(())
@@ -179,15 +211,27 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
     def lastrowid(self) -> Optional[int]:
         return self.__wrapped__.lastrowid  # type: ignore[no-any-return]
 
-    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /) -> "GuardedCursor":
+    def execute(
+        self,
+        sql: str,
+        parameters: Any = _NO_PARAMETERS,
+        /,
+        *,
+        candidates: Optional[Sequence[str]] = None,
+        question: Optional[str] = None,
+        hint: Optional[str] = None,
+    ) -> "GuardedCursor":
+        """``sqlite3.Cursor.execute``; with ``candidates`` (alternative SQLs for the same question) a
+        flagged statement may be rescued by the policy's rescuer."""
         guard = self._self_guard
         raw = self.__wrapped__
         self._self_report = None
+        rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
         if guard.policy.mode == "patch":
             with guard.lock:
-                self._self_rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard)
+                self._self_rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
         else:
-            self._self_rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard)
+            self._self_rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
         return self
 
     def executemany(self, sql: str, parameters: Any, /) -> "GuardedCursor":
@@ -256,12 +300,31 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         return self
 
 
-def _execute_and_probe(
-    cursor: GuardedCursor, raw: sqlite3.Cursor, sql: str, parameters: Any, guard: ConnectionGuard
-) -> tuple[Union[list[Any], Iterator[Any]], tuple[Any, ...]]:
-    """Execute, fetch once, probe, maybe patch; returns the serving iterator and the report state.
+class RescueInputs:
+    """What the caller passed for a rescue: candidate SQLs and the question they answer."""
 
-    On an execution error the state is stored on ``cursor`` before the error propagates unchanged.
+    __slots__ = ("candidates", "question", "hint")
+
+    def __init__(self, candidates: Sequence[str], question: Optional[str], hint: Optional[str]) -> None:
+        if isinstance(candidates, str) or not all(isinstance(c, str) for c in candidates):
+            raise TypeError("candidates must be a sequence of SQL strings")
+        self.candidates = tuple(candidates)
+        self.question = question
+        self.hint = hint
+
+
+def _execute_and_probe(
+    cursor: GuardedCursor,
+    raw: sqlite3.Cursor,
+    sql: str,
+    parameters: Any,
+    guard: ConnectionGuard,
+    rescue_inputs: Optional[RescueInputs] = None,
+) -> tuple[Union[list[Any], Iterator[Any]], tuple[Any, ...]]:
+    """Execute, fetch once, probe, maybe repair; returns the serving rows and the report state.
+
+    On an execution error the state is stored on ``cursor`` before the error propagates unchanged
+    (unless a rescue replaced the failed statement with a candidate).
     """
     policy = guard.policy
     mode = policy.mode
@@ -278,15 +341,24 @@ def _execute_and_probe(
             return raw, (mode, sql, sql, None, "none", None, None, None, _NOT_ROW_RETURNING, None, (), None, None)
         rows = raw.fetchmany(row_cap + 1)
     except Exception as error:
+        failed = (mode, sql, sql, EXEC_ERROR, "none", None, None, None, None, _describe(error), (), None, None)
+        if rescue_inputs is not None and mode == "patch":
+            outcome = _repair(guard, raw.row_factory, sql, parameters, None, None, EXEC_ERROR, rescue_inputs)
+            if outcome.rescue is not None and outcome.rescue.chosen_index is not None:
+                return outcome.rows, (
+                    mode, sql, outcome.final_sql, EXEC_ERROR, outcome.action, None, None, len(outcome.rows),
+                    None, _describe(error), outcome.decisions, None, outcome.elapsed_ns, outcome.rescue,
+                )
+            failed = (*failed[:10], outcome.decisions, None, outcome.elapsed_ns, outcome.rescue)
         cursor._self_rows = raw
-        cursor._self_state = (mode, sql, sql, EXEC_ERROR, "none", None, None, None, None, _describe(error), (), None, None)
+        cursor._self_state = failed
         raise
     count = len(rows)
     if count > row_cap:
         note = f"more than row_cap={row_cap} rows: not probed, rows stream through unchanged"
         return itertools.chain(rows, raw), (mode, sql, sql, None, "none", None, None, None, note, None, (), None, None)
     patch = mode == "patch"
-    removal_candidate = patch and count >= policy._p2_min_rows and _mentions_distinct(sql) is not None
+    removal_candidate = patch and count >= policy._p2_min_rows and mentions_distinct(sql) is not None
     started = time.perf_counter_ns()
     unique: Union[int, PartialCount]
     try:
@@ -299,11 +371,15 @@ def _execute_and_probe(
         unique = count_unique(rows)
         trigger = classify(count, unique, policy.tau_inject)
     detect_ns = time.perf_counter_ns() - started
-    if patch and (trigger == CARTESIAN_EXPLOSION or (removal_candidate and trigger is None and unique == count)):
-        outcome = _patch(guard, raw.row_factory, sql, parameters, rows, unique, trigger)  # type: ignore[arg-type]
+    if patch and (
+        trigger == CARTESIAN_EXPLOSION
+        or (trigger is not None and rescue_inputs is not None)
+        or (removal_candidate and trigger is None and unique == count)
+    ):
+        outcome = _repair(guard, raw.row_factory, sql, parameters, rows, unique, trigger, rescue_inputs)  # type: ignore[arg-type]
         state = (
             mode, sql, outcome.final_sql, trigger, outcome.action, count, unique, len(outcome.rows),
-            None, None, outcome.decisions, detect_ns, outcome.elapsed_ns,
+            None, None, outcome.decisions, detect_ns, outcome.elapsed_ns, outcome.rescue,
         )
         return outcome.rows, state
     # A partial count still reads the buffer later, so the caller gets a copy rather than the list.
@@ -311,24 +387,81 @@ def _execute_and_probe(
     return serving, (mode, sql, sql, trigger, "none", count, unique, count, None, None, (), detect_ns, None)
 
 
-def _patch(
-    guard: ConnectionGuard, row_factory: Any, sql: str, parameters: Any, rows: list[Any], unique: int, trigger: Optional[str]
+def _repair(
+    guard: ConnectionGuard,
+    row_factory: Any,
+    sql: str,
+    parameters: Any,
+    rows: Optional[list[Any]],
+    unique: Optional[int],
+    trigger: Optional[str],
+    rescue_inputs: Optional[RescueInputs],
 ) -> PatchOutcome:
-    # Imported here so that sqlglot is loaded by the first query that needs a patch, not by
-    # ``import guarded_sqlite``.
-    from .patching import PatchOutcome, apply_patches
+    # Imported here so that sqlglot (and, through a rescuer, litellm) is loaded by the first statement
+    # that needs a repair, not by ``import guarded_sqlite``.
+    from .patching import PatchOutcome, repair
 
     policy = guard.policy
+    connection = guard.proxy
 
     def rerun(new_sql: str) -> Optional[list[Any]]:
-        return guard.proxy._read_only_fetch(new_sql, parameters, row_factory, policy.row_cap)
+        return connection._read_only_fetch(new_sql, parameters, row_factory, policy.row_cap)
 
+    context = None if rescue_inputs is None else _CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
-        return apply_patches(sql, rows, unique, trigger, policy, rerun, guard.dialect)
+        return repair(sql, rows, unique, trigger, policy, rerun, guard.dialect, context)
     except Exception as error:  # a bug in the analysis must never cost the caller their result
-        rule = "P1" if trigger == CARTESIAN_EXPLOSION else "P2"
-        decision = RuleDecision(rule, False, f"internal error while patching: {_describe(error)}")
-        return PatchOutcome(sql, rows, "none", (decision,), 0)
+        rule = "P1" if trigger == CARTESIAN_EXPLOSION else ("P2" if trigger is None else "rescue")
+        decision = RuleDecision(rule, False, f"internal error while repairing: {_describe(error)}")  # type: ignore[arg-type]
+        return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
+
+
+class _CandidateRunner:
+    """The connection side of a rescue: runs candidates read-only, summarises the schema, keeps the
+    connection's rescue budget (see ``patching.RescueContext``)."""
+
+    def __init__(self, guard: ConnectionGuard, inputs: RescueInputs, parameters: Any, row_factory: Any) -> None:
+        self._guard = guard
+        self._parameters = parameters
+        self._row_factory = row_factory
+        self.candidates = inputs.candidates
+        self.question = inputs.question
+        self.hint = inputs.hint
+
+    def run_candidate(self, sql: str) -> Optional[list[Any]]:
+        policy = self._guard.policy
+        return self._guard.proxy._read_only_fetch(sql, self._parameters, self._row_factory, policy.row_cap, policy.candidate_timeout)
+
+    def schema_summary(self) -> str:
+        return schema_summary(self._guard.proxy.__wrapped__)
+
+    def budget_refusal(self) -> Optional[str]:
+        guard, policy = self._guard, self._guard.policy
+        if policy.max_rescues is not None and guard.rescues >= policy.max_rescues:
+            return f"rescue budget exhausted: {guard.rescues} of max_rescues={policy.max_rescues} used"
+        if policy.max_rescue_cost is not None and guard.rescue_spend >= policy.max_rescue_cost:
+            return f"rescue budget exhausted: ${guard.rescue_spend:.6f} of max_rescue_cost=${policy.max_rescue_cost} spent"
+        return None
+
+    def record_rescue(self, cost_usd: Optional[float]) -> None:
+        self._guard.rescues += 1
+        if cost_usd:
+            self._guard.rescue_spend += cost_usd
+
+
+def schema_summary(raw: sqlite3.Connection) -> str:
+    """``table(col, col, ...)`` per table of the main database, one per line."""
+    cursor = sqlite3.Cursor(raw)
+    cursor.row_factory = None
+    tables = cursor.execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%' ORDER BY name"
+    ).fetchall()
+    lines = []
+    for (table,) in tables:
+        columns = [row[1] for row in cursor.execute("SELECT * FROM pragma_table_info(?)", (table,)).fetchall()]
+        lines.append(f"{table}({', '.join(columns)})")
+    cursor.close()
+    return "\n".join(lines)
 
 
 def _describe(error: BaseException) -> str:

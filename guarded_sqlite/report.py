@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, fields
-from typing import Literal, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Literal, NamedTuple, Optional, Union
 
 from .probe import PartialCount, dup_ratio
 
-Action = Literal["none", "distinct_injected", "distinct_removed"]
-RuleName = Literal["P1", "P2"]
+if TYPE_CHECKING:
+    from .rescue import RescueReport
+
+Action = Literal[
+    "none",
+    "distinct_injected",
+    "distinct_removed",
+    "candidate_selected",
+    "candidate_selected+distinct_injected",
+    "candidate_selected+distinct_removed",
+]
+RuleName = Literal["P1", "P2", "rescue"]
 
 
 @dataclass(frozen=True)
@@ -21,7 +31,8 @@ class RuleDecision:
     """One patch rule that was considered for a statement, and what came of it."""
 
     rule: RuleName
-    """``"P1"`` (DISTINCT injection) or ``"P2"`` (DISTINCT removal)."""
+    """``"P1"`` (DISTINCT injection), ``"P2"`` (DISTINCT removal), or ``"rescue"`` (recorded only when a
+    rescue was wanted but could not run: no rescuer, budget exhausted, a write statement)."""
 
     applied: bool
     """True when the rule's rewrite now serves the cursor's rows."""
@@ -46,6 +57,7 @@ class ReportState(NamedTuple):
     decisions: tuple[RuleDecision, ...]
     detect_ns: Optional[int]
     patch_ns: Optional[int]
+    rescue: Optional["RescueReport"] = None
 
 
 @dataclass(frozen=True)
@@ -70,8 +82,10 @@ class GuardReport:
 
     action: Action
     """What the guard changed: ``"none"`` (rows served exactly as SQLite returned them),
-    ``"distinct_injected"`` (P1: DISTINCT added to the outermost SELECT), or ``"distinct_removed"``
-    (P2: the outermost DISTINCT removed)."""
+    ``"distinct_injected"`` (P1: DISTINCT added to the outermost SELECT), ``"distinct_removed"``
+    (P2: the outermost DISTINCT removed), ``"candidate_selected"`` (a rescue replaced the statement
+    with one of the caller's candidates), or ``"candidate_selected+distinct_injected"`` /
+    ``"candidate_selected+distinct_removed"`` (a candidate, then patched)."""
 
     probed: bool
     """Whether the probe measured the result. False for statements that return no rows, for
@@ -102,8 +116,12 @@ class GuardReport:
     """Time the probe took (one pass over the fetched rows), in microseconds."""
 
     patch_ms: Optional[float]
-    """Time spent deciding, re-executing and verifying patches, in milliseconds; None when no
-    patch rule got as far as being considered."""
+    """Time spent deciding, re-executing and verifying patches and any rescue, in milliseconds; None
+    when no rule got as far as being considered."""
+
+    rescue: Optional["RescueReport"] = None
+    """What the candidate rescue did (chosen index and SQL, fallback reason, latency, tokens, cost);
+    None when no rescue ran."""
 
     @classmethod
     def from_state(cls, state: ReportState) -> "GuardReport":
@@ -127,6 +145,7 @@ class GuardReport:
             error=state.error,
             detect_us=None if state.detect_ns is None else state.detect_ns / 1_000,
             patch_ms=None if state.patch_ns is None else state.patch_ns / 1_000_000,
+            rescue=state.rescue,
         )
 
     @property

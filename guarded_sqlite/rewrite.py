@@ -27,7 +27,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-__all__ = ["Rewrite", "inject_distinct", "remove_distinct"]
+__all__ = ["Rewrite", "inject_distinct", "remove_distinct", "is_read_only_query"]
 
 
 class Rewrite(NamedTuple):
@@ -120,6 +120,29 @@ def _remove_distinct(sql: str, dialect: str) -> Rewrite:
     if not _reparses_as(rewritten, dialect, query.root, distinct=False):
         return Rewrite(None, "could not remove DISTINCT safely from the original text")
     return Rewrite(rewritten, "DISTINCT removed from the outermost SELECT")
+
+
+_QUERY_STARTS = frozenset({TokenType.SELECT, TokenType.WITH, TokenType.VALUES, TokenType.L_PAREN})
+_WRITE_TOKENS = frozenset(
+    getattr(TokenType, name)
+    for name in ("INSERT", "UPDATE", "DELETE", "REPLACE", "MERGE", "CREATE", "DROP", "ALTER", "ATTACH", "DETACH",
+                 "PRAGMA", "VACUUM", "ANALYZE", "INTO", "RETURNING", "TRUNCATE", "COMMAND")
+    if hasattr(TokenType, name)
+)
+
+
+@lru_cache(maxsize=1024)
+def is_read_only_query(sql: str, dialect: str = "sqlite") -> bool:
+    """Whether ``sql`` reads as a query and nothing else, judged on tokens so that SQL with a syntax
+    error (which a parser would reject) can still be classified. Used to decide whether a failed or
+    flagged statement may be replaced by a candidate's rows: a write never is."""
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
+    except SqlglotError:
+        return False
+    if not tokens or tokens[0].token_type not in _QUERY_STARTS:
+        return False
+    return not any(token.token_type in _WRITE_TOKENS for token in tokens)
 
 
 def _parse_query(sql: str, dialect: str) -> Union[_Query, str]:

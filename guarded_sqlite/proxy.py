@@ -16,7 +16,9 @@ proxy read, and the hot path is a module function working on locals.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 import sqlite3
 import threading
 import time
@@ -46,7 +48,7 @@ _GUARD_OFF = "guard is off"
 class ConnectionGuard:
     """Per-connection facts the cursors need on every statement, in plain slots."""
 
-    __slots__ = ("policy", "dialect", "lock", "closed", "proxy", "rescues", "rescue_spend", "progress_handler")
+    __slots__ = ("policy", "dialect", "lock", "proxy", "rescues", "rescue_spend", "progress_handler")
 
     def __init__(self, policy: GuardPolicy, dialect: str, proxy: "GuardedConnection") -> None:
         self.policy = policy
@@ -54,7 +56,6 @@ class ConnectionGuard:
         # Patch re-execution flips PRAGMA query_only for the whole connection; statements issued
         # through this connection from other threads wait on this lock instead of hitting that window.
         self.lock = threading.RLock()
-        self.closed = False
         self.proxy = proxy
         self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
         self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
@@ -90,10 +91,6 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
     def executescript(self, script: str, /) -> "GuardedCursor":
         return self.cursor().executescript(script)
 
-    def close(self) -> None:
-        self.__wrapped__.close()
-        self._self_guard.closed = True
-
     def backup(self, target: Any, **kwargs: Any) -> None:
         # sqlite3 type-checks ``target`` in C and refuses a proxy.
         self.__wrapped__.backup(target.__wrapped__ if isinstance(target, GuardedConnection) else target, **kwargs)
@@ -109,6 +106,9 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
     def __enter__(self) -> "GuardedConnection":
         self.__wrapped__.__enter__()
         return self
+
+    def __getattr__(self, name: str) -> Any:
+        return _subclass_aware_getattr(self, sqlite3.Connection, name)
 
     def __exit__(self, *exc_info: Any) -> Any:
         return self.__wrapped__.__exit__(*exc_info)
@@ -169,6 +169,8 @@ class _time_limited:
 
 
 _NOTHING: Iterator[Any] = iter(())
+_UNIQUE_ROWS = ReportState._fields.index("unique_rows")
+_LIST_ITERATOR = type(iter([]))
 
 
 class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
@@ -182,6 +184,9 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
     # Serves fetches: the buffer list (until first touched), an iterator over it, the buffer then the
     # raw tail (past row_cap), or the raw cursor itself.
     _self_rows: Union[list[Any], Iterator[Any]] = _NOTHING
+    # The list behind ``_self_rows`` once an iterator over it was handed out, so that re-executing the
+    # cursor can redirect that iterator to the new rows, as re-executing a sqlite3 cursor does.
+    _self_buffer: Optional[list[Any]] = None
     _self_state: Optional[tuple[Any, ...]] = None  # a ReportState's fields, as a plain tuple
     _self_report: Optional[GuardReport] = None
 
@@ -227,11 +232,17 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         raw = self.__wrapped__
         self._self_report = None
         rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
-        if guard.policy.mode == "patch":
-            with guard.lock:
-                self._self_rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
-        else:
-            self._self_rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
+        try:
+            if guard.policy.mode == "patch":
+                with guard.lock:
+                    rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
+            else:
+                rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
+        except BaseException:
+            if self._self_buffer is not None:
+                self._redirect_outstanding(raw)
+            raise
+        self._self_rows = rows if self._self_buffer is None else self._redirect_outstanding(rows)
         return self
 
     def executemany(self, sql: str, parameters: Any, /) -> "GuardedCursor":
@@ -243,44 +254,72 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
     def fetchone(self) -> Any:
         return next(self._serving(), None)
 
-    def fetchmany(self, size: Optional[int] = None) -> list[Any]:
+    def fetchmany(self, size: Any = _NO_PARAMETERS) -> list[Any]:
         raw = self.__wrapped__
+        size = raw.arraysize if size is _NO_PARAMETERS else operator.index(size)
         rows = self._serving()
-        if size is None:
-            size = raw.arraysize
         if rows is raw:
             return raw.fetchmany(size)
-        return list(itertools.islice(rows, max(size, 0)))
+        # sqlite3 returns every remaining row for a size of zero or less.
+        return list(itertools.islice(rows, size)) if size > 0 else list(rows)
 
     def fetchall(self) -> list[Any]:
         rows = self._self_rows
-        if type(rows) is list and not self._self_guard.closed:
-            # Untouched buffer: hand over the list itself instead of copying it.
-            self._self_rows = _NOTHING
-            return rows
+        if type(rows) is list:
+            self.__wrapped__.fetchone()  # raises as sqlite3 would: closed cursor or connection, wrong thread
+            state = self._self_state
+            # Untouched buffer: hand over the list itself instead of copying it, unless a partial
+            # distinct count still has to read it for the report.
+            if state is None or type(state[_UNIQUE_ROWS]) is not PartialCount:
+                self._self_rows = _NOTHING
+                return rows
         return list(self._serving())
 
     def close(self) -> None:
         self.__wrapped__.close()
         self._self_rows = self.__wrapped__
+        self._self_buffer = None
 
     def __iter__(self) -> Iterator[Any]:
-        # The serving iterator itself, so a for-loop runs at C speed; it shares its position with
-        # fetchone()/fetchmany(), so mixing the two works as it does on sqlite3.
+        # The serving iterator itself rather than the cursor, so a for-loop runs at C speed; it shares
+        # its position with fetchone()/fetchmany(), and execute() redirects it to the new rows.
         return self._serving()
 
     def __next__(self) -> Any:
         return next(self._serving())
 
+    def __getattr__(self, name: str) -> Any:
+        return _subclass_aware_getattr(self, sqlite3.Cursor, name)
+
     def _serving(self) -> Iterator[Any]:
-        """The iterator that serves rows, after turning an untouched buffer list into one."""
+        """The iterator that serves rows, after checking the cursor may still fetch."""
         rows = self._self_rows
-        if self._self_guard.closed:
-            # sqlite3 refuses to fetch from a closed connection; let it raise its own error.
-            rows = self._self_rows = self.__wrapped__
-        elif type(rows) is list:
-            rows = self._self_rows = iter(rows)
+        kind = type(rows)
+        if kind is list:
+            self.__wrapped__.fetchone()  # the raw cursor is exhausted: this only runs sqlite3's checks
+            self._self_buffer = rows  # type: ignore[assignment]
+            rows = self._self_rows = iter(rows)  # type: ignore[arg-type]
+        elif kind is _LIST_ITERATOR:
+            self.__wrapped__.fetchone()
         return rows  # type: ignore[return-value]
+
+    def _redirect_outstanding(self, new_rows: Union[list[Any], Iterator[Any]]) -> Union[list[Any], Iterator[Any]]:
+        """Point the iterator handed out for the previous statement at ``new_rows``.
+
+        sqlite3's iterator is the cursor, so a loop over it continues with whatever the cursor executes
+        next. Ours is a list iterator; splicing the new rows in at its position gives the same effect.
+        A new result that streams (past ``row_cap``) or has no rows just ends the old iterator.
+        """
+        buffer, outstanding = self._self_buffer, self._self_rows
+        self._self_buffer = None
+        assert buffer is not None
+        position = len(buffer) - operator.length_hint(outstanding)
+        del buffer[position:]
+        if type(new_rows) is not list:
+            return new_rows
+        buffer.extend(new_rows)
+        self._self_buffer = buffer
+        return outstanding
 
     def _run_unprobed(self, method: Any, *args: Any) -> "GuardedCursor":
         guard = self._self_guard
@@ -329,8 +368,10 @@ def _execute_and_probe(
     policy = guard.policy
     mode = policy.mode
     if mode == "off":
+        state = (mode, sql, sql, None, "none", None, None, None, _GUARD_OFF, None, (), None, None)
+        cursor._self_state = state  # also stands if execute raises: the guard reports nothing either way
         raw.execute(sql) if parameters is _NO_PARAMETERS else raw.execute(sql, parameters)
-        return raw, (mode, sql, sql, None, "none", None, None, None, _GUARD_OFF, None, (), None, None)
+        return raw, state
     row_cap = policy.row_cap
     try:
         if parameters is _NO_PARAMETERS:
@@ -382,9 +423,7 @@ def _execute_and_probe(
             None, None, outcome.decisions, detect_ns, outcome.elapsed_ns, outcome.rescue,
         )
         return outcome.rows, state
-    # A partial count still reads the buffer later, so the caller gets a copy rather than the list.
-    serving = iter(rows) if type(unique) is PartialCount else rows
-    return serving, (mode, sql, sql, trigger, "none", count, unique, count, None, None, (), detect_ns, None)
+    return rows, (mode, sql, sql, trigger, "none", count, unique, count, None, None, (), detect_ns, None)
 
 
 def _repair(
@@ -462,6 +501,37 @@ def schema_summary(raw: sqlite3.Connection) -> str:
         lines.append(f"{table}({', '.join(columns)})")
     cursor.close()
     return "\n".join(lines)
+
+
+def _subclass_aware_getattr(proxy: Any, base: type, name: str) -> Any:
+    """Attribute lookup for what the proxy does not define itself.
+
+    Methods that a ``factory=`` subclass adds to ``base`` are bound to the proxy, so that their own
+    ``self.execute(...)``/``self.fetchone()`` go through the guard (on the raw object they would find
+    an already-drained cursor). Methods using zero-argument ``super()`` need the real object, so they
+    stay bound to it; so does everything ``base`` itself defines.
+    """
+    raw = proxy.__wrapped__
+    attribute = _added_by_subclass(type(raw), base, name)
+    if attribute is None:
+        return getattr(raw, name)
+    return attribute.__get__(proxy, type(raw))
+
+
+@functools.lru_cache(maxsize=256)
+def _added_by_subclass(cls: type, base: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if klass is base or klass is object:
+            return None
+        attribute = vars(klass).get(name)
+        if attribute is None:
+            continue
+        function = getattr(attribute, "__func__", attribute)
+        code = getattr(function, "__code__", None)
+        if code is None or "__class__" in code.co_freevars or not hasattr(attribute, "__get__"):
+            return None
+        return attribute
+    return None
 
 
 def _describe(error: BaseException) -> str:

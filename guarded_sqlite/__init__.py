@@ -48,6 +48,7 @@ from sqlite3 import (
 )
 
 from .api import connect, install, uninstall, unwrap, wrap
+from .evaluation import evaluate
 from .policy import GuardPolicy
 from .proxy import GuardedConnection, GuardedCursor
 from .report import GuardReport, RuleDecision
@@ -62,6 +63,7 @@ __all__ = [
     "GuardPolicy",
     "GuardReport",
     "RuleDecision",
+    "evaluate",
     "GuardedConnection",
     "GuardedCursor",
     "LLMRescue",

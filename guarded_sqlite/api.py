@@ -25,7 +25,10 @@ def connect(database: Any, *args: Any, guard: GuardSpec = None, **kwargs: Any) -
     (default), ``"observe"``, ``"off"`` or a ``GuardPolicy``.
     """
     policy = resolve_policy(guard)
-    return GuardedConnection(_sqlite3_connect(database, *args, **kwargs), policy)
+    # check_same_thread is sqlite3.connect's fourth parameter after the database.
+    check_same_thread = kwargs.get("check_same_thread", args[3] if len(args) > 3 else True)
+    raw = _sqlite3_connect(database, *args, **kwargs)
+    return GuardedConnection(raw, policy, single_thread=bool(check_same_thread))
 
 
 def wrap(connection: sqlite3.Connection, guard: GuardSpec = None) -> GuardedConnection:
@@ -34,7 +37,8 @@ def wrap(connection: sqlite3.Connection, guard: GuardSpec = None) -> GuardedConn
     if isinstance(connection, GuardedConnection):
         if guard is None or resolve_policy(guard) == connection.guard_policy:
             return connection
-        return GuardedConnection(connection.__wrapped__, resolve_policy(guard), connection._self_guard.dialect)
+        old = connection._self_guard
+        return GuardedConnection(connection.__wrapped__, resolve_policy(guard), old.dialect, single_thread=old.lock is None)
     if not isinstance(connection, sqlite3.Connection):
         raise TypeError(f"wrap() expects a sqlite3.Connection, not {type(connection).__name__}")
     return GuardedConnection(connection, resolve_policy(guard))

@@ -1,4 +1,8 @@
-"""The ``guarded-sqlite`` command line."""
+"""The ``guarded-sqlite`` command line: ``demo``, ``eval`` and ``sweep``.
+
+Exit status: 0 on success, 2 for unusable inputs (missing files, a prediction count or db_id that does
+not match the gold, bad options), 1 when ``--plot`` is asked for without matplotlib installed.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,84 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _tau_list(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+
+
+def _add_inputs(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--db-root", required=True, type=Path, metavar="DIR", help="folder holding <db_id>/<db_id>.sqlite")
+    command.add_argument("--gold", required=True, type=Path, metavar="FILE",
+                         help="BIRD or Spider dev.json, or lines 'SQL<TAB>db_id'")
+    command.add_argument("--pred", required=True, type=Path, metavar="FILE",
+                         help="one SQL per line, BIRD's JSON, or a JSON list/object of index -> SQL")
+    command.add_argument("--json", type=Path, metavar="OUT", help="also write the full report as JSON ('-' for stdout)")
+    command.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
+                         help="per-query timeout, enforced inside SQLite (default: 5)")
+    command.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                         help="worker processes (default: the number of CPUs; 1 runs in-process)")
+    command.add_argument("--exclude-db", action="append", default=[], metavar="DB_ID",
+                         help="leave this database's pairs out (repeatable), e.g. an empty one")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="guarded-sqlite", description="Runtime guardrail for machine-written SQL on SQLite.")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="build a small shop database and show a join explosion caught and patched")
     demo.add_argument("--db", type=Path, help="where to create the demo database (default: a temporary file)")
+
+    evaluate = commands.add_parser(
+        "eval",
+        help="score predictions with Set-EX and Multiset-EX, raw and through the guard",
+        description="Score predicted SQL against gold SQL with Set-EX (BIRD's metric) and Multiset-EX, "
+        "before and after the guard, with flags, patch fixes/breaks, detector precision and MBS recall.",
+    )
+    _add_inputs(evaluate)
+    evaluate.add_argument("--guard", choices=("patch", "observe"), default="patch",
+                          help="patch: probe and repair (default); observe: probe only")
+
+    sweep = commands.add_parser(
+        "sweep",
+        help="sweep the P1/P2 thresholds: fix/break/net per tau, leave-one-database-out CV",
+        description="Replay the predictions a threshold could change through the guard at each tau of a "
+        "grid, for P1 (tau_inject) and P2 (tau_remove), and cross-validate the choice by database.",
+    )
+    _add_inputs(sweep)
+    sweep.add_argument("--plot", type=Path, metavar="OUT.png", help="write a PNG of net gain against tau (needs matplotlib)")
+    sweep.add_argument("--p1-taus", type=_tau_list, default=None, metavar="LIST",
+                       help="comma-separated tau_inject grid (default: 0,0.05,...,0.95)")
+    sweep.add_argument("--p2-taus", type=_tau_list, default=None, metavar="LIST",
+                       help="comma-separated tau_remove grid (default: 0.05,0.10,...,0.50)")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -23,8 +97,48 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return run(args.db)
         with tempfile.TemporaryDirectory() as folder:
             return run(Path(folder) / "shop.db")
+    if args.command in ("eval", "sweep"):
+        return _evaluate(args)
     parser.error(f"unknown command {args.command}")  # pragma: no cover
     return 2  # pragma: no cover
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from .evaluation import evaluate
+    from .evaluation.loaders import InputError
+    from .evaluation.render import format_eval, format_sweep
+    from .evaluation.report import EvalReport, SweepReport
+    from .evaluation.thresholds import DEFAULT_P1_TAUS, DEFAULT_P2_TAUS, PlotUnavailable, sweep
+
+    report: Union[EvalReport, SweepReport]
+    try:
+        if args.command == "eval":
+            report = evaluate(
+                args.db_root, args.gold, args.pred, guard=args.guard,
+                timeout=args.timeout, workers=args.workers, exclude_db=args.exclude_db,
+            )
+            text = format_eval(report)
+        else:
+            report = sweep(
+                args.db_root, args.gold, args.pred,
+                timeout=args.timeout, workers=args.workers, exclude_db=args.exclude_db,
+                p1_taus=args.p1_taus or DEFAULT_P1_TAUS, p2_taus=args.p2_taus or DEFAULT_P2_TAUS, plot=args.plot,
+            )
+            text = format_eval(report.evaluation) + "\n\n" + format_sweep(report)
+    except InputError as error:
+        print(f"guarded-sqlite {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except PlotUnavailable as error:
+        print(f"guarded-sqlite {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    if args.json is not None and str(args.json) == "-":
+        print(report.to_json())
+        return 0
+    print(text)
+    if args.json is not None:
+        args.json.write_text(report.to_json() + "\n", encoding="utf-8")
+        print(f"\nJSON report written to {args.json}")
+    return 0
 
 
 if __name__ == "__main__":

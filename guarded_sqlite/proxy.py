@@ -16,6 +16,7 @@ proxy read, and the hot path is a module function working on locals.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import operator
@@ -50,12 +51,13 @@ class ConnectionGuard:
 
     __slots__ = ("policy", "dialect", "lock", "proxy", "rescues", "rescue_spend", "progress_handler")
 
-    def __init__(self, policy: GuardPolicy, dialect: str, proxy: "GuardedConnection") -> None:
+    def __init__(self, policy: GuardPolicy, dialect: str, proxy: "GuardedConnection", single_thread: bool) -> None:
         self.policy = policy
         self.dialect = dialect
         # Patch re-execution flips PRAGMA query_only for the whole connection; statements issued
         # through this connection from other threads wait on this lock instead of hitting that window.
-        self.lock = threading.RLock()
+        # A connection sqlite3 itself keeps to one thread (check_same_thread=True) needs none.
+        self.lock: Optional[threading.RLock] = None if single_thread else threading.RLock()
         self.proxy = proxy
         self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
         self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
@@ -68,9 +70,11 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
 
     _self_guard: ConnectionGuard
 
-    def __init__(self, raw: sqlite3.Connection, policy: GuardPolicy, dialect: str = "sqlite") -> None:
+    def __init__(self, raw: sqlite3.Connection, policy: GuardPolicy, dialect: str = "sqlite", single_thread: bool = False) -> None:
+        """``single_thread``: the caller knows sqlite3 refuses use from other threads (the connection
+        was opened with ``check_same_thread=True``), so statements need no lock."""
         super().__init__(raw)
-        self._self_guard = ConnectionGuard(policy, dialect, self)
+        self._self_guard = ConnectionGuard(policy, dialect, self, single_thread)
 
     @property
     def guard_policy(self) -> GuardPolicy:
@@ -199,7 +203,7 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         """What the guard saw and did for the last statement; None before the first execute."""
         report = self._self_report
         if report is None and self._self_state is not None:
-            report = self._self_report = GuardReport.from_state(ReportState(*self._self_state))
+            report = self._self_report = GuardReport.from_state(self._self_state)
         return report
 
     # Read often (pandas and DB-API code read description per query); a property is much cheaper
@@ -233,8 +237,9 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_report = None
         rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
         try:
-            if guard.policy.mode == "patch":
-                with guard.lock:
+            lock = guard.lock
+            if lock is not None and guard.policy.mode == "patch":
+                with lock:
                     rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
             else:
                 rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
@@ -329,7 +334,7 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_report = None
         self._self_rows = self.__wrapped__
         try:
-            with guard.lock:
+            with guard.lock or contextlib.nullcontext():
                 method(*args)
         except Exception as error:
             trigger, text = (None, None) if mode == "off" else (EXEC_ERROR, _describe(error))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Literal, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Optional, Union
 
 from .probe import PartialCount, dup_ratio
 
@@ -124,29 +124,35 @@ class GuardReport:
     None when no rescue ran."""
 
     @classmethod
-    def from_state(cls, state: ReportState) -> "GuardReport":
-        rows, unique = state.rows, state.unique_rows
+    def from_state(cls, state: tuple[Any, ...]) -> "GuardReport":
+        """Build the report from a ``ReportState`` (or a plain tuple with its fields in that order)."""
+        mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns = state[:13]
         if isinstance(unique, PartialCount):
             unique = unique.exact()
-        return cls(
-            sql=state.sql,
-            final_sql=state.final_sql,
-            mode=state.mode,
-            trigger=state.trigger,
-            flagged=state.trigger is not None,
-            action=state.action,
-            probed=rows is not None,
-            rows=rows,
-            unique_rows=unique,
-            dup_ratio=dup_ratio(rows, unique) if rows and unique is not None else None,
-            final_rows=state.final_rows,
-            decisions=state.decisions,
-            note=state.note,
-            error=state.error,
-            detect_us=None if state.detect_ns is None else state.detect_ns / 1_000,
-            patch_ms=None if state.patch_ns is None else state.patch_ns / 1_000_000,
-            rescue=state.rescue,
-        )
+        values = {
+            "sql": sql,
+            "final_sql": final_sql,
+            "mode": mode,
+            "trigger": trigger,
+            "flagged": trigger is not None,
+            "action": action,
+            "probed": rows is not None,
+            "rows": rows,
+            "unique_rows": unique,
+            "dup_ratio": dup_ratio(rows, unique) if rows and unique is not None else None,
+            "final_rows": final_rows,
+            "decisions": decisions,
+            "note": note,
+            "error": error,
+            "detect_us": None if detect_ns is None else detect_ns / 1_000,
+            "patch_ms": None if patch_ns is None else patch_ns / 1_000_000,
+            "rescue": state[13] if len(state) > 13 else None,
+        }
+        # Filling __dict__ directly skips the frozen dataclass's per-field object.__setattr__ calls,
+        # which made reading a report cost more than the whole probe; the values are the same.
+        report = cls.__new__(cls)
+        report.__dict__.update(values)
+        return report
 
     @property
     def patched(self) -> bool:

@@ -294,6 +294,12 @@ def test_report_is_frozen_and_renders_for_jupyter(guarded) -> None:
     assert report.summary().startswith("cartesian_explosion: rows=24 unique=4")
 
 
+def test_report_built_from_state_has_exactly_the_dataclass_fields(guarded) -> None:
+    report = guarded.execute(EXPLODING_SQL).guard_report
+    assert list(vars(report)) == [f.name for f in dataclasses.fields(report)]
+    assert report == dataclasses.replace(report)  # the regular constructor agrees with the fast path
+
+
 def test_statements_without_rows_are_not_probed(guarded) -> None:
     report = guarded.execute("UPDATE orders SET amount = amount + 1").guard_report
     assert not report.probed and report.note == "statement returns no rows" and report.trigger is None

@@ -1,0 +1,177 @@
+"""The metrics: small pure functions from rows and pair records to verdicts and summaries.
+
+Set-EX is BIRD's official comparison, ``set(pred_rows) == set(gold_rows)``; Multiset-EX keeps
+multiplicities with ``collections.Counter`` (order-insensitive). Nothing here touches a database.
+
+>>> set_ex([(1,), (1,)], [(1,)]), multiset_ex([(1,), (1,)], [(1,)])
+(True, False)
+>>> percent(2, 3)
+66.6667
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Hashable, Iterable, Sequence
+from functools import cached_property
+from typing import Optional
+
+from .report import (
+    DetectorStats,
+    DifficultyScores,
+    FlagCounts,
+    PairRecord,
+    RuleStats,
+    Scores,
+    SweepRow,
+    TriggerPrecision,
+)
+
+TRIGGERS = ("exec_error", "empty_result", "cartesian_explosion")
+ACTIONS = {"P1": "distinct_injected", "P2": "distinct_removed"}
+# BIRD's strata in their natural order; other labels follow alphabetically.
+_DIFFICULTY_ORDER = {"simple": 0, "moderate": 1, "challenging": 2}
+
+
+def set_ex(pred_rows: Iterable[Hashable], gold_rows: Iterable[Hashable]) -> bool:
+    """Set-EX, exactly as BIRD's evaluator: the rows are equal as sets."""
+    return set(pred_rows) == set(gold_rows)
+
+
+def multiset_ex(pred_rows: Sequence[Hashable], gold_rows: Sequence[Hashable]) -> bool:
+    """Multiset-EX: the rows are equal as multisets (order ignored, duplicate counts kept)."""
+    return len(pred_rows) == len(gold_rows) and Counter(pred_rows) == Counter(gold_rows)
+
+
+class GoldRows:
+    """A gold result, with its set and Counter built once and reused for every comparison."""
+
+    def __init__(self, rows: Sequence[Hashable]) -> None:
+        self.rows = rows
+
+    @cached_property
+    def as_set(self) -> set[Hashable]:
+        return set(self.rows)
+
+    @cached_property
+    def as_counter(self) -> Counter[Hashable]:
+        return Counter(self.rows)
+
+    def verdicts(self, pred_rows: Sequence[Hashable]) -> tuple[bool, bool]:
+        """``(set_ex, multiset_ex)`` of ``pred_rows`` against this gold result.
+
+        The same comparisons as ``set_ex``/``multiset_ex``; Multiset-EX is only computed when Set-EX
+        passes, since equal multisets imply equal sets.
+        """
+        same_set = set(pred_rows) == self.as_set
+        if not same_set or len(pred_rows) != len(self.rows):
+            return same_set, False
+        return True, Counter(pred_rows) == self.as_counter
+
+
+def percent(count: int, total: int) -> Optional[float]:
+    """``100 * count / total`` rounded to 4 decimals; None when ``total`` is 0."""
+    return None if total == 0 else round(100.0 * count / total, 4)
+
+
+def ratio(part: int, whole: int) -> Optional[float]:
+    """``part / whole`` rounded to 4 decimals; None when ``whole`` is 0."""
+    return None if whole == 0 else round(part / whole, 4)
+
+
+def transitions(before: Sequence[bool], after: Sequence[bool]) -> tuple[int, int]:
+    """``(fixes, breaks)``: positions going False -> True and True -> False."""
+    pairs = list(zip(before, after, strict=True))
+    fixes = sum(1 for old, new in pairs if new and not old)
+    breaks = sum(1 for old, new in pairs if old and not new)
+    return fixes, breaks
+
+
+def scores(records: Sequence[PairRecord], side: str) -> Scores:
+    """Set-EX, Multiset-EX and their gap for ``side`` = ``"baseline"`` or ``"guarded"``."""
+    if side not in ("baseline", "guarded"):
+        raise ValueError(f"side must be 'baseline' or 'guarded', not {side!r}")
+    n = len(records)
+    set_ok = sum(1 for r in records if getattr(r, f"{side}_set"))
+    multiset_ok = sum(1 for r in records if getattr(r, f"{side}_multiset"))
+    set_pct, multiset_pct = percent(set_ok, n), percent(multiset_ok, n)
+    gap = None if n == 0 else round(100.0 * (set_ok - multiset_ok) / n, 4)
+    return Scores(
+        n=n,
+        set_ex=set_pct,
+        multiset_ex=multiset_pct,
+        gap_pp=gap,
+        set_correct=set_ok,
+        multiset_correct=multiset_ok,
+        errors=sum(1 for r in records if r.status == "error"),
+        timeouts=sum(1 for r in records if r.status == "timeout"),
+    )
+
+
+def flag_counts(records: Sequence[PairRecord]) -> FlagCounts:
+    """Flagged predictions, by trigger."""
+    counts = Counter(r.trigger for r in records if r.trigger is not None)
+    return FlagCounts(sum(counts.values()), *(counts.get(trigger, 0) for trigger in TRIGGERS))
+
+
+def rule_stats(records: Sequence[PairRecord], rule: str) -> RuleStats:
+    """Fired/fix/break of one patch rule, comparing guarded to baseline verdicts where it fired."""
+    fired = [r for r in records if r.action == ACTIONS[rule]]
+    fix, brk = transitions([r.baseline_multiset for r in fired], [r.guarded_multiset for r in fired])
+    set_fix, set_brk = transitions([r.baseline_set for r in fired], [r.guarded_set for r in fired])
+    return RuleStats(rule, len(fired), fix, brk, fix - brk, set_fix, set_brk)
+
+
+def trigger_precision(records: Sequence[PairRecord]) -> TriggerPrecision:
+    """Precision of flags among ``records`` (all assumed flagged): Multiset-EX failures / flagged."""
+    true_positives = sum(1 for r in records if not r.baseline_multiset)
+    return TriggerPrecision(len(records), true_positives, ratio(true_positives, len(records)))
+
+
+def detector_stats(records: Sequence[PairRecord]) -> DetectorStats:
+    """Detector precision (overall and per trigger) and MBS recall, as in the paper's Appendix I."""
+    flagged = [r for r in records if r.flagged]
+    per_trigger = {trigger: trigger_precision([r for r in flagged if r.trigger == trigger]) for trigger in TRIGGERS}
+    mbs = [r for r in records if r.mbs]
+    mbs_flagged = sum(1 for r in mbs if r.flagged)
+    return DetectorStats(trigger_precision(flagged), per_trigger, len(mbs), mbs_flagged, ratio(mbs_flagged, len(mbs)))
+
+
+def difficulty_breakdown(records: Sequence[PairRecord]) -> tuple[DifficultyScores, ...]:
+    """Scores per difficulty label; empty when no record has one."""
+    labels = sorted(
+        {r.difficulty for r in records if r.difficulty is not None},
+        key=lambda label: (_DIFFICULTY_ORDER.get(label, len(_DIFFICULTY_ORDER)), label),
+    )
+    rows = []
+    for label in labels:
+        stratum = [r for r in records if r.difficulty == label]
+        rows.append(DifficultyScores(label, scores(stratum, "baseline"), scores(stratum, "guarded")))
+    return tuple(rows)
+
+
+def median(values: Sequence[float]) -> Optional[float]:
+    """The median, rounded to 4 decimals; None for no values."""
+    return None if not values else round(statistics.median(values), 4)
+
+
+def quantile(values: Sequence[float], q: float) -> Optional[float]:
+    """Nearest-rank quantile (``q`` in [0, 1]), rounded to 4 decimals; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return round(ordered[rank - 1], 4)
+
+
+def sweep_row(tau: float, outcomes: Iterable[tuple[bool, bool, bool, bool]]) -> SweepRow:
+    """A sweep table row from the fired outcomes at ``tau``.
+
+    Each outcome is ``(baseline_set, baseline_multiset, patched_set, patched_multiset)``.
+    """
+    items = list(outcomes)
+    fix, brk = transitions([o[1] for o in items], [o[3] for o in items])
+    set_fix, set_brk = transitions([o[0] for o in items], [o[2] for o in items])
+    return SweepRow(tau, len(items), fix, brk, fix - brk, set_fix, set_brk)

@@ -1,0 +1,150 @@
+"""Plain-text tables of an ``EvalReport`` or ``SweepReport``, as the CLI prints them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+from .report import CrossValidation, EvalReport, Scores, SweepReport, SweepRow
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A left-aligned first column, right-aligned others, padded to the widest cell."""
+    cells = [[str(h) for h in headers]] + [[_cell(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        parts = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(cells[0]), rule] + [line(row) for row in cells[1:]])
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}%"
+
+
+def _ratio(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _score_row(name: str, scores: Scores) -> list[object]:
+    return [
+        name,
+        scores.n,
+        _pct(scores.set_ex),
+        _pct(scores.multiset_ex),
+        "-" if scores.gap_pp is None else f"{scores.gap_pp:.2f}",
+        scores.set_correct,
+        scores.multiset_correct,
+        scores.errors,
+        scores.timeouts,
+    ]
+
+
+def format_eval(report: EvalReport) -> str:
+    """The evaluation as readable tables: scores, flags, rules, detector, difficulty, timings."""
+    t = report.timings
+    timeout = "none" if report.timeout_s is None else f"{report.timeout_s:g} s"
+    out = [
+        f"Evaluated N={report.n} pairs (guard={report.guard}, tau_inject={report.tau_inject:g}, "
+        f"tau_remove={report.tau_remove:g}, timeout {timeout}, {t.workers} worker(s))",
+    ]
+    if report.excluded_db_ids:
+        out.append(f"Excluded databases: {', '.join(report.excluded_db_ids)} ({report.excluded_pairs} pairs)")
+    if report.gold_failures:
+        out.append(f"Gold queries that failed and are excluded from N: {len(report.gold_failures)}")
+        for failure in report.gold_failures:
+            out.append(f"  #{failure.index} {failure.db_id} [{failure.status}] {failure.reason}")
+    out.append("")
+    headers = ["", "N", "Set-EX", "Multiset-EX", "gap pp", "set ok", "multiset ok", "errors", "timeouts"]
+    out.append(table(headers, [_score_row("baseline", report.baseline), _score_row("guarded", report.guarded)]))
+    f = report.flagged
+    out += [
+        "",
+        f"Flagged: {f.total} (exec_error {f.exec_error}, empty_result {f.empty_result}, "
+        f"cartesian_explosion {f.cartesian_explosion})",
+        "",
+        table(
+            ["rule", "fired", "fix", "break", "net", "set fix", "set break"],
+            [[s.rule, s.fired, s.fix, s.break_, f"{s.net:+d}", s.set_fix, s.set_break] for s in report.rules.values()],
+        ),
+        "",
+    ]
+    d = report.detector
+    detector_rows = [["all flagged", d.overall.flagged, d.overall.true_positives, _ratio(d.overall.precision)]]
+    detector_rows += [[name, p.flagged, p.true_positives, _ratio(p.precision)] for name, p in d.per_trigger.items()]
+    out.append(table(["detector", "flagged", "Multiset-EX failures", "precision"], detector_rows))
+    out.append(f"MBS (Set-EX pass, Multiset-EX fail): {d.mbs}; flagged {d.mbs_flagged}; recall {_ratio(d.mbs_recall)}")
+    if report.difficulty:
+        out.append("")
+        rows = []
+        for stratum in report.difficulty:
+            b, g = stratum.baseline, stratum.guarded
+            rows.append([stratum.difficulty, b.n, _pct(b.set_ex), _pct(b.multiset_ex), _pct(g.set_ex), _pct(g.multiset_ex),
+                         g.multiset_correct - b.multiset_correct])
+        out.append(table(["difficulty", "N", "Set-EX", "Multiset-EX", "guarded Set-EX", "guarded Multiset-EX", "gain"], rows))
+    out += [
+        "",
+        f"Time: wall {t.wall_s:.2f} s; {t.queries} queries: gold {t.gold_s:.2f} s, predictions (guarded) "
+        f"{t.pred_s:.2f} s, raw re-runs {t.rerun_s:.3f} s; probe median {_num(t.detect_us_median)} us; "
+        f"patch median {_num(t.patch_ms_median)} ms, p90 {_num(t.patch_ms_p90)} ms",
+    ]
+    return "\n".join(out)
+
+
+def _num(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _sweep_table(rows: Sequence[SweepRow], name: str) -> str:
+    return table(
+        [name, "fired", "fix", "break", "net", "set fix", "set break"],
+        [[f"{r.tau:.2f}", r.fired, r.fix, r.break_, f"{r.net:+d}", r.set_fix, r.set_break] for r in rows],
+    )
+
+
+def _cv_text(cv: CrossValidation, rule: str) -> str:
+    if not cv.folds:
+        return f"{rule} leave-one-database-out CV: the rule never fires, no folds"
+    folds = table(
+        ["held-out db", "chosen tau", "train net", "fix", "break", "net"],
+        [[f.db_id, f"{f.tau:.2f}", f"{f.train_net:+d}", f.fix, f.break_, f"{f.net:+d}"] for f in cv.folds],
+    )
+    return (
+        f"{rule} leave-one-database-out CV over {len(cv.folds)} databases: held-out net {cv.held_out_net:+d} "
+        f"({cv.nonnegative_folds}/{len(cv.folds)} folds >= 0, worst {cv.worst_fold_net:+d}); "
+        f"without a threshold: {cv.no_threshold_net:+d}\n{folds}"
+    )
+
+
+def format_sweep(report: SweepReport) -> str:
+    """The sweep tables (fix/break/net per threshold) and the cross-validation summaries."""
+    e = report.evaluation
+    out = [
+        f"Threshold sweep on N={e.n} pairs: {report.p1_candidates} P1 candidates, {report.p2_candidates} "
+        f"P2 candidates, {report.replays} guarded replays (wall {e.timings.wall_s:.2f} s)",
+        f"Baseline Set-EX {_pct(e.baseline.set_ex)}, Multiset-EX {_pct(e.baseline.multiset_ex)}",
+        "",
+        "P1 (DISTINCT injection; P2 off)",
+        _sweep_table(report.p1, "tau_inject"),
+        "",
+        _cv_text(report.p1_cv, "P1"),
+        "",
+        "P2 (DISTINCT removal; P1 off)",
+        _sweep_table(report.p2, "tau_remove"),
+        "",
+        _cv_text(report.p2_cv, "P2"),
+    ]
+    if report.plot:
+        out += ["", f"Plot written to {report.plot}"]
+    return "\n".join(out)

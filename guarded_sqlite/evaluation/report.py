@@ -1,0 +1,486 @@
+"""The evaluation's results as frozen dataclasses: what ``evaluate`` and ``sweep`` return.
+
+Every number the CLI prints lives here, and ``as_dict()``/``to_json()`` give the same content as
+plain JSON (field names ending in ``_`` lose it, so ``break_`` is written ``"break"``). Percentages are
+0-100 and rounded to 4 decimals; ratios (precision, recall) are 0-1. A quantity that is undefined for
+the data (precision with nothing flagged) is None, never a made-up 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+PairStatus = str
+"""``"ok"``, ``"error"`` or ``"timeout"``."""
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-ready builtins: dataclasses and mappings become dicts, tuples lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name.rstrip("_"): plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
+class _JsonMixin:
+    """``as_dict()`` and ``to_json()`` for the report dataclasses."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain dicts, lists, numbers and strings."""
+        result: dict[str, Any] = plain(self)
+        return result
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """The report as a JSON document."""
+        return json.dumps(self.as_dict(), indent=indent, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class PairRecord(_JsonMixin):
+    """One evaluated (gold, prediction) pair: both verdicts before and after the guard."""
+
+    index: int
+    """0-based position in the gold file."""
+
+    db_id: str
+    """The database the pair ran on."""
+
+    difficulty: Optional[str]
+    """The gold's difficulty label, when it has one."""
+
+    pred_sql: str
+    """The prediction as given."""
+
+    status: PairStatus
+    """How the prediction executed: ``"ok"``, ``"error"`` or ``"timeout"`` (the last two score 0)."""
+
+    error: Optional[str]
+    """``"ExceptionClass: message"`` when the prediction failed."""
+
+    trigger: Optional[str]
+    """The guard's probe verdict: None, ``"exec_error"``, ``"empty_result"`` or ``"cartesian_explosion"``."""
+
+    action: str
+    """What the guard did: ``"none"``, ``"distinct_injected"`` (P1) or ``"distinct_removed"`` (P2)."""
+
+    final_sql: str
+    """The SQL whose rows the guarded connection served."""
+
+    rows: Optional[int]
+    """Rows the prediction returned (before any patch); None when it failed."""
+
+    unique_rows: Optional[int]
+    """Distinct rows among them."""
+
+    dup_ratio: Optional[float]
+    """``(rows - unique_rows) / rows``; None when failed or empty."""
+
+    gold_rows: int
+    """Rows the gold query returned."""
+
+    baseline_set: bool
+    """Set-EX of the raw prediction: ``set(pred) == set(gold)``."""
+
+    baseline_multiset: bool
+    """Multiset-EX of the raw prediction: ``Counter(pred) == Counter(gold)``."""
+
+    guarded_set: bool
+    """Set-EX of the rows the guarded connection served."""
+
+    guarded_multiset: bool
+    """Multiset-EX of the rows the guarded connection served."""
+
+    exec_ms: float
+    """Wall time of the guarded execution and fetch, patches included, in milliseconds."""
+
+    detect_us: Optional[float]
+    """Time the guard's probe took, in microseconds."""
+
+    patch_ms: Optional[float]
+    """Time the guard spent on patch rules, in milliseconds; None when none was considered."""
+
+    @property
+    def flagged(self) -> bool:
+        """Whether the probe flagged the prediction."""
+        return self.trigger is not None
+
+    @property
+    def mbs(self) -> bool:
+        """A Multiplicity Blind Spot case: baseline passes Set-EX but fails Multiset-EX."""
+        return self.baseline_set and not self.baseline_multiset
+
+
+@dataclass(frozen=True)
+class GoldFailure(_JsonMixin):
+    """A gold query that failed or timed out; its pair is left out of N, as the paper did."""
+
+    index: int
+    """0-based position in the gold file."""
+
+    db_id: str
+    """The database."""
+
+    status: PairStatus
+    """``"error"`` or ``"timeout"``."""
+
+    reason: str
+    """The error message, or the timeout that was exceeded."""
+
+    gold_sql: str
+    """The gold SQL that failed."""
+
+
+@dataclass(frozen=True)
+class Scores(_JsonMixin):
+    """Execution accuracy of one side (baseline or guarded) over the evaluable pairs."""
+
+    n: int
+    """Evaluable pairs scored."""
+
+    set_ex: Optional[float]
+    """Set-EX, percent: rows equal as sets (BIRD's official evaluator)."""
+
+    multiset_ex: Optional[float]
+    """Multiset-EX, percent: rows equal as multisets (order ignored, duplicates counted)."""
+
+    gap_pp: Optional[float]
+    """``set_ex - multiset_ex`` in percentage points: the Multiplicity Blind Spot."""
+
+    set_correct: int
+    """Pairs passing Set-EX."""
+
+    multiset_correct: int
+    """Pairs passing Multiset-EX."""
+
+    errors: int
+    """Predictions that raised an error (scored 0)."""
+
+    timeouts: int
+    """Predictions interrupted at the timeout (scored 0)."""
+
+
+@dataclass(frozen=True)
+class FlagCounts(_JsonMixin):
+    """How many predictions the guard's probe flagged, by trigger."""
+
+    total: int
+    """All flagged predictions."""
+
+    exec_error: int
+    """Execution errors, timeouts included."""
+
+    empty_result: int
+    """Empty results."""
+
+    cartesian_explosion: int
+    """Results with ``dup_ratio >= tau_inject``."""
+
+
+@dataclass(frozen=True)
+class RuleStats(_JsonMixin):
+    """One patch rule's effect: how often it fired and which verdicts it changed."""
+
+    rule: str
+    """``"P1"`` (DISTINCT injection) or ``"P2"`` (DISTINCT removal)."""
+
+    fired: int
+    """Predictions whose served rows came from the rule's rewrite."""
+
+    fix: int
+    """Fired predictions whose Multiset-EX went 0 -> 1."""
+
+    break_: int
+    """Fired predictions whose Multiset-EX went 1 -> 0 (JSON key ``"break"``)."""
+
+    net: int
+    """``fix - break``."""
+
+    set_fix: int
+    """Fired predictions whose Set-EX went 0 -> 1 (the rules keep the row set, so normally 0)."""
+
+    set_break: int
+    """Fired predictions whose Set-EX went 1 -> 0 (normally 0)."""
+
+
+@dataclass(frozen=True)
+class TriggerPrecision(_JsonMixin):
+    """Detector precision for one trigger, or for all flagged predictions."""
+
+    flagged: int
+    """Predictions flagged."""
+
+    true_positives: int
+    """Flagged predictions that fail baseline Multiset-EX."""
+
+    precision: Optional[float]
+    """``true_positives / flagged``; None when nothing was flagged."""
+
+
+@dataclass(frozen=True)
+class DetectorStats(_JsonMixin):
+    """How well the probe's flags line up with real failures (the paper's Appendix I)."""
+
+    overall: TriggerPrecision
+    """Precision over every flagged prediction."""
+
+    per_trigger: Mapping[str, TriggerPrecision]
+    """Precision for each trigger (``exec_error``, ``empty_result``, ``cartesian_explosion``)."""
+
+    mbs: int
+    """Multiplicity Blind Spot cases: baseline Set-EX pass but Multiset-EX fail."""
+
+    mbs_flagged: int
+    """MBS cases the probe flagged."""
+
+    mbs_recall: Optional[float]
+    """``mbs_flagged / mbs``; None when there is no MBS case."""
+
+
+@dataclass(frozen=True)
+class DifficultyScores(_JsonMixin):
+    """Scores within one difficulty stratum (BIRD's simple/moderate/challenging)."""
+
+    difficulty: str
+    """The stratum's label."""
+
+    baseline: Scores
+    """The raw predictions' scores in this stratum."""
+
+    guarded: Scores
+    """The guarded scores in this stratum."""
+
+
+@dataclass(frozen=True)
+class Timings(_JsonMixin):
+    """Where the time went. Query times are summed over workers, so they can exceed ``wall_s``."""
+
+    wall_s: float
+    """End to end, loading and pool start-up included, in seconds."""
+
+    workers: int
+    """Processes that ran queries (1 means in this process)."""
+
+    queries: int
+    """SQL statements executed: gold, guarded predictions and raw re-runs (sweep replays excluded)."""
+
+    gold_s: float
+    """Time executing and fetching gold queries, summed."""
+
+    pred_s: float
+    """Time executing and fetching predictions through the guard, patches included, summed."""
+
+    rerun_s: float
+    """Time re-running patched predictions raw to get their baseline rows, summed."""
+
+    detect_us_median: Optional[float]
+    """Median time of the guard's probe per probed prediction, in microseconds."""
+
+    detect_us_total: float
+    """Total probe time, in microseconds."""
+
+    patch_ms_median: Optional[float]
+    """Median time spent on patch rules, over predictions where a rule was considered, in ms."""
+
+    patch_ms_p90: Optional[float]
+    """90th percentile of the same, in ms."""
+
+    patch_ms_total: float
+    """Total patch time, in ms."""
+
+
+@dataclass(frozen=True)
+class EvalReport(_JsonMixin):
+    """The result of ``evaluate``: baseline and guarded scores, flags, rule effects and every pair."""
+
+    n: int
+    """Evaluable pairs: the pairs in scope whose gold query ran."""
+
+    inputs: Mapping[str, Optional[str]]
+    """``db_root``, ``gold`` and ``pred`` as given (None for in-memory sequences), so that two saved
+    reports can be told apart."""
+
+    guard: str
+    """The guard mode used for the guarded replay: ``"patch"`` or ``"observe"``."""
+
+    tau_inject: float
+    """The policy's P1/probe threshold."""
+
+    tau_remove: float
+    """The policy's P2 threshold."""
+
+    timeout_s: Optional[float]
+    """Per-query timeout, in seconds; None for none."""
+
+    baseline: Scores
+    """Scores of the predictions as raw SQLite runs them."""
+
+    guarded: Scores
+    """Scores of the rows the guarded connection served."""
+
+    flagged: FlagCounts
+    """Predictions the probe flagged, by trigger."""
+
+    rules: Mapping[str, RuleStats]
+    """P1 and P2: fired / fix / break."""
+
+    detector: DetectorStats
+    """Detector precision and MBS recall."""
+
+    difficulty: tuple[DifficultyScores, ...]
+    """Per-difficulty scores; empty when the gold has no difficulty labels."""
+
+    timings: Timings
+    """Wall time and where it went."""
+
+    gold_failures: tuple[GoldFailure, ...]
+    """Gold queries that failed or timed out, excluded from ``n``."""
+
+    excluded_db_ids: tuple[str, ...]
+    """Databases left out on request (``--exclude-db``)."""
+
+    excluded_pairs: int
+    """Pairs those databases held."""
+
+    pairs: tuple[PairRecord, ...]
+    """Every evaluated pair, in gold order, with both verdicts before and after the guard."""
+
+
+@dataclass(frozen=True)
+class SweepRow(_JsonMixin):
+    """One threshold of a patch rule's sweep (a row of the paper's Table 5 or 6)."""
+
+    tau: float
+    """The threshold."""
+
+    fired: int
+    """Predictions the rule rewrote at this threshold."""
+
+    fix: int
+    """Of those, Multiset-EX 0 -> 1."""
+
+    break_: int
+    """Of those, Multiset-EX 1 -> 0 (JSON key ``"break"``)."""
+
+    net: int
+    """``fix - break``."""
+
+    set_fix: int
+    """Of those, Set-EX 0 -> 1."""
+
+    set_break: int
+    """Of those, Set-EX 1 -> 0."""
+
+
+@dataclass(frozen=True)
+class SweepOutcome(_JsonMixin):
+    """A prediction a rule rewrote at one threshold, with its verdicts before and after."""
+
+    rule: str
+    """``"P1"`` or ``"P2"``."""
+
+    tau: float
+    """The threshold of the replay."""
+
+    index: int
+    """The pair's 0-based index."""
+
+    db_id: str
+    """The pair's database."""
+
+    baseline_set: bool
+    """Set-EX of the raw prediction."""
+
+    baseline_multiset: bool
+    """Multiset-EX of the raw prediction."""
+
+    set_ex: bool
+    """Set-EX of the rewritten prediction's rows."""
+
+    multiset_ex: bool
+    """Multiset-EX of the rewritten prediction's rows."""
+
+
+@dataclass(frozen=True)
+class Fold(_JsonMixin):
+    """One fold of leave-one-database-out cross-validation."""
+
+    db_id: str
+    """The held-out database."""
+
+    tau: float
+    """The threshold that maximised net gain on the other databases."""
+
+    train_net: int
+    """That maximum: net gain on the other databases."""
+
+    fix: int
+    """Fixes on the held-out database at ``tau``."""
+
+    break_: int
+    """Breaks on the held-out database at ``tau``."""
+
+    net: int
+    """Held-out net gain at ``tau``."""
+
+
+@dataclass(frozen=True)
+class CrossValidation(_JsonMixin):
+    """Leave-one-database-out cross-validation of a rule's threshold."""
+
+    folds: tuple[Fold, ...]
+    """One fold per database where the rule fires at some threshold of the grid."""
+
+    held_out_net: int
+    """Sum of the held-out nets: the CV estimate of the rule's gain."""
+
+    nonnegative_folds: int
+    """Folds whose held-out net is >= 0."""
+
+    worst_fold_net: Optional[int]
+    """Smallest held-out net; None without folds."""
+
+    no_threshold_net: int
+    """Net gain at the grid's loosest threshold on every database (the rule without its threshold)."""
+
+
+@dataclass(frozen=True)
+class SweepReport(_JsonMixin):
+    """The result of ``sweep``: fix/break per threshold for P1 and P2, and their cross-validation."""
+
+    evaluation: EvalReport
+    """The ordinary evaluation at the default operating point, from the same run."""
+
+    p1: tuple[SweepRow, ...]
+    """P1 (DISTINCT injection, P2 off) for each ``tau_inject`` of the grid."""
+
+    p2: tuple[SweepRow, ...]
+    """P2 (DISTINCT removal, P1 off) for each ``tau_remove`` of the grid."""
+
+    p1_cv: CrossValidation
+    """Leave-one-database-out CV of ``tau_inject``."""
+
+    p2_cv: CrossValidation
+    """Leave-one-database-out CV of ``tau_remove``."""
+
+    p1_candidates: int
+    """Predictions replayed for P1: results with at least the smallest grid threshold of duplicates."""
+
+    p2_candidates: int
+    """Predictions replayed for P2: non-empty results of SQL that mentions DISTINCT."""
+
+    replays: int
+    """Guarded re-executions the sweep ran."""
+
+    outcomes: tuple[SweepOutcome, ...]
+    """Every (threshold, prediction) where a rule rewrote the query, with verdicts before and after:
+    the rows behind the sweep tables, for diffing and further analysis."""
+
+    plot: Optional[str]
+    """The PNG written, if one was asked for."""

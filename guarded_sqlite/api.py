@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 import sqlite3
 import sqlite3.dbapi2
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
+from .engines import DUCKDB, engine_for
 from .policy import GuardSpec, resolve_policy
-from .proxy import GuardedConnection, GuardedCursor
+from .proxy import GuardedConnection, GuardedCursor, GuardedDuckDBConnection
 
 _sqlite3_connect: Callable[..., sqlite3.Connection] = sqlite3.connect
 """The real ``sqlite3.connect``, kept before ``install()`` can replace it."""
@@ -31,17 +32,29 @@ def connect(database: Any, *args: Any, guard: GuardSpec = None, **kwargs: Any) -
     return GuardedConnection(raw, policy, single_thread=bool(check_same_thread))
 
 
-def wrap(connection: sqlite3.Connection, guard: GuardSpec = None) -> GuardedConnection:
-    """Guard an open ``sqlite3.Connection``. Wrapping a guarded connection returns it unchanged, unless
-    ``guard`` asks for a different policy, which gives a new proxy over the same connection."""
-    if isinstance(connection, GuardedConnection):
-        if guard is None or resolve_policy(guard) == connection.guard_policy:
-            return connection
+def wrap(connection: Any, guard: GuardSpec = None, dialect: Optional[str] = None) -> Any:
+    """Guard an open connection: a ``sqlite3.Connection``, a ``duckdb.DuckDBPyConnection`` or a
+    ``psycopg.Connection`` (PostgreSQL). ``dialect`` (``"sqlite"``, ``"duckdb"``, ``"postgres"``)
+    defaults to the driver's and must agree with it.
+
+    Wrapping a guarded connection returns it unchanged, unless ``guard`` asks for a different policy,
+    which gives a new proxy over the same connection.
+    """
+    if isinstance(connection, (GuardedConnection, GuardedDuckDBConnection)):
         old = connection._self_guard
-        return GuardedConnection(connection.__wrapped__, resolve_policy(guard), old.dialect, single_thread=old.lock is None)
-    if not isinstance(connection, sqlite3.Connection):
-        raise TypeError(f"wrap() expects a sqlite3.Connection, not {type(connection).__name__}")
-    return GuardedConnection(connection, resolve_policy(guard))
+        if dialect is not None:
+            engine_for(connection.__wrapped__, dialect)  # validates the dialect
+        if guard is None or resolve_policy(guard) == old.policy:
+            return connection
+        connection = connection.__wrapped__
+        single_thread = old.lock is None
+    else:
+        single_thread = False
+    engine = engine_for(connection, dialect)
+    policy = resolve_policy(guard)
+    if engine is DUCKDB:
+        return GuardedDuckDBConnection(connection, policy)
+    return GuardedConnection(connection, policy, engine, single_thread=single_thread)
 
 
 def unwrap(obj: T) -> T:

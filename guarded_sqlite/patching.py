@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
 
+from .engines import RerunRefused
 from .policy import GuardPolicy
 from .probe import CARTESIAN_EXPLOSION, classify, count_unique, dup_ratio, mentions_distinct, row_set
 from .report import Action, RuleDecision
@@ -181,6 +182,8 @@ _SET_CHANGED = "the rewritten query returns a different set of rows (a collation
 def _run(rerun: Rerun, sql: str) -> tuple[Optional[list[Any]], str]:
     try:
         rows = rerun(sql)
+    except RerunRefused as refusal:
+        return None, f"not re-executed: {refusal}"
     except Exception as error:  # the original result stands whatever the rerun does
         return None, f"re-execution failed: {type(error).__name__}: {error}"
     if rows is None:

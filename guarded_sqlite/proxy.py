@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import wrapt
 
+from .engines import NO_PARAMETERS, SQLITE, Engine
 from .policy import GuardPolicy
 from .probe import CARTESIAN_EXPLOSION, EXEC_ERROR, PartialCount, classify, count_unique, mentions_distinct, probe_large
 from .report import GuardReport, ReportState, RuleDecision
@@ -35,8 +36,7 @@ from .report import GuardReport, ReportState, RuleDecision
 if TYPE_CHECKING:
     from .patching import PatchOutcome
 
-_NO_PARAMETERS: Any = object()
-"""Sentinel: the caller passed no parameters (sqlite3 treats that differently from ``()``)."""
+_NO_PARAMETERS = NO_PARAMETERS
 
 # Below this many rows one set() is cheaper than the early-stopping scan's bookkeeping.
 _SMALL_RESULT = 2048
@@ -49,11 +49,13 @@ _GUARD_OFF = "guard is off"
 class ConnectionGuard:
     """Per-connection facts the cursors need on every statement, in plain slots."""
 
-    __slots__ = ("policy", "dialect", "lock", "proxy", "rescues", "rescue_spend", "progress_handler")
+    __slots__ = ("policy", "engine", "dialect", "status_results", "lock", "proxy", "rescues", "rescue_spend", "progress_handler")
 
-    def __init__(self, policy: GuardPolicy, dialect: str, proxy: "GuardedConnection", single_thread: bool) -> None:
+    def __init__(self, policy: GuardPolicy, engine: Engine, proxy: Any, single_thread: bool) -> None:
         self.policy = policy
-        self.dialect = dialect
+        self.engine = engine
+        self.dialect = engine.dialect
+        self.status_results = engine.status_results  # read on every statement: kept in a slot
         # Patch re-execution flips PRAGMA query_only for the whole connection; statements issued
         # through this connection from other threads wait on this lock instead of hitting that window.
         # A connection sqlite3 itself keeps to one thread (check_same_thread=True) needs none.
@@ -70,11 +72,11 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
 
     _self_guard: ConnectionGuard
 
-    def __init__(self, raw: sqlite3.Connection, policy: GuardPolicy, dialect: str = "sqlite", single_thread: bool = False) -> None:
-        """``single_thread``: the caller knows sqlite3 refuses use from other threads (the connection
-        was opened with ``check_same_thread=True``), so statements need no lock."""
+    def __init__(self, raw: Any, policy: GuardPolicy, engine: Engine = SQLITE, single_thread: bool = False) -> None:
+        """``single_thread``: the caller knows the driver refuses use from other threads (a sqlite3
+        connection opened with ``check_same_thread=True``), so statements need no lock."""
         super().__init__(raw)
-        self._self_guard = ConnectionGuard(policy, dialect, self, single_thread)
+        self._self_guard = ConnectionGuard(policy, engine, self, single_thread)
 
     @property
     def guard_policy(self) -> GuardPolicy:
@@ -82,15 +84,16 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
         return self._self_guard.policy
 
     def cursor(self, *args: Any, **kwargs: Any) -> "GuardedCursor":
-        cursor = GuardedCursor(self.__wrapped__.cursor(*args, **kwargs))
+        raw = self.__wrapped__.cursor(*args, **kwargs)
+        cursor = _cursor_class(self._self_guard.engine, raw)(raw)
         cursor._self_guard = self._self_guard
         return cursor
 
     def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **rescue_inputs: Any) -> "GuardedCursor":
         return self.cursor().execute(sql, parameters, **rescue_inputs)
 
-    def executemany(self, sql: str, parameters: Any, /) -> "GuardedCursor":
-        return self.cursor().executemany(sql, parameters)
+    def executemany(self, sql: str, parameters: Any, /, **kwargs: Any) -> "GuardedCursor":
+        return self.cursor().executemany(sql, parameters, **kwargs)
 
     def executescript(self, script: str, /) -> "GuardedCursor":
         return self.cursor().executescript(script)
@@ -112,64 +115,10 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
         return self
 
     def __getattr__(self, name: str) -> Any:
-        return _subclass_aware_getattr(self, sqlite3.Connection, name)
+        return _subclass_aware_getattr(self, name)
 
     def __exit__(self, *exc_info: Any) -> Any:
         return self.__wrapped__.__exit__(*exc_info)
-
-    def _read_only_fetch(
-        self, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: Optional[float] = None
-    ) -> Optional[list[Any]]:
-        """Run ``sql`` with ``PRAGMA query_only`` on; its rows, or None past ``row_cap``.
-
-        Runs on this connection (not a second one) so it sees the caller's uncommitted changes.
-        Plain ``sqlite3.Cursor``s keep a ``factory=`` subclass's cursor hooks out of the guard's work.
-        With ``time_limit`` (seconds) a progress handler makes SQLite interrupt the statement.
-        """
-        raw = self.__wrapped__
-        if time_limit is not None:
-            with _time_limited(raw, time_limit, self._self_guard.progress_handler):
-                return self._read_only_fetch(sql, parameters, row_factory, row_cap)
-        pragma = sqlite3.Cursor(raw)
-        pragma.row_factory = None
-        was_query_only = pragma.execute("PRAGMA query_only").fetchone()[0]
-        if not was_query_only:
-            pragma.execute("PRAGMA query_only = ON")
-        try:
-            cursor = sqlite3.Cursor(raw)
-            cursor.row_factory = row_factory
-            if parameters is _NO_PARAMETERS:
-                cursor.execute(sql)
-            else:
-                cursor.execute(sql, parameters)
-            rows = cursor.fetchmany(row_cap + 1)
-            cursor.close()
-        finally:
-            if not was_query_only:
-                pragma.execute("PRAGMA query_only = OFF")
-            pragma.close()
-        return None if len(rows) > row_cap else rows
-
-
-class _time_limited:
-    """Interrupt statements on ``raw`` after ``seconds``, still honouring the caller's own handler."""
-
-    def __init__(self, raw: sqlite3.Connection, seconds: float, previous: tuple[Any, int]) -> None:
-        self._raw, self._seconds, self._previous = raw, seconds, previous
-
-    def __enter__(self) -> None:
-        deadline = time.monotonic() + self._seconds
-        user_handler = self._previous[0]
-
-        def handler() -> int:
-            if time.monotonic() > deadline:
-                return 1
-            return user_handler() if user_handler is not None else 0
-
-        self._raw.set_progress_handler(handler, 1000)
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._raw.set_progress_handler(*self._previous)
 
 
 _NOTHING: Iterator[Any] = iter(())
@@ -250,18 +199,21 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_rows = rows if self._self_buffer is None else self._redirect_outstanding(rows)
         return self
 
-    def executemany(self, sql: str, parameters: Any, /) -> "GuardedCursor":
-        return self._run_unprobed(self.__wrapped__.executemany, sql, parameters)
+    def executemany(self, sql: str, parameters: Any, /, **kwargs: Any) -> "GuardedCursor":
+        return self._run_unprobed(self.__wrapped__.executemany, sql, parameters, **kwargs)
 
     def executescript(self, script: str, /) -> "GuardedCursor":
         return self._run_unprobed(self.__wrapped__.executescript, script)
 
     def fetchone(self) -> Any:
-        return next(self._serving(), None)
+        rows = self._serving()
+        if rows is self.__wrapped__:
+            return rows.fetchone()  # not buffered: the driver's own fetch (and its own errors)
+        return next(rows, None)
 
     def fetchmany(self, size: Any = _NO_PARAMETERS) -> list[Any]:
         raw = self.__wrapped__
-        size = raw.arraysize if size is _NO_PARAMETERS else operator.index(size)
+        size = getattr(raw, "arraysize", 1) if size is _NO_PARAMETERS else operator.index(size)
         rows = self._serving()
         if rows is raw:
             return raw.fetchmany(size)
@@ -278,7 +230,10 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
             if state is None or type(state[_UNIQUE_ROWS]) is not PartialCount:
                 self._self_rows = _NOTHING
                 return rows
-        return list(self._serving())
+        rows = self._serving()
+        if rows is self.__wrapped__:
+            return rows.fetchall()  # type: ignore[no-any-return]
+        return list(rows)
 
     def close(self) -> None:
         self.__wrapped__.close()
@@ -294,7 +249,7 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         return next(self._serving())
 
     def __getattr__(self, name: str) -> Any:
-        return _subclass_aware_getattr(self, sqlite3.Cursor, name)
+        return _subclass_aware_getattr(self, name)
 
     def _serving(self) -> Iterator[Any]:
         """The iterator that serves rows, after checking the cursor may still fetch."""
@@ -326,7 +281,7 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_buffer = buffer
         return outstanding
 
-    def _run_unprobed(self, method: Any, *args: Any) -> "GuardedCursor":
+    def _run_unprobed(self, method: Any, *args: Any, **kwargs: Any) -> "GuardedCursor":
         guard = self._self_guard
         mode = guard.policy.mode
         sql = args[0]
@@ -335,13 +290,163 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_rows = self.__wrapped__
         try:
             with guard.lock or contextlib.nullcontext():
-                method(*args)
+                method(*args, **kwargs)
         except Exception as error:
             trigger, text = (None, None) if mode == "off" else (EXEC_ERROR, _describe(error))
             self._self_state = (mode, sql, sql, trigger, "none", None, None, None, note, text, (), None, None)
             raise
         self._self_state = (mode, sql, sql, None, "none", None, None, None, note, None, (), None, None)
         return self
+
+
+class _ContextCursor(GuardedCursor):
+    """A guarded psycopg cursor: also a context manager (``with conn.cursor() as cur``), as psycopg's."""
+
+    def __enter__(self) -> "_ContextCursor":
+        self.__wrapped__.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self.__wrapped__.__exit__(*exc_info)
+
+
+class _StreamingCursor(_ContextCursor):
+    """A server-side cursor (psycopg ``conn.cursor(name=...)``): rows stay on the server and stream.
+
+    Buffering would defeat the reason it exists, so statements pass through unprobed and the report
+    says so."""
+
+    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **kwargs: Any) -> "_StreamingCursor":
+        mode = self._self_guard.policy.mode
+        self._self_report = None
+        self._self_rows = self.__wrapped__
+        self._self_state = (mode, sql, sql, None, "none", None, None, None, _SERVER_SIDE, None, (), None, None)
+        raw = self.__wrapped__
+        raw.execute(sql, **kwargs) if parameters is _NO_PARAMETERS else raw.execute(sql, parameters, **kwargs)
+        return self
+
+
+_SERVER_SIDE = "server-side cursor: rows stream from the server unbuffered and unprobed"
+
+
+def _cursor_class(engine: Engine, raw_cursor: Any) -> type[GuardedCursor]:
+    if engine.name != "postgres":
+        return GuardedCursor
+    import psycopg
+
+    return _StreamingCursor if isinstance(raw_cursor, psycopg.ServerCursor) else _ContextCursor
+
+
+class GuardedDuckDBConnection(GuardedCursor):
+    """A guarded ``duckdb.DuckDBPyConnection``, which is its own cursor: ``con.execute(sql)`` returns
+    the connection and ``con.fetchall()`` reads its result.
+
+    The guard's checks and re-runs use the same DuckDB connection, so ``description`` is the one
+    recorded when the caller's statement ran. ``df()``/``fetchdf()``/``fetchnumpy()``/Arrow results
+    cannot be rebuilt from fetched rows exactly, so they re-run the served SQL read-only (a proven
+    read-only query only) and return what the caller has not fetched yet; otherwise ``df()`` builds a
+    DataFrame from the buffered rows.
+    """
+
+    _self_description: Any = None
+    _self_parameters: Any = _NO_PARAMETERS
+
+    def __init__(self, raw: Any, policy: GuardPolicy) -> None:
+        from .engines import DUCKDB
+
+        super().__init__(raw)
+        self._self_guard = ConnectionGuard(policy, DUCKDB, self, single_thread=False)
+
+    @property
+    def guard_policy(self) -> GuardPolicy:
+        return self._self_guard.policy
+
+    @property
+    def description(self) -> Any:
+        return self._self_description if self._self_state is not None else self.__wrapped__.description
+
+    def cursor(self) -> "GuardedDuckDBConnection":
+        """A duplicate connection to the same database (DuckDB's cursor), guarded with the same policy."""
+        return GuardedDuckDBConnection(self.__wrapped__.cursor(), self._self_guard.policy)
+
+    def __enter__(self) -> "GuardedDuckDBConnection":
+        self.__wrapped__.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self.__wrapped__.__exit__(*exc_info)
+
+    def df(self, *args: Any, **kwargs: Any) -> Any:
+        return self._native("df", *args, **kwargs)
+
+    def fetchdf(self, *args: Any, **kwargs: Any) -> Any:
+        return self._native("fetchdf", *args, **kwargs)
+
+    def fetch_df(self, *args: Any, **kwargs: Any) -> Any:
+        return self._native("fetch_df", *args, **kwargs)
+
+    def fetchnumpy(self, *args: Any, **kwargs: Any) -> Any:
+        return self._native("fetchnumpy", *args, **kwargs)
+
+    def fetch_arrow_table(self, *args: Any, **kwargs: Any) -> Any:
+        return self._native("fetch_arrow_table", *args, **kwargs)
+
+    def to_arrow_table(self, *args: Any, **kwargs: Any) -> Any:
+        return self._native("to_arrow_table", *args, **kwargs)
+
+    def arrow(self, *args: Any, **kwargs: Any) -> Any:
+        return self._native("arrow", *args, **kwargs)
+
+    def _native(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A DuckDB-native result for what the caller has not fetched yet (see the class docstring)."""
+        raw = self.__wrapped__
+        rows = self._self_rows
+        if self._self_state is None or rows is raw:
+            return getattr(raw, method)(*args, **kwargs)  # nothing buffered: DuckDB's own result
+        from .rewrite import is_read_only_query
+
+        remaining = list(self._serving())
+        served_sql = self._self_state[2]
+        if is_read_only_query(served_sql, "duckdb"):
+            return _tail(self._rerun_natively(served_sql, method, *args, **kwargs), len(remaining))
+        if method in ("df", "fetchdf", "fetch_df"):
+            import pandas
+
+            return pandas.DataFrame.from_records(remaining, columns=[d[0] for d in self._self_description])
+        raise TypeError(f"{method}() cannot be rebuilt from the guarded buffer of a statement that is not a read-only query")
+
+    def _rerun_natively(self, sql: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        raw = self.__wrapped__
+        parameters = self._self_parameters
+        if self._self_guard.engine.in_explicit_transaction(raw):  # type: ignore[attr-defined]
+            # Only this connection sees the transaction's changes; the query is a proven read-only
+            # query that just succeeded on it.
+            raw.execute(sql) if parameters is _NO_PARAMETERS else raw.execute(sql, parameters)
+            return getattr(raw, method)(*args, **kwargs)
+        duplicate = raw.cursor()
+        try:
+            duplicate.execute("BEGIN TRANSACTION READ ONLY")
+            duplicate.execute(sql) if parameters is _NO_PARAMETERS else duplicate.execute(sql, parameters)
+            return getattr(duplicate, method)(*args, **kwargs)
+        finally:
+            duplicate.execute("ROLLBACK")
+            duplicate.close()
+
+    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **kwargs: Any) -> "GuardedDuckDBConnection":
+        self._self_parameters = parameters
+        super().execute(sql, parameters, **kwargs)
+        return self
+
+
+def _tail(result: Any, count: int) -> Any:
+    """The last ``count`` rows of a DataFrame, a dict of numpy arrays, or an Arrow table."""
+    if hasattr(result, "iloc"):
+        return result.iloc[len(result) - count :].reset_index(drop=True)
+    if isinstance(result, dict):
+        return {name: column[len(column) - count :] for name, column in result.items()}
+    if hasattr(result, "slice") and hasattr(result, "num_rows"):
+        return result.slice(result.num_rows - count)
+    return result
 
 
 class RescueInputs:
@@ -383,13 +488,17 @@ def _execute_and_probe(
             raw.execute(sql)
         else:
             raw.execute(sql, parameters)
-        if raw.description is None:
+        if guard.status_results:  # DuckDB: the raw connection is the cursor; guard re-runs reuse it
+            cursor._self_description = raw.description
+            if guard.engine.is_status_result(raw, sql):
+                return raw, (mode, sql, sql, None, "none", None, None, None, _NOT_ROW_RETURNING, None, (), None, None)
+        elif raw.description is None:
             return raw, (mode, sql, sql, None, "none", None, None, None, _NOT_ROW_RETURNING, None, (), None, None)
         rows = raw.fetchmany(row_cap + 1)
     except Exception as error:
         failed = (mode, sql, sql, EXEC_ERROR, "none", None, None, None, None, _describe(error), (), None, None)
         if rescue_inputs is not None and mode == "patch":
-            outcome = _repair(guard, raw.row_factory, sql, parameters, None, None, EXEC_ERROR, rescue_inputs)
+            outcome = _repair(guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs)
             if outcome.rescue is not None and outcome.rescue.chosen_index is not None:
                 return outcome.rows, (
                     mode, sql, outcome.final_sql, EXEC_ERROR, outcome.action, None, None, len(outcome.rows),
@@ -422,7 +531,7 @@ def _execute_and_probe(
         or (trigger is not None and rescue_inputs is not None)
         or (removal_candidate and trigger is None and unique == count)
     ):
-        outcome = _repair(guard, raw.row_factory, sql, parameters, rows, unique, trigger, rescue_inputs)  # type: ignore[arg-type]
+        outcome = _repair(guard, getattr(raw, "row_factory", None), sql, parameters, rows, unique, trigger, rescue_inputs)  # type: ignore[arg-type]
         state = (
             mode, sql, outcome.final_sql, trigger, outcome.action, count, unique, len(outcome.rows),
             None, None, outcome.decisions, detect_ns, outcome.elapsed_ns, outcome.rescue,
@@ -446,10 +555,9 @@ def _repair(
     from .patching import PatchOutcome, repair
 
     policy = guard.policy
-    connection = guard.proxy
 
     def rerun(new_sql: str) -> Optional[list[Any]]:
-        return connection._read_only_fetch(new_sql, parameters, row_factory, policy.row_cap)
+        return guard.engine.read_only_fetch(guard, new_sql, parameters, row_factory, policy.row_cap, None)
 
     context = None if rescue_inputs is None else _CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
@@ -473,11 +581,12 @@ class _CandidateRunner:
         self.hint = inputs.hint
 
     def run_candidate(self, sql: str) -> Optional[list[Any]]:
-        policy = self._guard.policy
-        return self._guard.proxy._read_only_fetch(sql, self._parameters, self._row_factory, policy.row_cap, policy.candidate_timeout)
+        guard = self._guard
+        policy = guard.policy
+        return guard.engine.read_only_fetch(guard, sql, self._parameters, self._row_factory, policy.row_cap, policy.candidate_timeout)
 
     def schema_summary(self) -> str:
-        return schema_summary(self._guard.proxy.__wrapped__)
+        return self._guard.engine.schema_summary(self._guard)
 
     def budget_refusal(self) -> Optional[str]:
         guard, policy = self._guard, self._guard.policy
@@ -493,40 +602,28 @@ class _CandidateRunner:
             self._guard.rescue_spend += cost_usd
 
 
-def schema_summary(raw: sqlite3.Connection) -> str:
-    """``table(col, col, ...)`` per table of the main database, one per line."""
-    cursor = sqlite3.Cursor(raw)
-    cursor.row_factory = None
-    tables = cursor.execute(
-        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%' ORDER BY name"
-    ).fetchall()
-    lines = []
-    for (table,) in tables:
-        columns = [row[1] for row in cursor.execute("SELECT * FROM pragma_table_info(?)", (table,)).fetchall()]
-        lines.append(f"{table}({', '.join(columns)})")
-    cursor.close()
-    return "\n".join(lines)
-
-
-def _subclass_aware_getattr(proxy: Any, base: type, name: str) -> Any:
+def _subclass_aware_getattr(proxy: Any, name: str) -> Any:
     """Attribute lookup for what the proxy does not define itself.
 
-    Methods that a ``factory=`` subclass adds to ``base`` are bound to the proxy, so that their own
-    ``self.execute(...)``/``self.fetchone()`` go through the guard (on the raw object they would find
-    an already-drained cursor). Methods using zero-argument ``super()`` need the real object, so they
-    stay bound to it; so does everything ``base`` itself defines.
+    Methods that a caller's subclass (``factory=``, ``cursor_factory=``) adds to the driver's class are
+    bound to the proxy, so that their own ``self.execute(...)``/``self.fetchone()`` go through the
+    guard (on the raw object they would find an already-drained cursor). Methods using zero-argument
+    ``super()`` need the real object, so they stay bound to it; so does everything the driver defines.
     """
     raw = proxy.__wrapped__
-    attribute = _added_by_subclass(type(raw), base, name)
+    attribute = _added_by_subclass(type(raw), name)
     if attribute is None:
         return getattr(raw, name)
     return attribute.__get__(proxy, type(raw))
 
 
+_DRIVER_MODULES = frozenset({"sqlite3", "psycopg", "duckdb", "_duckdb", "builtins"})
+
+
 @functools.lru_cache(maxsize=256)
-def _added_by_subclass(cls: type, base: type, name: str) -> Any:
+def _added_by_subclass(cls: type, name: str) -> Any:
     for klass in cls.__mro__:
-        if klass is base or klass is object:
+        if klass.__module__.split(".")[0] in _DRIVER_MODULES:
             return None
         attribute = vars(klass).get(name)
         if attribute is None:

@@ -84,6 +84,8 @@ def _inject_distinct(sql: str, dialect: str) -> Rewrite:
     if _next_token_is(query, TokenType.ALL):
         return Rewrite(None, "SELECT ALL asks for duplicates explicitly")
     exemption = _cut_or_grouping(query) or _aggregate_in_outer_scope(select, include_windows=False)
+    if not exemption and dialect in _DISTINCT_ORDER_STRICT:
+        exemption = _order_outside_select_list(select, dialect)
     if exemption:
         return Rewrite(None, exemption)
     keyword = query.tokens[query.select_index]
@@ -238,6 +240,32 @@ def _aggregate_in_outer_scope(select: exp.Select, include_windows: bool) -> Opti
         for node in root.walk(prune=lambda n: _prunes_scope(n, include_windows)):
             if _is_aggregate(node):
                 return f"aggregate query ({_function_name(node)})"
+    return None
+
+
+_DISTINCT_ORDER_STRICT = frozenset({"postgres"})
+"""Dialects whose engine rejects ``SELECT DISTINCT ... ORDER BY`` an expression outside the select list."""
+
+
+def _order_outside_select_list(select: exp.Select, dialect: str) -> Optional[str]:
+    """Reason naming an ORDER BY key that is neither an output column, an output alias, nor a position."""
+    order = select.args.get("order")
+    if order is None:
+        return None
+    outputs = select.expressions
+    if any(isinstance(o, exp.Star) or (isinstance(o, exp.Column) and isinstance(o.this, exp.Star)) for o in outputs):
+        return None  # the key may be one of the columns the star expands to
+    aliases = {o.alias.lower() for o in outputs if o.alias}
+    bodies = [o.unalias() for o in outputs]
+    for ordered in order.expressions:
+        key = ordered.this
+        if isinstance(key, exp.Literal) and not key.is_string:
+            continue
+        if any(key == body for body in bodies):
+            continue
+        if isinstance(key, exp.Column) and not key.table and key.name.lower() in aliases:
+            continue
+        return f"ORDER BY {key.sql(dialect)} is not in the select list, which {dialect} rejects under SELECT DISTINCT"
     return None
 
 

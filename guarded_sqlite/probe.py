@@ -87,18 +87,18 @@ def probe_large(rows: Sequence[Any], tau: float) -> tuple[str | None, int | Part
     """``classify`` for a large hashable result, stopping as soon as the verdict is certain.
 
     Rows go into a set in chunks, each just big enough to possibly settle the question. The result is
-    healthy once ``rows - seen < tau * rows`` (at least that many distinct rows exist). Raises
-    TypeError for unhashable rows, like ``set()``.
+    certainly healthy once ``(rows - seen) / rows < tau``: the true distinct count is at least
+    ``seen``, so the true ratio is no larger. Raises TypeError for unhashable rows, like ``set()``.
     """
     total = len(rows)
     seen: set[Any] = set()
     scanned = 0
     while scanned < total:
-        # Distinct rows still needed before ``total - len(seen) < tau * total`` can hold.
+        # Roughly the distinct rows still needed before the ratio can drop below tau; at least one.
         needed = max(1, int(total - tau * total) + 1 - len(seen))
         seen.update(rows[scanned : scanned + needed])
         scanned += needed
-        if total - len(seen) < tau * total:
+        if (total - len(seen)) / total < tau:
             if scanned >= total:
                 return None, len(seen)
             return None, PartialCount(rows, seen, scanned)
@@ -118,12 +118,12 @@ def dup_ratio(rows: int, unique_rows: int) -> float:
 def classify(rows: int, unique_rows: int, tau: float) -> str | None:
     """The probe's verdict for a result that executed: ``empty_result``, ``cartesian_explosion`` or None.
 
-    ``dup_ratio >= tau`` is tested as ``rows - unique_rows >= tau * rows`` to avoid a division on the
-    hot path; both forms agree for every non-negative integer pair.
+    The ratio is computed exactly as defined, ``(rows - unique_rows) / rows >= tau``: the
+    multiplied-out form can disagree with it by one float ulp at the threshold.
     """
     if rows == 0:
         return EMPTY_RESULT
-    if rows - unique_rows >= tau * rows:
+    if (rows - unique_rows) / rows >= tau:
         return CARTESIAN_EXPLOSION
     return None
 
@@ -132,20 +132,30 @@ def removal_can_commit(rows: int, tau_remove: float) -> bool:
     """Whether P2 (DISTINCT removal) could commit at all on a DISTINCT result of ``rows`` rows.
 
     P2 commits only if the result without DISTINCT has the same set of rows (so ``rows`` distinct
-    ones), strictly more rows ``m > rows``, and ``(m - rows) / m <= tau_remove``. The smallest
-    candidate is ``m = rows + 1``, so P2 is possible only when ``1 <= tau_remove * (rows + 1)``.
-    Checking this first keeps small DISTINCT results (every point query) off the re-execution path.
+    ones), strictly more rows ``m > rows``, and ``(m - rows) / m <= tau_remove``. The smallest ratio
+    comes from ``m = rows + 1``, so P2 is possible only when ``1 / (rows + 1) <= tau_remove`` (computed
+    in that form, as the runtime check computes its ratio). Checking this first keeps small DISTINCT
+    results (every point query) off the re-execution path.
     """
-    return rows > 0 and tau_remove * (rows + 1) >= 1
+    return rows > 0 and 1 / (rows + 1) <= tau_remove
 
 
 def min_rows_for_removal(tau_remove: float) -> int:
-    """The smallest ``rows`` for which ``removal_can_commit(rows, tau_remove)`` holds."""
+    """The smallest ``rows`` for which ``removal_can_commit(rows, tau_remove)`` holds.
+
+    Found by bisection on the predicate itself (it is monotone in ``rows``), so the two can never
+    disagree, whatever float rounding does at the boundary.
+    """
     if tau_remove <= 0:
         return 2**63  # removal can never commit: it needs more rows without any duplicate
-    rows = max(1, int(1 / tau_remove) - 2)  # just below the boundary; float error is walked off below
-    while removal_can_commit(rows - 1, tau_remove) and rows > 1:
-        rows -= 1
-    while not removal_can_commit(rows, tau_remove):
-        rows += 1
-    return rows
+    high = 1
+    while not removal_can_commit(high, tau_remove):  # at most ~1,100 doublings, even for subnormal tau
+        high *= 2
+    low = 0  # removal_can_commit(0, ...) is False
+    while high - low > 1:
+        middle = (low + high) // 2
+        if removal_can_commit(middle, tau_remove):
+            high = middle
+        else:
+            low = middle
+    return high

@@ -1,0 +1,41 @@
+"""Edge cases of the pure probe functions, found by the property tests and pinned here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from guarded_sqlite import probe
+
+
+def test_classify_uses_the_ratio_as_defined_at_a_float_boundary() -> None:
+    # (3 - 1) / 3 rounds below this tau, while 3 * tau rounds to exactly 2.0.
+    tau = math.nextafter(2 / 3, 1.0)
+    assert (3 - 1) / 3 < tau and 3 * tau == 2.0
+    assert probe.classify(3, 1, tau) is None
+    assert probe.classify(3, 1, 2 / 3) == probe.CARTESIAN_EXPLOSION
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.05, 0.3333, 0.5, 0.99, 1e-6, 1e-26, 5e-324])
+def test_min_rows_for_removal_is_the_first_row_count_removal_can_commit(tau: float) -> None:
+    rows = probe.min_rows_for_removal(tau)
+    assert probe.removal_can_commit(rows, tau)
+    assert rows == 1 or not probe.removal_can_commit(rows - 1, tau)
+
+
+def test_min_rows_for_removal_at_the_papers_threshold() -> None:
+    assert probe.min_rows_for_removal(0.10) == 9
+    assert probe.min_rows_for_removal(0.0) > 10**18
+
+
+def test_probe_large_stops_early_but_counts_exactly_on_demand() -> None:
+    rows = [(i,) for i in range(10_000)]
+    trigger, count = probe.probe_large(rows, 0.8)
+    assert trigger is None and isinstance(count, probe.PartialCount)
+    assert count.lower_bound < 10_000 and count.exact() == 10_000
+
+
+def test_probe_large_scans_everything_for_an_explosion() -> None:
+    rows = [(i % 7,) for i in range(10_000)]
+    assert probe.probe_large(rows, 0.8) == (probe.CARTESIAN_EXPLOSION, 7)

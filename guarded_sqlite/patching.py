@@ -215,8 +215,14 @@ def _rescue(
     refusal = context.budget_refusal()
     if refusal is not None:
         return None, None, [RuleDecision("rescue", False, refusal)]
-
     started = time.perf_counter()
+    try:
+        schema = context.schema_summary()
+    except RerunRefused as refused:  # the engine cannot run anything read-only now: no candidates either
+        return None, None, [RuleDecision("rescue", False, f"candidates cannot run: {refused}")]
+    except Exception as error:  # the prompt can do without the schema
+        schema = f"(schema unavailable: {type(error).__name__})"
+
     previews: list[CandidatePreview] = []
     results: list[Optional[list[Any]]] = []
     for index, candidate_sql in enumerate(context.candidates):
@@ -227,8 +233,7 @@ def _rescue(
         -1, sql, None if rows is None else len(rows), unique_rows,
         tuple(rows[:PREVIEW_ROWS]) if rows else (), None if rows is not None else "the selected SQL failed to execute", 0.0,
     )
-    request = RescueRequest(selected, trigger, tuple(previews), context.question, context.hint,
-                            context.schema_summary(), policy.tau_inject)
+    request = RescueRequest(selected, trigger, tuple(previews), context.question, context.hint, schema, policy.tau_inject)
     candidates_ms = (time.perf_counter() - started) * 1000
     choice, judge_ms = run_rescuer(rescuer, request)
     context.record_rescue(choice.cost_usd)

@@ -123,6 +123,8 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
 
 _NOTHING: Iterator[Any] = iter(())
 _UNIQUE_ROWS = ReportState._fields.index("unique_rows")
+_ACTION = ReportState._fields.index("action")
+_FINAL_ROWS = ReportState._fields.index("final_rows")
 _LIST_ITERATOR = type(iter([]))
 
 
@@ -142,6 +144,7 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
     _self_buffer: Optional[list[Any]] = None
     _self_state: Optional[tuple[Any, ...]] = None  # a ReportState's fields, as a plain tuple
     _self_report: Optional[GuardReport] = None
+    _self_driver_options: Optional[dict[str, Any]] = None  # psycopg's prepare/binary for the raw execute
 
     @property
     def connection(self) -> GuardedConnection:
@@ -268,7 +271,9 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
 
         sqlite3's iterator is the cursor, so a loop over it continues with whatever the cursor executes
         next. Ours is a list iterator; splicing the new rows in at its position gives the same effect.
-        A new result that streams (past ``row_cap``) or has no rows just ends the old iterator.
+        A new result that streams (past ``row_cap``) or has no rows just ends the old iterator. An
+        iterator that already raised StopIteration never yields again, so then the new rows are served
+        afresh instead.
         """
         buffer, outstanding = self._self_buffer, self._self_rows
         self._self_buffer = None
@@ -278,6 +283,8 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         if type(new_rows) is not list:
             return new_rows
         buffer.extend(new_rows)
+        if operator.length_hint(outstanding) != len(new_rows):  # exhausted: it ignores the new rows
+            return new_rows
         self._self_buffer = buffer
         return outstanding
 
@@ -300,7 +307,47 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
 
 
 class _ContextCursor(GuardedCursor):
-    """A guarded psycopg cursor: also a context manager (``with conn.cursor() as cur``), as psycopg's."""
+    """A guarded psycopg cursor: also a context manager (``with conn.cursor() as cur``), as psycopg's;
+    ``execute`` takes psycopg's own ``prepare``/``binary`` keywords; ``rowcount`` and ``rownumber``
+    describe the rows served (after a patch, the patched result)."""
+
+    def execute(  # type: ignore[override]
+        self,
+        sql: Any,
+        parameters: Any = _NO_PARAMETERS,
+        /,
+        *,
+        prepare: Optional[bool] = None,
+        binary: Optional[bool] = None,
+        **rescue_inputs: Any,
+    ) -> "_ContextCursor":
+        self._self_driver_options = {"prepare": prepare, "binary": binary} if prepare is not None or binary is not None else None
+        return super().execute(sql, parameters, **rescue_inputs)  # type: ignore[return-value]
+
+    @property
+    def rowcount(self) -> int:
+        raw_count: int = self.__wrapped__.rowcount
+        state = self._self_state
+        if state is None or state[_ACTION] == "none" or raw_count < 0:
+            return raw_count
+        return state[_FINAL_ROWS]  # type: ignore[no-any-return]
+
+    @property
+    def rownumber(self) -> Optional[int]:
+        rows, state = self._self_rows, self._self_state
+        if state is None or rows is self.__wrapped__ or state[_FINAL_ROWS] is None:
+            return self.__wrapped__.rownumber  # type: ignore[no-any-return]
+        remaining = len(rows) if type(rows) is list else operator.length_hint(rows)
+        return state[_FINAL_ROWS] - remaining  # type: ignore[no-any-return]
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        """psycopg's row-by-row streaming: passed through unbuffered and unprobed, as the report says."""
+        sql = args[0] if args else kwargs.get("query")
+        mode = self._self_guard.policy.mode
+        self._self_report = None
+        self._self_rows = self.__wrapped__
+        self._self_state = (mode, sql, sql, None, "none", None, None, None, _STREAMED, None, (), None, None)
+        return self.__wrapped__.stream(*args, **kwargs)
 
     def __enter__(self) -> "_ContextCursor":
         self.__wrapped__.__enter__()
@@ -327,6 +374,7 @@ class _StreamingCursor(_ContextCursor):
 
 
 _SERVER_SIDE = "server-side cursor: rows stream from the server unbuffered and unprobed"
+_STREAMED = "stream(): rows stream from the server unbuffered and unprobed"
 
 
 def _cursor_class(engine: Engine, raw_cursor: Any) -> type[GuardedCursor]:
@@ -484,7 +532,10 @@ def _execute_and_probe(
         return raw, state
     row_cap = policy.row_cap
     try:
-        if parameters is _NO_PARAMETERS:
+        options = cursor._self_driver_options
+        if options is not None:
+            raw.execute(sql, None if parameters is _NO_PARAMETERS else parameters, **options)
+        elif parameters is _NO_PARAMETERS:
             raw.execute(sql)
         else:
             raw.execute(sql, parameters)
@@ -496,6 +547,8 @@ def _execute_and_probe(
             return raw, (mode, sql, sql, None, "none", None, None, None, _NOT_ROW_RETURNING, None, (), None, None)
         rows = raw.fetchmany(row_cap + 1)
     except Exception as error:
+        if guard.status_results:
+            cursor._self_description = raw.description
         failed = (mode, sql, sql, EXEC_ERROR, "none", None, None, None, None, _describe(error), (), None, None)
         if rescue_inputs is not None and mode == "patch":
             outcome = _repair(guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs)

@@ -125,7 +125,7 @@ _NOTHING: Iterator[Any] = iter(())
 _UNIQUE_ROWS = ReportState._fields.index("unique_rows")
 _ACTION = ReportState._fields.index("action")
 _FINAL_ROWS = ReportState._fields.index("final_rows")
-_LIST_ITERATOR = type(iter([]))
+_LIST_ITERATOR: type = type(iter([]))
 
 
 class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
@@ -145,6 +145,7 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
     _self_state: Optional[tuple[Any, ...]] = None  # a ReportState's fields, as a plain tuple
     _self_report: Optional[GuardReport] = None
     _self_driver_options: Optional[dict[str, Any]] = None  # psycopg's prepare/binary for the raw execute
+    _self_description: Any = None  # DuckDB only: the description recorded when the statement ran
 
     @property
     def connection(self) -> GuardedConnection:
@@ -219,7 +220,7 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         size = getattr(raw, "arraysize", 1) if size is _NO_PARAMETERS else operator.index(size)
         rows = self._serving()
         if rows is raw:
-            return raw.fetchmany(size)
+            return raw.fetchmany(size)  # type: ignore[no-any-return]
         # sqlite3 returns every remaining row for a size of zero or less.
         return list(itertools.islice(rows, size)) if size > 0 else list(rows)
 
@@ -396,7 +397,6 @@ class GuardedDuckDBConnection(GuardedCursor):
     DataFrame from the buffered rows.
     """
 
-    _self_description: Any = None
     _self_parameters: Any = _NO_PARAMETERS
 
     def __init__(self, raw: Any, policy: GuardPolicy) -> None:

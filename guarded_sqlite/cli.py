@@ -1,7 +1,11 @@
 """The ``guarded-sqlite`` command line: ``demo``, ``eval`` and ``sweep``.
 
+``eval`` and ``sweep`` run on the SQLite files, or with ``--engine duckdb|postgres`` on copies of them
+(made on first use, reused while the files are unchanged) with every query transpiled from SQLite.
+
 Exit status: 0 on success, 2 for unusable inputs (missing files, a prediction count or db_id that does
-not match the gold, bad options), 1 when ``--plot`` is asked for without matplotlib installed.
+not match the gold, bad options, an engine that cannot be reached or copied into), 1 when ``--plot``
+is asked for without matplotlib installed.
 """
 
 from __future__ import annotations
@@ -48,11 +52,24 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
                          help="one SQL per line, BIRD's JSON, or a JSON list/object of index -> SQL")
     command.add_argument("--json", type=Path, metavar="OUT", help="also write the full report as JSON ('-' for stdout)")
     command.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
-                         help="per-query timeout, enforced inside SQLite (default: 5)")
+                         help="per-query timeout, enforced by the engine (default: 5)")
     command.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                          help="worker processes (default: the number of CPUs; 1 runs in-process)")
     command.add_argument("--exclude-db", action="append", default=[], metavar="DB_ID",
                          help="leave this database's pairs out (repeatable), e.g. an empty one")
+    engines = command.add_argument_group(
+        "engine", "Run on copies of the SQLite databases in DuckDB or PostgreSQL instead; copies are made on "
+        "first use and reused while the SQLite files are unchanged, and every query is transpiled from SQLite "
+        "with sqlglot (a prediction that cannot be transpiled scores 0 and is counted).")
+    engines.add_argument("--engine", choices=("sqlite", "duckdb", "postgres"), default="sqlite",
+                         help="where the queries run (default: sqlite, the files themselves)")
+    engines.add_argument("--pg-dsn", metavar="DSN",
+                         help="postgres: the server to copy into and run on, as a libpq connection string or URI "
+                         "(e.g. 'postgresql://user@127.0.0.1:5432/eval'); a user that may create schemas")
+    engines.add_argument("--pg-schema-prefix", default="spider_", metavar="PREFIX",
+                         help="postgres: each database is copied into schema PREFIX<db_id> (default: spider_)")
+    engines.add_argument("--cache-dir", type=Path, metavar="DIR",
+                         help="duckdb: folder for the .duckdb copies (default: ~/.cache/guarded_sqlite/duckdb)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -111,11 +128,13 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.thresholds import DEFAULT_P1_TAUS, DEFAULT_P2_TAUS, PlotUnavailable, sweep
 
     report: Union[EvalReport, SweepReport]
+    engine = {"engine": args.engine, "pg_dsn": args.pg_dsn, "cache_dir": args.cache_dir,
+              "pg_schema_prefix": args.pg_schema_prefix}
     try:
         if args.command == "eval":
             report = evaluate(
                 args.db_root, args.gold, args.pred, guard=args.guard,
-                timeout=args.timeout, workers=args.workers, exclude_db=args.exclude_db,
+                timeout=args.timeout, workers=args.workers, exclude_db=args.exclude_db, **engine,
             )
             text = format_eval(report)
         else:
@@ -123,6 +142,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                 args.db_root, args.gold, args.pred,
                 timeout=args.timeout, workers=args.workers, exclude_db=args.exclude_db,
                 p1_taus=args.p1_taus or DEFAULT_P1_TAUS, p2_taus=args.p2_taus or DEFAULT_P2_TAUS, plot=args.plot,
+                **engine,
             )
             text = format_eval(report.evaluation) + "\n\n" + format_sweep(report)
     except InputError as error:

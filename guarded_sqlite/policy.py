@@ -55,8 +55,9 @@ class GuardPolicy:
     """``"rescue_first"`` (the paper's v2): rescue the selection, then patch what was chosen.
     ``"patch_first"`` (v1): patch the selection, then let the rescue replace it."""
 
-    candidate_timeout: float = 5.0
-    """Seconds each candidate may run (read-only) before SQLite interrupts it."""
+    rerun_timeout: float = 5.0
+    """Seconds any re-execution by the guard (a patch's rerun, each rescue candidate) may run before
+    the engine interrupts it; an interrupted patch keeps the original rows."""
 
     max_rescues: Optional[int] = None
     """Most rescues per connection; None for no cap. Once reached, rescues stop and reports say so."""
@@ -77,8 +78,8 @@ class GuardPolicy:
             raise ValueError(f"order must be one of {', '.join(map(repr, _ORDERS))}, not {self.order!r}")
         if self.rescue is not None and not callable(self.rescue):
             raise TypeError(f"rescue must be callable (a RescueRequest -> index or None), not {type(self.rescue).__name__}")
-        if not self.candidate_timeout > 0:
-            raise ValueError(f"candidate_timeout must be positive, not {self.candidate_timeout!r}")
+        if not self.rerun_timeout > 0:
+            raise ValueError(f"rerun_timeout must be positive, not {self.rerun_timeout!r}")
         if self.max_rescues is not None and self.max_rescues < 0:
             raise ValueError(f"max_rescues must be >= 0 or None, not {self.max_rescues!r}")
         if self.max_rescue_cost is not None and self.max_rescue_cost < 0:

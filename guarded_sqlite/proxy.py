@@ -49,13 +49,17 @@ _GUARD_OFF = "guard is off"
 class ConnectionGuard:
     """Per-connection facts the cursors need on every statement, in plain slots."""
 
-    __slots__ = ("policy", "engine", "dialect", "status_results", "lock", "proxy", "rescues", "rescue_spend", "progress_handler")
+    __slots__ = (
+        "policy", "engine", "dialect", "status_results", "driver_options", "lock", "proxy", "rescues", "rescue_spend",
+        "progress_handler",
+    )
 
     def __init__(self, policy: GuardPolicy, engine: Engine, proxy: Any, single_thread: bool) -> None:
         self.policy = policy
         self.engine = engine
         self.dialect = engine.dialect
         self.status_results = engine.status_results  # read on every statement: kept in a slot
+        self.driver_options = engine.name == "postgres"  # psycopg's execute takes prepare=/binary=
         # Patch re-execution flips PRAGMA query_only for the whole connection; statements issued
         # through this connection from other threads wait on this lock instead of hitting that window.
         # A connection sqlite3 itself keeps to one thread (check_same_thread=True) needs none.
@@ -532,7 +536,7 @@ def _execute_and_probe(
         return raw, state
     row_cap = policy.row_cap
     try:
-        options = cursor._self_driver_options
+        options = cursor._self_driver_options if guard.driver_options else None
         if options is not None:
             raw.execute(sql, None if parameters is _NO_PARAMETERS else parameters, **options)
         elif parameters is _NO_PARAMETERS:
@@ -610,7 +614,7 @@ def _repair(
     policy = guard.policy
 
     def rerun(new_sql: str) -> Optional[list[Any]]:
-        return guard.engine.read_only_fetch(guard, new_sql, parameters, row_factory, policy.row_cap, None)
+        return guard.engine.read_only_fetch(guard, new_sql, parameters, row_factory, policy.row_cap, policy.rerun_timeout)
 
     context = None if rescue_inputs is None else _CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
@@ -636,7 +640,7 @@ class _CandidateRunner:
     def run_candidate(self, sql: str) -> Optional[list[Any]]:
         guard = self._guard
         policy = guard.policy
-        return guard.engine.read_only_fetch(guard, sql, self._parameters, self._row_factory, policy.row_cap, policy.candidate_timeout)
+        return guard.engine.read_only_fetch(guard, sql, self._parameters, self._row_factory, policy.row_cap, policy.rerun_timeout)
 
     def schema_summary(self) -> str:
         return self._guard.engine.schema_summary(self._guard)

@@ -367,9 +367,9 @@ def test_a_write_candidate_is_never_executed_even_when_chosen(db: EngineDB) -> N
 
 
 def test_a_slow_candidate_is_stopped_and_the_connection_stays_usable(db: EngineDB) -> None:
-    """A never-ending candidate is stopped by candidate_timeout; the healthy one is chosen, and the
+    """A never-ending candidate is stopped by rerun_timeout; the healthy one is chosen, and the
     connection still reads, patches and writes afterwards."""
-    con = db.guarded(GuardPolicy(rescue=DupRatioSelector(), candidate_timeout=0.3))
+    con = db.guarded(GuardPolicy(rescue=DupRatioSelector(), rerun_timeout=0.3))
     started = time.perf_counter()
     rows, report = db.fetch(con, EMPTY, candidates=[SLOW_SQL[db.name], GOOD])
     elapsed = time.perf_counter() - started
@@ -452,7 +452,7 @@ def test_pg_slow_candidate_inside_a_transaction_keeps_the_transaction(pg_db: Eng
     from psycopg.pq import TransactionStatus
 
     conn = pg_db.pg.connect(autocommit=False)
-    con = guarded_sqlite.wrap(conn, guard=GuardPolicy(rescue=DupRatioSelector(), candidate_timeout=0.3))
+    con = guarded_sqlite.wrap(conn, guard=GuardPolicy(rescue=DupRatioSelector(), rerun_timeout=0.3))
     con.execute("INSERT INTO customers VALUES (99, 'late', 'x')")
     rows, report = pg_db.fetch(con, EMPTY, candidates=[SLOW_SQL["postgres"], GOOD])
     assert rows == DISTINCT_NAMES and "QueryCanceled" in report.rescue.candidates[0].error

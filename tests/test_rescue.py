@@ -296,7 +296,7 @@ def test_a_rescuer_may_return_a_choice_with_usage() -> None:
 
 def test_slow_candidates_are_interrupted_and_the_callers_progress_handler_restored() -> None:
     slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
-    con = guarded_with(DupRatioSelector(), candidate_timeout=0.2)
+    con = guarded_with(DupRatioSelector(), rerun_timeout=0.2)
     ticks: list[int] = []
     con.set_progress_handler(lambda: ticks.append(1) or 0, 1)
     started = time.perf_counter()

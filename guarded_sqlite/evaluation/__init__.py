@@ -5,9 +5,13 @@ raw and the guarded results, the probe's flags, each patch rule's fixes and brea
 precision and MBS recall; ``sweep`` adds the threshold sweeps and their cross-validation. The CLI's
 ``guarded-sqlite eval`` and ``guarded-sqlite sweep`` print the same reports.
 
+Both run on the SQLite files themselves or, with ``engine="duckdb"``/``"postgres"``, on copies of
+them in DuckDB or PostgreSQL, with every query transpiled from SQLite by sqlglot.
+
 Modules: ``loaders`` (input formats and checks), ``metrics`` (pure scoring functions), ``runner``
-(execution in worker processes), ``thresholds`` (sweeps, cross-validation, plot), ``report`` (the
-frozen result dataclasses), ``render`` and ``progress`` (terminal output).
+(execution in worker processes), ``copy`` (SQLite databases copied into DuckDB and PostgreSQL),
+``transpile`` (SQLite SQL for the other engines), ``thresholds`` (sweeps, cross-validation, plot),
+``report`` (the frozen result dataclasses), ``render`` and ``progress`` (terminal output).
 
 This module imports nothing heavy: ``import guarded_sqlite`` stays cheap, and the machinery loads
 on the first call.
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional
 if TYPE_CHECKING:
     from ..policy import GuardSpec
     from .loaders import GoldItem, InputError, Pair, PathLike, Prediction, load_gold, load_predictions
-    from .report import EvalReport, PairRecord, SweepReport
+    from .report import DatabaseCopy, EvalReport, PairRecord, SweepReport
     from .thresholds import PlotUnavailable, sweep
 
 __all__ = [
@@ -31,6 +35,7 @@ __all__ = [
     "EvalReport",
     "SweepReport",
     "PairRecord",
+    "DatabaseCopy",
     "InputError",
     "PlotUnavailable",
     "GoldItem",
@@ -50,6 +55,10 @@ def evaluate(
     workers: Optional[int] = None,
     exclude_db: Iterable[str] = (),
     progress: Optional[bool] = None,
+    engine: str = "sqlite",
+    pg_dsn: Optional[str] = None,
+    cache_dir: Optional["PathLike"] = None,
+    pg_schema_prefix: str = "spider_",
 ) -> "EvalReport":
     """Score predictions against gold SQL, raw and through the guard, on ``<db_root>/<db_id>/<db_id>.sqlite``.
 
@@ -57,16 +66,24 @@ def evaluate(
     ``GoldItem``/``(sql, db_id)``. ``pred``: a prediction file (one SQL per line, BIRD's JSON, or a
     JSON list/object by index) or a sequence of SQL strings. Counts must match and named db_ids must
     agree, else ``InputError``. ``guard``: ``"patch"``, ``"observe"`` or a ``GuardPolicy``.
-    ``timeout``: seconds per query, enforced inside SQLite (None: no limit). ``workers``: processes
+    ``timeout``: seconds per query, enforced by the engine (None: no limit). ``workers``: processes
     (default: the CPU count; 1 runs in this process). ``exclude_db``: db_ids to leave out.
     ``progress``: draw a bar on stderr (default: when stderr is a terminal).
 
-    Databases are opened read-only. Gold queries that fail or time out are excluded from N and
-    listed in ``gold_failures``; failing predictions score 0 and are counted.
-    """
-    from .runner import run
+    ``engine``: ``"sqlite"`` (default: the files themselves), ``"duckdb"`` (copies in ``.duckdb``
+    files under ``cache_dir``, default ``~/.cache/guarded_sqlite/duckdb``) or ``"postgres"`` (copies
+    in schemas ``<pg_schema_prefix><db_id>`` on the server at ``pg_dsn``, a libpq connection string
+    or URI). Copies are made on first use and reused while the SQLite file is unchanged; every gold
+    and predicted query is transpiled from SQLite with sqlglot, and a prediction that cannot be
+    transpiled scores 0 and is counted in ``transpile_errors``.
 
-    report, _ = run(db_root, gold, pred, guard, timeout, workers, exclude_db, progress)
+    Databases are opened read-only. Gold queries that fail or time out (or cannot be transpiled) are
+    excluded from N and listed in ``gold_failures``; failing predictions score 0 and are counted.
+    """
+    from .runner import resolve_engine, run
+
+    spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)
+    report, _ = run(db_root, gold, pred, guard, timeout, workers, exclude_db, progress, engine=spec)
     return report
 
 
@@ -76,6 +93,7 @@ _LAZY = {
     "EvalReport": "report",
     "SweepReport": "report",
     "PairRecord": "report",
+    "DatabaseCopy": "report",
     "InputError": "loaders",
     "GoldItem": "loaders",
     "Prediction": "loaders",

@@ -107,6 +107,7 @@ def scores(records: Sequence[PairRecord], side: str) -> Scores:
         multiset_correct=multiset_ok,
         errors=sum(1 for r in records if r.status == "error"),
         timeouts=sum(1 for r in records if r.status == "timeout"),
+        transpile_errors=sum(1 for r in records if r.transpile_failed),
     )
 
 

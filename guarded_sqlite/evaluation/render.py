@@ -37,8 +37,8 @@ def _ratio(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _score_row(name: str, scores: Scores) -> list[object]:
-    return [
+def _score_row(name: str, scores: Scores, transpiled: bool = False) -> list[object]:
+    row: list[object] = [
         name,
         scores.n,
         _pct(scores.set_ex),
@@ -49,25 +49,57 @@ def _score_row(name: str, scores: Scores) -> list[object]:
         scores.errors,
         scores.timeouts,
     ]
+    if transpiled:
+        row.append(scores.transpile_errors)
+    return row
+
+
+def _copies_text(report: EvalReport) -> list[str]:
+    copied = [c for c in report.copies if c.action == "copied"]
+    reused = len(report.copies) - len(copied)
+    where = "DuckDB files" if report.engine == "duckdb" else "PostgreSQL schemas"
+    out = [
+        f"Copies in {where}: {len(report.copies)} database(s), {len(copied)} copied "
+        f"({sum(c.rows for c in copied)} rows, {sum(c.seconds for c in copied):.2f} s), {reused} up to date; "
+        f"copy step {report.timings.copy_s:.2f} s"
+    ]
+    notes = [(c.db_id, note) for c in report.copies for note in c.notes]
+    if notes:
+        out.append(f"Not copied exactly ({len(notes)}):")
+        out += [f"  {db_id}: {note}" for db_id, note in notes]
+    return out
 
 
 def format_eval(report: EvalReport) -> str:
     """The evaluation as readable tables: scores, flags, rules, detector, difficulty, timings."""
     t = report.timings
     timeout = "none" if report.timeout_s is None else f"{report.timeout_s:g} s"
+    transpiled = report.engine != "sqlite"
+    engine = f"engine={report.engine}, " if transpiled else ""
     out = [
-        f"Evaluated N={report.n} pairs (guard={report.guard}, tau_inject={report.tau_inject:g}, "
+        f"Evaluated N={report.n} pairs ({engine}guard={report.guard}, tau_inject={report.tau_inject:g}, "
         f"tau_remove={report.tau_remove:g}, timeout {timeout}, {t.workers} worker(s))",
     ]
+    if transpiled:
+        out += _copies_text(report)
     if report.excluded_db_ids:
         out.append(f"Excluded databases: {', '.join(report.excluded_db_ids)} ({report.excluded_pairs} pairs)")
     if report.gold_failures:
-        out.append(f"Gold queries that failed and are excluded from N: {len(report.gold_failures)}")
-        for failure in report.gold_failures:
-            out.append(f"  #{failure.index} {failure.db_id} [{failure.status}] {failure.reason}")
+        failures = report.gold_failures
+        detail = ""
+        if transpiled:
+            untranspiled = sum(1 for f in failures if f.transpile_failed)
+            timeouts = sum(1 for f in failures if f.status == "timeout")
+            detail = f" ({untranspiled} not transpiled, {len(failures) - untranspiled - timeouts} errors, {timeouts} timeouts)"
+        out.append(f"Gold queries that failed and are excluded from N: {len(failures)}{detail}")
+        for failure in failures:
+            status = "transpile" if failure.transpile_failed else failure.status
+            out.append(f"  #{failure.index} {failure.db_id} [{status}] {failure.reason}")
     out.append("")
     headers = ["", "N", "Set-EX", "Multiset-EX", "gap pp", "set ok", "multiset ok", "errors", "timeouts"]
-    out.append(table(headers, [_score_row("baseline", report.baseline), _score_row("guarded", report.guarded)]))
+    if transpiled:
+        headers.append("of errors: transpile")
+    out.append(table(headers, [_score_row("baseline", report.baseline, transpiled), _score_row("guarded", report.guarded, transpiled)]))
     f = report.flagged
     out += [
         "",
@@ -97,7 +129,8 @@ def format_eval(report: EvalReport) -> str:
         "",
         f"Time: wall {t.wall_s:.2f} s; {t.queries} queries: gold {t.gold_s:.2f} s, predictions (guarded) "
         f"{t.pred_s:.2f} s, raw re-runs {t.rerun_s:.3f} s; probe median {_num(t.detect_us_median)} us; "
-        f"patch median {_num(t.patch_ms_median)} ms, p90 {_num(t.patch_ms_p90)} ms",
+        f"patch median {_num(t.patch_ms_median)} ms, p90 {_num(t.patch_ms_p90)} ms"
+        + (f"; copies {t.copy_s:.2f} s, transpiling {t.transpile_s:.2f} s" if transpiled else ""),
     ]
     return "\n".join(out)
 

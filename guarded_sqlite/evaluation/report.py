@@ -106,6 +106,14 @@ class PairRecord(_JsonMixin):
     patch_ms: Optional[float]
     """Time the guard spent on patch rules, in milliseconds; None when none was considered."""
 
+    engine_sql: Optional[str] = None
+    """The prediction as sent to a non-SQLite engine (transpiled from SQLite by sqlglot); None on
+    SQLite, and when transpiling failed."""
+
+    transpile_failed: bool = False
+    """sqlglot could not transpile the prediction for the engine: status ``"error"``, scored 0, and
+    counted in ``Scores.transpile_errors`` too."""
+
     @property
     def flagged(self) -> bool:
         """Whether the probe flagged the prediction."""
@@ -136,6 +144,9 @@ class GoldFailure(_JsonMixin):
     gold_sql: str
     """The gold SQL that failed."""
 
+    transpile_failed: bool = False
+    """It failed because sqlglot could not transpile it for the engine (status ``"error"``)."""
+
 
 @dataclass(frozen=True)
 class Scores(_JsonMixin):
@@ -164,6 +175,9 @@ class Scores(_JsonMixin):
 
     timeouts: int
     """Predictions interrupted at the timeout (scored 0)."""
+
+    transpile_errors: int = 0
+    """Of ``errors``, predictions sqlglot could not transpile for the engine (always 0 on SQLite)."""
 
 
 @dataclass(frozen=True)
@@ -294,6 +308,13 @@ class Timings(_JsonMixin):
     patch_ms_total: float
     """Total patch time, in ms."""
 
+    copy_s: float = 0.0
+    """Time spent making sure the engine's copies of the databases are up to date (0 on SQLite),
+    included in ``wall_s``; see ``EvalReport.copies`` for each database."""
+
+    transpile_s: float = 0.0
+    """Time transpiling gold and predictions for the engine, summed over workers (0 on SQLite)."""
+
 
 @dataclass(frozen=True)
 class EvalReport(_JsonMixin):
@@ -319,7 +340,7 @@ class EvalReport(_JsonMixin):
     """Per-query timeout, in seconds; None for none."""
 
     baseline: Scores
-    """Scores of the predictions as raw SQLite runs them."""
+    """Scores of the predictions as the raw engine runs them (no guard)."""
 
     guarded: Scores
     """Scores of the rows the guarded connection served."""
@@ -350,6 +371,44 @@ class EvalReport(_JsonMixin):
 
     pairs: tuple[PairRecord, ...]
     """Every evaluated pair, in gold order, with both verdicts before and after the guard."""
+
+    engine: str = "sqlite"
+    """The engine the queries ran on: ``"sqlite"`` (the files themselves), ``"duckdb"`` or
+    ``"postgres"`` (copies of them, with every query transpiled from SQLite by sqlglot)."""
+
+    copies: tuple[DatabaseCopy, ...] = ()
+    """For DuckDB and PostgreSQL: each database's copy, whether it was made or reused, and what could
+    not be copied faithfully."""
+
+
+@dataclass(frozen=True)
+class DatabaseCopy(_JsonMixin):
+    """A SQLite database's copy on another engine (see ``guarded_sqlite.evaluation.copy``)."""
+
+    db_id: str
+    """The database."""
+
+    engine: str
+    """``"duckdb"`` or ``"postgres"``."""
+
+    target: str
+    """The DuckDB file, or the PostgreSQL schema."""
+
+    action: str
+    """``"copied"`` (made now) or ``"reused"`` (an up-to-date copy existed)."""
+
+    seconds: float
+    """Time this run spent on it: the whole copy, or just the up-to-date check."""
+
+    tables: int
+    """Tables copied."""
+
+    rows: int
+    """Rows copied, over all tables."""
+
+    notes: tuple[str, ...]
+    """What is not an exact copy: values that changed type, mixed-type columns stored as text, text
+    that was not UTF-8, primary keys or views that could not be created."""
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,20 @@ per database it has seen, so a database is opened at most once per worker. Per p
 3. when the guard changed nothing, those rows *are* the baseline; only patched predictions are re-run
    raw to get the baseline rows.
 
-Timeouts are enforced inside SQLite: a progress handler returns non-zero once the deadline passes,
-which interrupts the statement (``OperationalError: interrupted``). No thread is ever abandoned.
+Timeouts are enforced by the engine, never by abandoning a thread. SQLite: a progress handler
+returns non-zero once the deadline passes, which interrupts the statement (``OperationalError:
+interrupted``). DuckDB: a watchdog thread calls the connection's ``interrupt()``. PostgreSQL: the session's
+``statement_timeout``, which the server enforces on every statement, the guard's own re-runs included.
+One gap: on DuckDB the guard re-runs a patched query on a duplicate cursor of the connection
+(``engines.DuckDBEngine.read_only_fetch``, without a time limit for patches), and ``interrupt()`` on the
+connection does not reach it; such a re-run, of a query that just finished within the limit, is not
+bounded by the timeout.
+
+On DuckDB and PostgreSQL the queries run on copies of the SQLite databases (``copy``), made or
+checked in this process before any worker starts, and every gold and predicted query is transpiled
+from SQLite first (``transpile``). Each worker opens its own connections: one read-only DuckDB
+connection per database file, or one PostgreSQL connection whose ``search_path`` is switched to the
+database's schema for each chunk, with ``default_transaction_read_only`` on.
 
 For ``sweep`` the same pass also replays the predictions that some threshold of the grid could
 change, once per threshold, through the guard with that threshold's policy.
@@ -21,8 +33,10 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import re
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -35,9 +49,13 @@ from ..probe import mentions_distinct, removal_can_commit
 from ..proxy import GuardedConnection, GuardedCursor
 from ..report import GuardReport
 from . import metrics
-from .loaders import Pair, PathLike, exclude_databases, load_pairs, locate_databases, open_read_only
+from .copy import DEFAULT_PG_SCHEMA_PREFIX
+from .loaders import InputError, Pair, PathLike, exclude_databases, load_pairs, locate_databases, open_read_only
 from .progress import ProgressBar
-from .report import EvalReport, GoldFailure, PairRecord, SweepOutcome, Timings
+from .report import DatabaseCopy, EvalReport, GoldFailure, PairRecord, SweepOutcome, Timings
+
+ENGINES = ("sqlite", "duckdb", "postgres")
+"""Where ``evaluate`` can run the queries: the SQLite files, or their DuckDB or PostgreSQL copies."""
 
 TAU_FLOOR = 1e-9
 """``GuardPolicy`` needs ``tau_inject > 0``; a grid's 0.00 runs as this, which flags every result
@@ -60,11 +78,52 @@ class SweepGrid:
 
 
 @dataclass(frozen=True)
+class EngineSpec:
+    """The engine an evaluation runs on and how to reach it."""
+
+    name: str = "sqlite"
+    """``"sqlite"``, ``"duckdb"`` or ``"postgres"``."""
+
+    pg_dsn: Optional[str] = None
+    """PostgreSQL: the libpq connection string or URI of the server holding the copies."""
+
+    cache_dir: Optional[str] = None
+    """DuckDB: the folder of the ``.duckdb`` copies (None: ``copy.default_cache_dir()``)."""
+
+    pg_schema_prefix: str = DEFAULT_PG_SCHEMA_PREFIX
+    """PostgreSQL: a database's copy lives in schema ``<prefix><db_id>``."""
+
+
+SQLITE_ENGINE = EngineSpec()
+
+
+def resolve_engine(
+    engine: str = "sqlite",
+    pg_dsn: Optional[str] = None,
+    cache_dir: Optional[PathLike] = None,
+    pg_schema_prefix: str = DEFAULT_PG_SCHEMA_PREFIX,
+) -> EngineSpec:
+    """Check the engine options (``InputError`` for unusable ones)."""
+    name = engine.lower() if isinstance(engine, str) else engine
+    if name == "postgresql":
+        name = "postgres"
+    if name not in ENGINES:
+        raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if name == "postgres" and not pg_dsn:
+        raise InputError("engine 'postgres' needs a PostgreSQL connection string (--pg-dsn / pg_dsn=)")
+    if name != "postgres" and pg_dsn:
+        raise InputError("--pg-dsn / pg_dsn= is only used with engine 'postgres'")
+    if name != "duckdb" and cache_dir is not None:
+        raise InputError("--cache-dir / cache_dir= is only used with engine 'duckdb'")
+    return EngineSpec(name, pg_dsn or None, None if cache_dir is None else str(cache_dir), pg_schema_prefix)
+
+
+@dataclass(frozen=True)
 class Task:
     """A chunk of pairs on one database, executed by one worker."""
 
     db_path: str
-    """The database file."""
+    """The SQLite database file."""
 
     pairs: tuple[Pair, ...]
     """The pairs, with identical gold SQL kept in the same chunk so it runs once."""
@@ -77,6 +136,15 @@ class Task:
 
     grid: Optional[SweepGrid]
     """Sweep thresholds, or None for a plain evaluation."""
+
+    engine: EngineSpec = SQLITE_ENGINE
+    """The engine the queries run on."""
+
+    target: Optional[str] = None
+    """DuckDB: the copy's file; PostgreSQL: the copy's schema; None on SQLite."""
+
+    names: frozenset[str] = frozenset()
+    """The database's table and column names, for transpiling (SQLite's double-quoted strings)."""
 
 
 @dataclass
@@ -93,6 +161,7 @@ class TaskResult:
     gold_s: float = 0.0
     pred_s: float = 0.0
     rerun_s: float = 0.0
+    transpile_s: float = 0.0
 
 
 class _Deadline:
@@ -124,32 +193,61 @@ class _Run(NamedTuple):
     error: Optional[str]
     seconds: float
     report: Optional[GuardReport]
+    transpile_failed: bool = False
+
+
+_EMPTY_PREDICTION = _Run(None, "error", "empty prediction", 0.0, None)
+# sqlite3 "runs" a blank statement and returns no rows, which would pass against an empty gold
+# result; no SQL is never a correct answer.
 
 
 class _Session:
-    """One read-only database in a worker: the raw connection, its deadline, guarded views."""
+    """One connection in a worker: the raw connection, guarded views of it, and timed execution."""
+
+    raw: Any
+
+    def __init__(self) -> None:
+        self._guarded: dict[GuardPolicy, Any] = {}
+
+    def enter(self, task: Task) -> None:
+        """Prepare the connection for a task's database (PostgreSQL switches schema)."""
+
+    def guarded(self, policy: GuardPolicy) -> Any:
+        con = self._guarded.get(policy)
+        if con is None:
+            con = self._guarded[policy] = self._wrap(policy)
+        return con
+
+    def _wrap(self, policy: GuardPolicy) -> Any:
+        return wrap(self.raw, guard=policy)
+
+    def run(self, con: Any, sql: str, timeout: Optional[float]) -> _Run:
+        """Execute and fetch ``sql`` on ``con`` (raw or guarded) within the timeout."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class _SQLiteSession(_Session):
+    """One read-only SQLite database; a progress handler enforces the deadline."""
 
     def __init__(self, path: str) -> None:
+        super().__init__()
         self.raw = open_read_only(path)
         self.deadline = _Deadline()
         self.raw.set_progress_handler(self.deadline, _PROGRESS_INSTRUCTIONS)
-        self._guarded: dict[GuardPolicy, GuardedConnection] = {}
 
-    def guarded(self, policy: GuardPolicy) -> GuardedConnection:
-        con = self._guarded.get(policy)
-        if con is None:
-            con = self._guarded[policy] = wrap(self.raw, guard=policy)
-            # Registered through the guarded connection too, so that anything the guard runs under a
-            # time limit of its own puts our deadline back afterwards.
-            con.set_progress_handler(self.deadline, _PROGRESS_INSTRUCTIONS)
+    def _wrap(self, policy: GuardPolicy) -> GuardedConnection:
+        con = wrap(self.raw, guard=policy)
+        # Registered through the guarded connection too, so that anything the guard runs under a
+        # time limit of its own puts our deadline back afterwards.
+        con.set_progress_handler(self.deadline, _PROGRESS_INSTRUCTIONS)
         return con
 
     def run(self, con: Union[sqlite3.Connection, GuardedConnection], sql: str, timeout: Optional[float]) -> _Run:
-        """Execute and fetch ``sql`` on ``con`` (raw or guarded) within the timeout."""
         if not sql.strip():
-            # sqlite3 "runs" a blank statement and returns no rows, which would pass against an
-            # empty gold result; no SQL is never a correct answer.
-            return _Run(None, "error", "empty prediction", 0.0, None)
+            return _EMPTY_PREDICTION
         cursor = con.cursor()
         started = time.perf_counter()
         self.deadline.arm(timeout)
@@ -172,27 +270,242 @@ class _Session:
             self.raw.rollback()
         return _Run(rows, status, error, seconds, report)
 
+
+_MENTIONS_TRANSACTION = re.compile(r"\b(begin|transaction)\b", re.IGNORECASE)
+
+
+class _Watchdog:
+    """A thread that calls ``interrupt()`` once an armed deadline passes.
+
+    One long-lived thread per connection. Starting a ``threading.Timer`` per query would cost about
+    as much as a small DuckDB query, and so would waking this thread on every ``arm``: instead it
+    keeps sleeping until its planned wake-up, which is never later than the current deadline, and
+    is notified only when a deadline is earlier than that (the first query, a shorter timeout).
+    While nothing is armed it wakes once per timeout period. The lock makes ``disarm`` final: once it
+    returns, that query can no longer be interrupted (an interrupt that lands between statements is
+    ignored by DuckDB).
+    """
+
+    def __init__(self, interrupt: Callable[[], None]) -> None:
+        self._interrupt = interrupt
+        self._condition = threading.Condition()
+        self._deadline: Optional[float] = None
+        self._period: Optional[float] = None
+        self._wake_at: Optional[float] = None
+        self._closed = False
+        self._thread: Optional[threading.Thread] = None
+        self.fired = False
+
+    def arm(self, timeout: Optional[float]) -> None:
+        with self._condition:
+            self.fired = False
+            if timeout is None:
+                return
+            deadline = time.monotonic() + timeout
+            self._deadline, self._period = deadline, timeout
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="guarded-sqlite-eval-timeout", daemon=True)
+                self._thread.start()
+            elif self._wake_at is None or deadline < self._wake_at:
+                self._condition.notify()
+
+    def disarm(self) -> None:
+        with self._condition:
+            self._deadline = None
+
     def close(self) -> None:
+        with self._condition:
+            self._closed = True
+            self._condition.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _watch(self) -> None:
+        with self._condition:
+            while not self._closed:
+                now = time.monotonic()
+                deadline = self._deadline
+                if deadline is not None and now >= deadline:
+                    self._deadline = None
+                    self.fired = True
+                    self._interrupt()
+                    continue
+                if deadline is not None:
+                    self._wake_at = deadline
+                elif self._period is not None:
+                    self._wake_at = now + self._period
+                else:
+                    self._wake_at = None
+                self._condition.wait(None if self._wake_at is None else self._wake_at - now)
+
+
+class _DuckDBSession(_Session):
+    """One DuckDB copy, opened read-only; a watchdog thread calls ``interrupt()`` at the deadline.
+
+    The connection runs one thread: the pool's processes are the parallelism, and a single thread
+    keeps DuckDB's row order deterministic.
+    """
+
+    def __init__(self, path: str) -> None:
+        import duckdb
+
+        super().__init__()
+        self.raw = duckdb.connect(path, read_only=True, config={"threads": 1})
+        self.watchdog = _Watchdog(self.raw.interrupt)
+
+    def run(self, con: Any, sql: str, timeout: Optional[float]) -> _Run:
+        if not sql.strip():
+            return _EMPTY_PREDICTION
+        raw = self.raw
+        started = time.perf_counter()
+        self.watchdog.arm(timeout)
+        try:
+            con.execute(sql)  # a guarded DuckDB connection is its own cursor, as DuckDB's is
+            rows: Optional[list[Any]] = con.fetchall()
+            status, error = "ok", None
+        except Exception as exc:
+            rows = None
+            if self.watchdog.fired:
+                status, error = "timeout", f"interrupted at the {timeout:g} s timeout"
+            else:
+                status, error = "error", _one_line(exc)
+        finally:
+            self.watchdog.disarm()
+        seconds = time.perf_counter() - started
+        report = None if con is raw else con.guard_report
+        if _MENTIONS_TRANSACTION.search(sql):
+            from ..engines import DUCKDB
+
+            if DUCKDB.in_explicit_transaction(raw):  # a predicted BEGIN must not leak
+                raw.execute("ROLLBACK")
+        return _Run(rows, status, error, seconds, report)
+
+    def close(self) -> None:
+        self.watchdog.close()
         self.raw.close()
 
 
-# One session per database file in this process. Worker processes keep theirs until they exit;
-# an in-process run closes them when it ends.
-_SESSIONS: dict[str, _Session] = {}
+class _PostgresSession(_Session):
+    """One PostgreSQL connection per worker, moved between the copies' schemas.
+
+    Autocommit, ``default_transaction_read_only = on`` and the evaluation's ``statement_timeout`` for
+    the whole session: the server cancels any statement past it, the guard's re-runs included.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg
+
+        super().__init__()
+        self.raw = psycopg.connect(dsn, autocommit=True)
+        self.raw.execute("SET default_transaction_read_only = on")
+        self._canceled = psycopg.errors.QueryCanceled
+        self._schema: Optional[str] = None
+        self._timeout: Any = object()
+
+    def enter(self, task: Task) -> None:
+        if task.timeout != self._timeout:
+            value = "0" if task.timeout is None else f"{max(1, round(task.timeout * 1000))}ms"
+            self.raw.execute("SELECT set_config('statement_timeout', %s, false)", (value,))
+            self._timeout = task.timeout
+        if task.target != self._schema:
+            assert task.target is not None
+            self.raw.execute("SELECT set_config('search_path', %s, false)", ('"' + task.target.replace('"', '""') + '"',))
+            self._schema = task.target
+
+    def run(self, con: Any, sql: str, timeout: Optional[float]) -> _Run:
+        if not sql.strip():
+            return _EMPTY_PREDICTION
+        from psycopg.pq import TransactionStatus
+
+        cursor = con.cursor()
+        started = time.perf_counter()
+        try:
+            cursor.execute(sql)
+            rows: Optional[list[Any]] = cursor.fetchall()
+            status, error = "ok", None
+        except self._canceled as exc:
+            rows = None
+            if "statement timeout" in str(exc):
+                status, error = "timeout", f"canceled at the {timeout:g} s statement_timeout"
+            else:
+                status, error = "error", _one_line(exc)
+        except Exception as exc:
+            rows, status, error = None, "error", _one_line(exc)
+        seconds = time.perf_counter() - started
+        report = cursor.guard_report if isinstance(cursor, GuardedCursor) else None
+        cursor.close()
+        if self.raw.info.transaction_status != TransactionStatus.IDLE:  # a predicted BEGIN must not leak
+            self.raw.rollback()
+        return _Run(rows, status, error, seconds, report)
 
 
-def _session(path: str) -> _Session:
-    session = _SESSIONS.get(path)
+def _one_line(error: BaseException) -> str:
+    """``"ExceptionClass: message"`` on one line (DuckDB and PostgreSQL add context lines)."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+# One session per database (SQLite, DuckDB) or per server (PostgreSQL) in this process. Worker
+# processes keep theirs until they exit; an in-process run closes them when it ends.
+_SESSIONS: dict[tuple[str, str], _Session] = {}
+
+
+def _session(task: Task) -> _Session:
+    engine = task.engine.name
+    if engine == "sqlite":
+        key = (engine, task.db_path)
+    elif engine == "duckdb":
+        key = (engine, str(task.target))
+    else:
+        key = (engine, str(task.engine.pg_dsn))
+    session = _SESSIONS.get(key)
     if session is None:
-        session = _SESSIONS[path] = _Session(path)
+        if engine == "sqlite":
+            session = _SQLiteSession(task.db_path)
+        elif engine == "duckdb":
+            session = _DuckDBSession(str(task.target))
+        else:
+            session = _PostgresSession(str(task.engine.pg_dsn))
+        _SESSIONS[key] = session
+    session.enter(task)
     return session
 
 
 def close_sessions() -> None:
-    """Close every database this process opened for evaluation."""
+    """Close every database connection this process opened for evaluation."""
     while _SESSIONS:
         _, session = _SESSIONS.popitem()
         session.close()
+
+
+class _Prepared(NamedTuple):
+    """A query ready for the engine, or why it is not."""
+
+    sql: Optional[str]
+    failure: Optional[_Run]
+
+
+class _Transpiler:
+    """Transpiles a task's queries for its engine (identity on SQLite), timing the work."""
+
+    def __init__(self, task: Task, result: TaskResult) -> None:
+        self.engine = task.engine.name
+        self.names = task.names
+        self.result = result
+
+    def __call__(self, sql: str) -> _Prepared:
+        if self.engine == "sqlite" or not sql.strip():
+            return _Prepared(sql, None)
+        from .transpile import NotOneStatement, TranspileError, transpile
+
+        started = time.perf_counter()
+        try:
+            return _Prepared(transpile(sql, self.engine, self.names), None)
+        except TranspileError as error:
+            return _Prepared(None, _Run(None, "error", f"TranspileError: {error}", 0.0, None, True))
+        except NotOneStatement as error:
+            return _Prepared(None, _Run(None, "error", f"NotOneStatement: {error}", 0.0, None))
+        finally:
+            self.result.transpile_s += time.perf_counter() - started
 
 
 def _sweep_policies(grid: SweepGrid) -> tuple[dict[float, GuardPolicy], dict[float, GuardPolicy]]:
@@ -203,27 +516,42 @@ def _sweep_policies(grid: SweepGrid) -> tuple[dict[float, GuardPolicy], dict[flo
 
 def run_task(task: Task) -> TaskResult:
     """Evaluate one chunk of pairs (runs in a worker process, or inline for ``workers=1``)."""
-    session = _session(task.db_path)
+    session = _session(task)
     guarded = session.guarded(task.policy)
     result = TaskResult()
+    prepare = _Transpiler(task, result)
+    on_sqlite = task.engine.name == "sqlite"
     gold_cache: dict[str, Union[metrics.GoldRows, _Run]] = {}
     sweep_policies = _sweep_policies(task.grid) if task.grid is not None else None
     for pair in task.pairs:
         gold = gold_cache.get(pair.gold_sql)
         if gold is None:
-            executed = session.run(session.raw, pair.gold_sql, task.timeout)
-            result.queries += 1
-            result.gold_s += executed.seconds
+            gold_sql = prepare(pair.gold_sql)
+            if gold_sql.sql is None:
+                assert gold_sql.failure is not None
+                executed = gold_sql.failure
+            else:
+                executed = session.run(session.raw, gold_sql.sql, task.timeout)
+                result.queries += 1
+                result.gold_s += executed.seconds
             # A failed gold is cached too, so its other pairs are excluded without running it again.
             gold = gold_cache[pair.gold_sql] = metrics.GoldRows(executed.rows) if executed.rows is not None else executed
         if isinstance(gold, _Run):
             reason = gold.error or "failed"
-            result.gold_failures.append(GoldFailure(pair.index, pair.db_id, gold.status, reason, pair.gold_sql))
+            result.gold_failures.append(
+                GoldFailure(pair.index, pair.db_id, gold.status, reason, pair.gold_sql, gold.transpile_failed)
+            )
             continue
 
-        served = session.run(guarded, pair.pred_sql, task.timeout)
-        result.queries += 1
-        result.pred_s += served.seconds
+        pred = prepare(pair.pred_sql)
+        engine_sql = pred.sql
+        if engine_sql is None:
+            assert pred.failure is not None
+            served = pred.failure
+        else:
+            served = session.run(guarded, engine_sql, task.timeout)
+            result.queries += 1
+            result.pred_s += served.seconds
         report = served.report
         baseline_rows = served.rows
         guarded_verdicts = (False, False)
@@ -231,8 +559,9 @@ def run_task(task: Task) -> TaskResult:
         if served.rows is not None:
             guarded_verdicts = baseline_verdicts = gold.verdicts(served.rows)
             if report is not None and report.action != "none":
-                # The guard served rewritten rows; the baseline is what raw SQLite returns.
-                raw = session.run(session.raw, pair.pred_sql, task.timeout)
+                # The guard served rewritten rows; the baseline is what the raw engine returns.
+                assert engine_sql is not None
+                raw = session.run(session.raw, engine_sql, task.timeout)
                 result.queries += 1
                 result.rerun_s += raw.seconds
                 baseline_rows = raw.rows
@@ -258,10 +587,12 @@ def run_task(task: Task) -> TaskResult:
             exec_ms=round(served.seconds * 1000, 4),
             detect_us=None if report is None or report.detect_us is None else round(report.detect_us, 3),
             patch_ms=None if report is None or report.patch_ms is None else round(report.patch_ms, 4),
+            engine_sql=None if on_sqlite else engine_sql,
+            transpile_failed=served.transpile_failed,
         )
         result.records.append(record)
-        if sweep_policies is not None and task.grid is not None and served.rows is not None:
-            _replay_for_sweep(session, task, pair, record, gold, sweep_policies, result)
+        if sweep_policies is not None and task.grid is not None and served.rows is not None and engine_sql is not None:
+            _replay_for_sweep(session, task, pair, engine_sql, record, gold, sweep_policies, result)
     return result
 
 
@@ -276,6 +607,7 @@ def _replay_for_sweep(
     session: _Session,
     task: Task,
     pair: Pair,
+    engine_sql: str,
     record: PairRecord,
     gold: metrics.GoldRows,
     policies: tuple[dict[float, GuardPolicy], dict[float, GuardPolicy]],
@@ -302,7 +634,7 @@ def _replay_for_sweep(
         ("P2", p2_taus, p2_policies, "distinct_removed"),
     ):
         for tau in taus:
-            replay = session.run(session.guarded(table[tau]), pair.pred_sql, task.timeout)
+            replay = session.run(session.guarded(table[tau]), engine_sql, task.timeout)
             result.replays += 1
             if replay.rows is None or replay.report is None or replay.report.action != action:
                 continue
@@ -319,12 +651,20 @@ def plan_tasks(
     timeout: Optional[float],
     grid: Optional[SweepGrid],
     workers: int,
+    engine: EngineSpec = SQLITE_ENGINE,
+    targets: Optional[dict[str, tuple[str, frozenset[str]]]] = None,
 ) -> list[Task]:
     """Cut the pairs into per-database chunks, largest first (so the pool finishes evenly).
 
     Chunks are small enough for a few per worker and a smooth progress bar, and pairs sharing a gold
-    SQL stay together so each gold query runs once.
+    SQL stay together so each gold query runs once. ``targets``: for DuckDB and PostgreSQL, each
+    database's copy (file or schema) and its table and column names.
     """
+
+    def task(db_id: str, chunk_pairs: list[Pair]) -> Task:
+        target, names = (targets or {}).get(db_id, (None, frozenset()))
+        return Task(str(paths[db_id]), tuple(chunk_pairs), policy, timeout, grid, engine, target, names)
+
     chunk = max(8, min(64, math.ceil(len(pairs) / max(1, workers * 4))))
     by_db: dict[str, dict[str, list[Pair]]] = {}
     for pair in pairs:
@@ -334,11 +674,11 @@ def plan_tasks(
         current: list[Pair] = []
         for same_gold in groups.values():
             if current and len(current) + len(same_gold) > chunk:
-                tasks.append(Task(str(paths[db_id]), tuple(current), policy, timeout, grid))
+                tasks.append(task(db_id, current))
                 current = []
             current.extend(same_gold)
         if current:
-            tasks.append(Task(str(paths[db_id]), tuple(current), policy, timeout, grid))
+            tasks.append(task(db_id, current))
     tasks.sort(key=lambda task: len(task.pairs), reverse=True)
     return tasks
 
@@ -419,8 +759,9 @@ def run(
     exclude_db: Iterable[str] = (),
     progress: Optional[bool] = None,
     grid: Optional[SweepGrid] = None,
+    engine: EngineSpec = SQLITE_ENGINE,
 ) -> tuple[EvalReport, list[TaskResult]]:
-    """Load, check, execute and summarise: the shared engine of ``evaluate`` and ``sweep``."""
+    """Load, check, copy if needed, execute and summarise: the shared engine of ``evaluate`` and ``sweep``."""
     started = time.perf_counter()
     policy = resolve_eval_policy(guard)
     timeout = resolve_timeout(timeout)
@@ -429,7 +770,16 @@ def run(
     excluded = tuple(sorted(set(exclude_db)))
     pairs, excluded_pairs = exclude_databases(pairs, excluded)
     paths = locate_databases(db_root, (pair.db_id for pair in pairs))
-    tasks = plan_tasks(pairs, paths, policy, timeout, grid, workers)
+    copies: dict[str, DatabaseCopy] = {}
+    targets: Optional[dict[str, tuple[str, frozenset[str]]]] = None
+    copy_started = time.perf_counter()
+    if engine.name != "sqlite":
+        from .copy import prepare_copies, schema_names
+
+        copies = prepare_copies(engine.name, paths, engine.pg_dsn, engine.cache_dir, engine.pg_schema_prefix)
+        targets = {db_id: (copies[db_id].target, schema_names(path)) for db_id, path in paths.items()}
+    copy_s = time.perf_counter() - copy_started if engine.name != "sqlite" else 0.0
+    tasks = plan_tasks(pairs, paths, policy, timeout, grid, workers, engine, targets)
     used_workers = 1 if workers <= 1 or len(tasks) <= 1 else min(workers, len(tasks))
     bar = ProgressBar(len(pairs), label="sweep" if grid is not None else "eval", stream=sys.stderr, enabled=progress)
     try:
@@ -437,7 +787,10 @@ def run(
     finally:
         bar.close()
     inputs = {"db_root": str(db_root), "gold": _describe_input(gold), "pred": _describe_input(pred)}
-    report = summarise(results, policy, timeout, excluded, excluded_pairs, used_workers, time.perf_counter() - started, inputs)
+    report = summarise(
+        results, policy, timeout, excluded, excluded_pairs, used_workers, time.perf_counter() - started, inputs,
+        engine=engine.name, copies=tuple(copies[db_id] for db_id in sorted(copies)), copy_s=copy_s,
+    )
     return report, results
 
 
@@ -454,6 +807,9 @@ def summarise(
     workers: int,
     wall_s: float,
     inputs: Optional[dict[str, Optional[str]]] = None,
+    engine: str = "sqlite",
+    copies: tuple[DatabaseCopy, ...] = (),
+    copy_s: float = 0.0,
 ) -> EvalReport:
     """Assemble the ``EvalReport`` from the workers' records."""
     records = sorted((r for result in results for r in result.records), key=lambda r: r.index)
@@ -472,6 +828,8 @@ def summarise(
         patch_ms_median=metrics.median(patch),
         patch_ms_p90=metrics.quantile(patch, 0.9),
         patch_ms_total=round(sum(patch), 4),
+        copy_s=round(copy_s, 4),
+        transpile_s=round(sum(result.transpile_s for result in results), 4),
     )
     return EvalReport(
         n=len(records),
@@ -491,4 +849,6 @@ def summarise(
         excluded_db_ids=excluded_db_ids,
         excluded_pairs=excluded_pairs,
         pairs=tuple(records),
+        engine=engine,
+        copies=copies,
     )

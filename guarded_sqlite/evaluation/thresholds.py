@@ -23,7 +23,7 @@ from ..policy import DEFAULT_POLICY
 from . import metrics
 from .loaders import InputError, PathLike
 from .report import CrossValidation, Fold, SweepOutcome, SweepReport, SweepRow
-from .runner import SweepGrid, run
+from .runner import SweepGrid, resolve_engine, run
 
 DEFAULT_P1_TAUS: tuple[float, ...] = tuple(round(0.05 * step, 2) for step in range(20))
 """0.00, 0.05, ..., 0.95 (the deployed 0.80 included); 0.00 means "any duplicate row"."""
@@ -104,17 +104,22 @@ def sweep(
     p2_taus: Iterable[float] = DEFAULT_P2_TAUS,
     plot: Optional[PathLike] = None,
     progress: Optional[bool] = None,
+    engine: str = "sqlite",
+    pg_dsn: Optional[str] = None,
+    cache_dir: Optional[PathLike] = None,
+    pg_schema_prefix: str = "spider_",
 ) -> SweepReport:
     """Sweep P1's ``tau_inject`` and P2's ``tau_remove``, cross-validate both, optionally plot.
 
-    Takes the same inputs as ``evaluate``; the returned report also holds the ordinary evaluation at
-    the default operating point, from the same run. ``plot`` writes a PNG of net gain against the
+    Takes the same inputs as ``evaluate`` (engine options included); the returned report also holds
+    the ordinary evaluation at the default operating point, from the same run. ``plot`` writes a PNG of net gain against the
     threshold (needs matplotlib: ``pip install 'guarded-sqlite[plot]'``; checked before any query runs).
     """
     grid = SweepGrid(check_grid(p1_taus, "P1"), check_grid(p2_taus, "P2"))
+    spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)
     if plot is not None:
         require_matplotlib()
-    evaluation, results = run(db_root, gold, pred, "patch", timeout, workers, exclude_db, progress, grid)
+    evaluation, results = run(db_root, gold, pred, "patch", timeout, workers, exclude_db, progress, grid, engine=spec)
     outcomes = [o for result in results for o in result.outcomes]
     p1 = [o for o in outcomes if o.rule == "P1"]
     p2 = [o for o in outcomes if o.rule == "P2"]

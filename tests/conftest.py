@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 
@@ -43,3 +44,30 @@ def raw() -> Iterator[sqlite3.Connection]:
     fill_fanout(con)
     yield con
     con.close()
+
+
+REQUIRE_POSTGRES = os.environ.get("GUARDED_SQLITE_REQUIRE_POSTGRES") == "1"
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A libpq DSN of one throwaway PostgreSQL server shared by the whole test session.
+
+    Skips with the reason when psycopg or the server binaries are missing, unless
+    GUARDED_SQLITE_REQUIRE_POSTGRES=1 (CI), where that is a failure.
+    """
+    from .pg_server import postgres_server, server_binaries
+
+    missing = None
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing = "psycopg is not installed"
+    if missing is None and server_binaries() is None:
+        missing = "PostgreSQL server binaries (pg_ctl, initdb) not found"
+    if missing is not None:
+        if REQUIRE_POSTGRES:
+            pytest.fail(f"{missing}, and GUARDED_SQLITE_REQUIRE_POSTGRES=1 requires PostgreSQL")
+        pytest.skip(f"{missing}; set GUARDED_SQLITE_REQUIRE_POSTGRES=1 to make this a failure")
+    with postgres_server() as dsn:
+        yield dsn

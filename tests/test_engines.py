@@ -8,7 +8,6 @@ own schema. Without the server binaries the PostgreSQL tests skip, unless
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -25,10 +24,8 @@ import guarded_sqlite
 from guarded_sqlite import DupRatioSelector, GuardPolicy
 
 from .conftest import EXPLODING_SQL, FANOUT_SCHEMA, fill_fanout
-from .pg_server import postgres_server, server_binaries
 
 ENGINES = ["sqlite", "duckdb", "postgres"]
-REQUIRE_POSTGRES = os.environ.get("GUARDED_SQLITE_REQUIRE_POSTGRES") == "1"
 
 GOOD = "SELECT name FROM customers WHERE id IN (SELECT customer_id FROM orders) ORDER BY name"
 EMPTY = "SELECT name FROM customers WHERE id < 0"
@@ -47,24 +44,6 @@ INTERRUPTED = {"sqlite": "interrupted", "duckdb": "Interrupt", "postgres": "Quer
 
 
 # --- PostgreSQL: one server per session, one schema per test --------------------------------------
-
-
-@pytest.fixture(scope="session")
-def pg_dsn() -> Iterator[str]:
-    """A libpq DSN of a throwaway PostgreSQL server shared by every test of the session."""
-    missing = None
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        missing = "psycopg is not installed"
-    if missing is None and server_binaries() is None:
-        missing = "PostgreSQL server binaries (pg_ctl, initdb) not found"
-    if missing is not None:
-        if REQUIRE_POSTGRES:
-            pytest.fail(f"{missing}, and GUARDED_SQLITE_REQUIRE_POSTGRES=1 requires PostgreSQL")
-        pytest.skip(f"{missing}; set GUARDED_SQLITE_REQUIRE_POSTGRES=1 to make this a failure")
-    with postgres_server() as dsn:
-        yield dsn
 
 
 class PgSchema:

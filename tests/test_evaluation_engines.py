@@ -13,7 +13,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,31 +30,11 @@ from guarded_sqlite.evaluation.copy import (
 )
 from guarded_sqlite.evaluation.transpile import NotOneStatement, TranspileError, transpile
 
-from .pg_server import postgres_server, server_binaries
 
-REQUIRE_POSTGRES = os.environ.get("GUARDED_SQLITE_REQUIRE_POSTGRES") == "1"
 ENGINES = ["duckdb", "postgres"]
 
 # --------------------------------------------------------------------------------------------------
 # Fixtures and helpers
-
-
-@pytest.fixture(scope="module")
-def pg_dsn() -> Iterator[str]:
-    """One throwaway PostgreSQL server for this module."""
-    missing = None
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        missing = "psycopg is not installed"
-    if missing is None and server_binaries() is None:
-        missing = "PostgreSQL server binaries (pg_ctl, initdb) not found"
-    if missing is not None:
-        if REQUIRE_POSTGRES:
-            pytest.fail(f"{missing}, and GUARDED_SQLITE_REQUIRE_POSTGRES=1 requires PostgreSQL")
-        pytest.skip(f"{missing}; set GUARDED_SQLITE_REQUIRE_POSTGRES=1 to make this a failure")
-    with postgres_server() as dsn:
-        yield dsn
 
 
 @pytest.fixture(params=ENGINES)

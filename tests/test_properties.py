@@ -227,7 +227,7 @@ class _Gen:
             return self.param()
         if kind == "window":
             shape.window = True
-            return self.pick([f"count(*) OVER ()", f"max({x}.k) OVER (PARTITION BY {x}.a)", f"sum({x}.k) OVER ()"])
+            return self.pick(["count(*) OVER ()", f"max({x}.k) OVER (PARTITION BY {x}.a)", f"sum({x}.k) OVER ()"])
         t = self.pick(self.tables)
         # An aggregate inside a scalar subquery does not make the outer query an aggregate query.
         return f"({self.kw('SELECT')} count(*) {self.kw('FROM')} {t} AS s {self.kw('WHERE')} s.k = {x}.k)"

@@ -197,6 +197,19 @@ class DuckDBEngine(Engine):
             return False
         return bool(statements) and statements[-1].type != duckdb.StatementType.SELECT
 
+    def scan_callers_frames(self, raw: Any) -> None:
+        """Let DuckDB find DataFrames named in a query in the caller's frame, past the guard's frames.
+
+        DuckDB resolves ``SELECT * FROM df`` by looking at the Python frame that called ``execute``:
+        through the proxy, that is the guard's. ``python_scan_all_frames`` (DuckDB's former default)
+        makes it look further out, where the caller's variables are. Checked through
+        ``duckdb_settings()`` first, because a failing ``SET`` would abort a transaction the caller has
+        open.
+        """
+        available = raw.execute("SELECT count(*) FROM duckdb_settings() WHERE name = 'python_scan_all_frames'").fetchone()
+        if available and available[0]:
+            raw.execute("SET python_scan_all_frames = true")
+
     def in_explicit_transaction(self, raw: Any) -> bool:
         """Autocommit gives every statement a new transaction id; inside BEGIN they repeat."""
         try:
@@ -216,6 +229,7 @@ class DuckDBEngine(Engine):
         # Outside a transaction every change is committed, so a duplicate cursor sees the same data,
         # and the caller's own result and description stay untouched.
         cursor = raw.cursor()
+        self.scan_callers_frames(cursor)  # a duplicate connection does not inherit the setting
         timer = threading.Timer(time_limit, cursor.interrupt) if time_limit is not None else None
         try:
             cursor.execute("BEGIN TRANSACTION READ ONLY")

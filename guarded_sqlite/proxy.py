@@ -408,6 +408,7 @@ class GuardedDuckDBConnection(GuardedCursor):
 
         super().__init__(raw)
         self._self_guard = ConnectionGuard(policy, DUCKDB, self, single_thread=False)
+        DUCKDB.scan_callers_frames(raw)
 
     @property
     def guard_policy(self) -> GuardPolicy:
@@ -476,6 +477,7 @@ class GuardedDuckDBConnection(GuardedCursor):
             raw.execute(sql) if parameters is _NO_PARAMETERS else raw.execute(sql, parameters)
             return getattr(raw, method)(*args, **kwargs)
         duplicate = raw.cursor()
+        self._self_guard.engine.scan_callers_frames(duplicate)  # type: ignore[attr-defined]
         try:
             duplicate.execute("BEGIN TRANSACTION READ ONLY")
             duplicate.execute(sql) if parameters is _NO_PARAMETERS else duplicate.execute(sql, parameters)

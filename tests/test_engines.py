@@ -762,3 +762,18 @@ print("ok")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_duckdb_queries_can_name_the_callers_dataframes() -> None:
+    """DuckDB's replacement scans find a pandas DataFrame named in the query in the caller's frame,
+    through the proxy, as they do on a raw connection."""
+    import duckdb
+    import pandas as pd
+
+    con = guarded_sqlite.wrap(duckdb.connect())
+    local_frame = pd.DataFrame({"a": [1] * 9 + [2]})
+    rows = con.execute("SELECT a FROM local_frame").fetchall()
+    assert local_frame.shape == (10, 1)
+    report = con.guard_report
+    assert report.trigger == "cartesian_explosion" and report.dup_ratio == 0.8
+    assert sorted(rows) == [(1,), (2,)] and report.action == "distinct_injected"

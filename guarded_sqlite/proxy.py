@@ -67,12 +67,15 @@ class ConnectionGuard:
         self.proxy = proxy
         self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
         self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
-        # The caller's progress handler (set through this proxy), restored after a candidate's time limit.
+        # The caller's SQLite progress handler (set through this proxy), restored after the time limit of
+        # a guard re-execution.
         self.progress_handler: tuple[Any, int] = (None, 0)
 
 
 class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
-    """A ``sqlite3.Connection`` whose cursors probe, and in patch mode repair, every query result."""
+    """A ``sqlite3.Connection`` (or ``psycopg.Connection``) whose cursors probe, and in patch mode
+    repair, every query result. ``executescript``, ``backup`` and ``set_progress_handler`` are
+    sqlite3's and delegate to the driver like everything else."""
 
     _self_guard: ConnectionGuard
 
@@ -110,7 +113,7 @@ class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
         return self.__wrapped__(*args, **kwargs)
 
     def set_progress_handler(self, progress_handler: Any, n: int) -> None:
-        # Remembered so that a candidate's time limit can put it back afterwards.
+        # Remembered so that the time limit of a guard re-execution can put it back afterwards.
         self.__wrapped__.set_progress_handler(progress_handler, n)
         self._self_guard.progress_handler = (progress_handler, n)
 

@@ -87,6 +87,19 @@ def _parser() -> argparse.ArgumentParser:
     _add_inputs(evaluate)
     evaluate.add_argument("--guard", choices=("patch", "observe"), default="patch",
                           help="patch: probe and repair (default); observe: probe only")
+    rescue = evaluate.add_argument_group(
+        "rescue", "Replay each flagged prediction with candidate SQLs, letting a rescuer pick one (questions "
+        "and BIRD evidence come from the gold JSON). The other options here need --candidates.")
+    rescue.add_argument("--candidates", type=Path, metavar="FILE",
+                        help="JSON list or object: index (as in the predictions) -> list of candidate SQL strings")
+    rescue.add_argument("--order", choices=("rescue_first", "patch_first"), default=None,
+                        help="rescue_first: rescue, then patch the chosen candidate (default); patch_first: the reverse")
+    rescue.add_argument("--rescue", choices=("dup_ratio", "llm"), default=None,
+                        help="dup_ratio: DupRatioSelector, no model (default); llm: the paper's LLM judge via litellm")
+    rescue.add_argument("--llm-model", metavar="MODEL", help="llm: litellm model name, e.g. openai/gpt-4o-mini")
+    rescue.add_argument("--llm-api-base", metavar="URL", help="llm: an OpenAI-compatible server's base URL")
+    rescue.add_argument("--llm-api-key", metavar="KEY", help="llm: API key (default: $OPENAI_API_KEY)")
+    rescue.add_argument("--llm-timeout", type=_positive_float, metavar="SECONDS", help="llm: per-call timeout (default: 10)")
 
     sweep = commands.add_parser(
         "sweep",
@@ -135,6 +148,8 @@ def _evaluate(args: argparse.Namespace) -> int:
             report = evaluate(
                 args.db_root, args.gold, args.pred, guard=args.guard,
                 timeout=args.timeout, workers=args.workers, exclude_db=args.exclude_db, **engine,
+                candidates=args.candidates, order=args.order, rescue=args.rescue, llm_model=args.llm_model,
+                llm_api_base=args.llm_api_base, llm_api_key=args.llm_api_key, llm_timeout=args.llm_timeout,
             )
             text = format_eval(report)
         else:

@@ -279,7 +279,7 @@ class LLMRescue:
     input_cost_per_token: Optional[float] = None
     output_cost_per_token: Optional[float] = None
     prompt_template: str = field(default=PAPER_PROMPT, repr=False)
-    completion_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    completion_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)
 
     def describe(self) -> str:
         return f"LLMRescue({self.model})"

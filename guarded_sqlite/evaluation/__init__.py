@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional
 if TYPE_CHECKING:
     from ..policy import GuardSpec
     from .loaders import GoldItem, InputError, Pair, PathLike, Prediction, load_gold, load_predictions
-    from .report import DatabaseCopy, EvalReport, PairRecord, SweepReport
+    from .report import DatabaseCopy, EvalReport, PairRecord, RescueStats, SweepReport
     from .thresholds import PlotUnavailable, sweep
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "SweepReport",
     "PairRecord",
     "DatabaseCopy",
+    "RescueStats",
     "InputError",
     "PlotUnavailable",
     "GoldItem",
@@ -59,6 +60,14 @@ def evaluate(
     pg_dsn: Optional[str] = None,
     cache_dir: Optional["PathLike"] = None,
     pg_schema_prefix: str = "spider_",
+    *,
+    candidates: Any = None,
+    order: Optional[str] = None,
+    rescue: Any = None,
+    llm_model: Optional[str] = None,
+    llm_api_base: Optional[str] = None,
+    llm_api_key: Optional[str] = None,
+    llm_timeout: Optional[float] = None,
 ) -> "EvalReport":
     """Score predictions against gold SQL, raw and through the guard, on ``<db_root>/<db_id>/<db_id>.sqlite``.
 
@@ -77,13 +86,26 @@ def evaluate(
     and predicted query is transpiled from SQLite with sqlglot, and a prediction that cannot be
     transpiled scores 0 and is counted in ``transpile_errors``.
 
+    ``candidates``: a JSON file, list or mapping of index -> list of candidate SQLs (a missing index
+    or ``[]``: no rescue for that pair). The guarded replay passes each pair's candidates, with the
+    gold's ``question`` and ``evidence`` (BIRD) as question and hint, to ``execute``; candidates are
+    transpiled like predictions, and one that cannot be is dropped and counted. ``rescue``:
+    ``"dup_ratio"`` (default, ``DupRatioSelector()``), ``"llm"`` (``LLMRescue(llm_model, llm_api_base,
+    llm_api_key or $OPENAI_API_KEY, llm_timeout)``) or a rescuer object; ``order``: ``"rescue_first"``
+    (default) or ``"patch_first"``. These apply only with ``candidates``; the report's ``rescue``
+    section and each pair's ``rescue_*`` fields say what happened. A rescuer object must pickle when
+    ``workers`` > 1.
+
     Databases are opened read-only. Gold queries that fail or time out (or cannot be transpiled) are
     excluded from N and listed in ``gold_failures``; failing predictions score 0 and are counted.
     """
     from .runner import resolve_engine, run
 
     spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)
-    report, _ = run(db_root, gold, pred, guard, timeout, workers, exclude_db, progress, engine=spec)
+    rescue_options = {"rescue": rescue, "order": order, "llm_model": llm_model, "llm_api_base": llm_api_base,
+                      "llm_api_key": llm_api_key, "llm_timeout": llm_timeout}
+    report, _ = run(db_root, gold, pred, guard, timeout, workers, exclude_db, progress, engine=spec,
+                    candidates=candidates, rescue_options=rescue_options)
     return report
 
 
@@ -94,6 +116,7 @@ _LAZY = {
     "SweepReport": "report",
     "PairRecord": "report",
     "DatabaseCopy": "report",
+    "RescueStats": "report",
     "InputError": "loaders",
     "GoldItem": "loaders",
     "Prediction": "loaders",

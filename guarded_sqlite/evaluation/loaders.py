@@ -19,6 +19,7 @@ Accepted prediction formats:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -49,6 +50,12 @@ class GoldItem:
 
     difficulty: Optional[str] = None
     """BIRD's difficulty label (``simple``/``moderate``/``challenging``) when the gold file has one."""
+
+    question: Optional[str] = None
+    """The natural-language question (BIRD and Spider ``question``), given to a rescuer."""
+
+    hint: Optional[str] = None
+    """BIRD's ``evidence``, given to a rescuer as the hint."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,15 @@ class Pair:
 
     difficulty: Optional[str] = None
     """The gold's difficulty label, if any."""
+
+    question: Optional[str] = None
+    """The gold's question, if any (passed to the rescuer)."""
+
+    hint: Optional[str] = None
+    """The gold's hint (BIRD ``evidence``), if any (passed to the rescuer)."""
+
+    candidates: tuple[str, ...] = ()
+    """Candidate SQLs for a rescue (``--candidates``); empty: no rescue for this pair."""
 
 
 def _read_text(path: PathLike) -> str:
@@ -129,7 +145,12 @@ def gold_from_json(data: Any, source: str = "gold") -> list[GoldItem]:
         if not isinstance(sql, str) or not isinstance(db_id, str):
             raise InputError(f"{source}: index {index} needs a string 'SQL' (BIRD) or 'query' (Spider) and a string 'db_id'")
         difficulty = entry.get("difficulty")
-        items.append(GoldItem(sql, db_id, None if difficulty is None else str(difficulty)))
+        question, hint = entry.get("question"), entry.get("evidence")
+        items.append(GoldItem(
+            sql, db_id, None if difficulty is None else str(difficulty),
+            question if isinstance(question, str) and question else None,
+            hint if isinstance(hint, str) and hint else None,
+        ))
     return items
 
 
@@ -222,7 +243,7 @@ def pair_up(gold: Sequence[GoldItem], predictions: Sequence[Prediction]) -> list
                 f"prediction {prediction.where} is for db_id {prediction.db_id!r} but gold {index} "
                 f"(line {index + 1}) is for {item.db_id!r}: are the files in the same order?"
             )
-        pairs.append(Pair(index, item.db_id, item.sql, prediction.sql, item.difficulty))
+        pairs.append(Pair(index, item.db_id, item.sql, prediction.sql, item.difficulty, item.question, item.hint))
     return pairs
 
 
@@ -261,7 +282,58 @@ def open_read_only(path: PathLike) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True)
 
 
-def load_pairs(gold: Any, pred: Any) -> list[Pair]:
+def candidates_from_json(data: Any, expected: int, source: str = "candidates") -> dict[int, tuple[str, ...]]:
+    """Candidate lists by pair index from a parsed JSON list or object (index -> list of SQL strings).
+
+    An index may be missing or map to an empty list (or null): that pair gets no rescue.
+    """
+    if isinstance(data, list):
+        entries = list(enumerate(data))
+        if len(data) > expected:
+            raise InputError(f"{source}: {len(data)} candidate lists but the gold has {expected} queries")
+    elif isinstance(data, Mapping):
+        entries = []
+        for key, value in data.items():
+            try:
+                index = int(key)
+            except (TypeError, ValueError):
+                raise InputError(f"{source}: key {key!r} is not an index") from None
+            entries.append((index, value))
+    else:
+        raise InputError(f"{source}: candidates JSON must be a list or an object of index -> list of SQL, "
+                         f"not a {type(data).__name__}")
+    result: dict[int, tuple[str, ...]] = {}
+    for index, value in entries:
+        if not 0 <= index < expected:
+            raise InputError(f"{source}: index {index} has no gold query (the gold has {expected}, indices 0..{expected - 1})")
+        if index in result:
+            raise InputError(f"{source}: index {index} is given twice")
+        if value is None:
+            value = []
+        if not isinstance(value, list):
+            raise InputError(f"{source}: index {index} is a {type(value).__name__}, not a list of SQL strings")
+        for position, sql in enumerate(value):
+            if not isinstance(sql, str):
+                raise InputError(f"{source}: index {index}, candidate {position} is a {type(sql).__name__}, not an SQL string")
+        result[index] = tuple(value)
+    return result
+
+
+def load_candidates(candidates: Any, expected: int) -> dict[int, tuple[str, ...]]:
+    """Candidate lists from a JSON file path, or an in-memory list/mapping (see ``candidates_from_json``)."""
+    if isinstance(candidates, (str, os.PathLike)):
+        return candidates_from_json(_parse_json(candidates, _read_text(candidates)), expected, source=str(candidates))
+    if isinstance(candidates, (Mapping, list, tuple)):
+        data = list(candidates) if isinstance(candidates, tuple) else candidates
+        return candidates_from_json(
+            {k: (list(v) if isinstance(v, tuple) else v) for k, v in data.items()} if isinstance(data, Mapping)
+            else [list(v) if isinstance(v, tuple) else v for v in data],
+            expected,
+        )
+    raise InputError(f"candidates must be a JSON file path, a list or a mapping, not a {type(candidates).__name__}")
+
+
+def load_pairs(gold: Any, pred: Any, candidates: Any = None) -> list[Pair]:
     """Load and pair gold and predictions given as paths or as in-memory sequences.
 
     ``gold`` may be a path, or a sequence of ``GoldItem`` or ``(sql, db_id)`` tuples; ``pred`` may be
@@ -275,4 +347,8 @@ def load_pairs(gold: Any, pred: Any) -> list[Pair]:
         predictions = load_predictions(pred, len(gold_items))
     else:
         predictions = [Prediction(sql, f"index {index}") for index, sql in enumerate(pred)]
-    return pair_up(gold_items, predictions)
+    pairs = pair_up(gold_items, predictions)
+    if candidates is not None:
+        by_index = load_candidates(candidates, len(pairs))
+        pairs = [dataclasses.replace(pair, candidates=by_index.get(pair.index, ())) for pair in pairs]
+    return pairs

@@ -16,13 +16,15 @@ import statistics
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from functools import cached_property
-from typing import Optional
+import re
+from typing import Any, Optional
 
 from .report import (
     DetectorStats,
     DifficultyScores,
     FlagCounts,
     PairRecord,
+    RescueStats,
     RuleStats,
     Scores,
     SweepRow,
@@ -176,3 +178,45 @@ def sweep_row(tau: float, outcomes: Iterable[tuple[bool, bool, bool, bool]]) -> 
     fix, brk = transitions([o[1] for o in items], [o[3] for o in items])
     set_fix, set_brk = transitions([o[0] for o in items], [o[2] for o in items])
     return SweepRow(tau, len(items), fix, brk, fix - brk, set_fix, set_brk)
+
+
+_REASON_CUT = re.compile(r"[:('\"]")
+_NUMBER = re.compile(r"\d+")
+
+
+def fallback_prefix(reason: str) -> str:
+    """A rescue fallback reason without its details: cut at ``:``, ``(`` or a quote, numbers as N."""
+    head = _REASON_CUT.split(reason, maxsplit=1)[0]
+    return _NUMBER.sub("N", head).strip() or reason.strip()[:40]
+
+
+def rescue_stats(records: Sequence[PairRecord], policy: Any, candidates_dropped: int = 0) -> RescueStats:
+    """Candidate rescue over ``records``: runs, choices, fallbacks, fix/break where a candidate served, cost."""
+    from ..rescue import rescuer_name
+
+    ran = [r for r in records if r.rescue_ran]
+    chosen = [r for r in ran if r.rescue_chosen_index is not None]
+    fallbacks = Counter(fallback_prefix(r.rescue_fallback or "") for r in ran if r.rescue_chosen_index is None)
+    fix, brk = transitions([r.baseline_multiset for r in chosen], [r.guarded_multiset for r in chosen])
+    set_fix, set_brk = transitions([r.baseline_set for r in chosen], [r.guarded_set for r in chosen])
+    costs = [r.rescue_cost_usd for r in ran if r.rescue_cost_usd is not None]
+    latencies = [r.rescue_latency_ms for r in ran if r.rescue_latency_ms is not None]
+    return RescueStats(
+        rescuer=rescuer_name(policy.rescue) if policy.rescue is not None else "none",
+        order=policy.order,
+        pairs_with_candidates=sum(1 for r in records if r.candidates),
+        candidates_dropped=candidates_dropped,
+        rescues_run=len(ran),
+        candidate_chosen=len(chosen),
+        fallbacks=sum(fallbacks.values()),
+        fallback_reasons=dict(sorted(fallbacks.items(), key=lambda item: (-item[1], item[0]))),
+        multiset_fix=fix,
+        multiset_break=brk,
+        set_fix=set_fix,
+        set_break=set_brk,
+        cost_usd=round(float(sum(costs)), 8),
+        cost_unknown=len(ran) - len(costs),
+        prompt_tokens=sum(r.rescue_prompt_tokens or 0 for r in ran),
+        completion_tokens=sum(r.rescue_completion_tokens or 0 for r in ran),
+        latency_ms_median=median(latencies),
+    )

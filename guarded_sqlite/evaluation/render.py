@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
-from .report import CrossValidation, EvalReport, Scores, SweepReport, SweepRow
+from .report import CrossValidation, EvalReport, RescueStats, Scores, SweepReport, SweepRow
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -125,6 +125,8 @@ def format_eval(report: EvalReport) -> str:
             rows.append([stratum.difficulty, b.n, _pct(b.set_ex), _pct(b.multiset_ex), _pct(g.set_ex), _pct(g.multiset_ex),
                          g.multiset_correct - b.multiset_correct])
         out.append(table(["difficulty", "N", "Set-EX", "Multiset-EX", "guarded Set-EX", "guarded Multiset-EX", "gain"], rows))
+    if report.rescue is not None:
+        out += ["", *_rescue_text(report.rescue)]
     out += [
         "",
         f"Time: wall {t.wall_s:.2f} s; {t.queries} queries: gold {t.gold_s:.2f} s, predictions (guarded) "
@@ -133,6 +135,25 @@ def format_eval(report: EvalReport) -> str:
         + (f"; copies {t.copy_s:.2f} s, transpiling {t.transpile_s:.2f} s" if transpiled else ""),
     ]
     return "\n".join(out)
+
+
+def _rescue_text(r: RescueStats) -> list[str]:
+    cost = f"${r.cost_usd:.6g}" + (f" (+{r.cost_unknown} rescue(s) of unknown cost)" if r.cost_unknown else "")
+    lines = [
+        f"Rescue ({r.rescuer}, order={r.order}): {r.pairs_with_candidates} pairs with candidates"
+        + (f", {r.candidates_dropped} candidate(s) dropped (not transpiled)" if r.candidates_dropped else "")
+        + f"; {r.rescues_run} rescues run, candidate chosen {r.candidate_chosen}, fallbacks {r.fallbacks}",
+        table(
+            ["served from a candidate", "fix", "break", "net", "set fix", "set break"],
+            [[r.candidate_chosen, r.multiset_fix, r.multiset_break, f"{r.multiset_fix - r.multiset_break:+d}",
+              r.set_fix, r.set_break]],
+        ),
+        f"Rescue cost {cost}; tokens {r.prompt_tokens} prompt + {r.completion_tokens} completion; "
+        f"median latency {_num(r.latency_ms_median)} ms",
+    ]
+    for reason, count in r.fallback_reasons.items():
+        lines.append(f"  fallback: {reason}: {count}")
+    return lines
 
 
 def _num(value: Optional[float]) -> str:

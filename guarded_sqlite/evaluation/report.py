@@ -114,6 +114,27 @@ class PairRecord(_JsonMixin):
     """sqlglot could not transpile the prediction for the engine: status ``"error"``, scored 0, and
     counted in ``Scores.transpile_errors`` too."""
 
+    candidates: int = 0
+    """Candidate SQLs given for the pair (``--candidates``), after dropping any that failed to transpile."""
+
+    rescue_ran: bool = False
+    """Whether the policy's rescuer ran on the pair (it was flagged and had candidates)."""
+
+    rescue_chosen_index: Optional[int] = None
+    """Index (in the candidates file's list for this pair) of the candidate whose rows were served;
+    None when no rescue ran or it kept the selection."""
+
+    rescue_fallback: Optional[str] = None
+    """Why a rescue that ran kept the selection; None otherwise."""
+
+    rescue_latency_ms: Optional[float] = None
+    """The rescue's whole time (candidates plus judge), in milliseconds."""
+
+    rescue_prompt_tokens: Optional[int] = None
+    rescue_completion_tokens: Optional[int] = None
+    rescue_cost_usd: Optional[float] = None
+    """The rescue's cost in US dollars (0 for ``DupRatioSelector``); None when unknown or no rescue ran."""
+
     @property
     def flagged(self) -> bool:
         """Whether the probe flagged the prediction."""
@@ -317,6 +338,63 @@ class Timings(_JsonMixin):
 
 
 @dataclass(frozen=True)
+class RescueStats(_JsonMixin):
+    """What candidate rescue did over the evaluation (``evaluate(candidates=...)``/``--candidates``)."""
+
+    rescuer: str
+    """Which rescuer ran, e.g. ``"DupRatioSelector"`` or ``"LLMRescue(openai/x)"``."""
+
+    order: str
+    """``"rescue_first"`` or ``"patch_first"``."""
+
+    pairs_with_candidates: int
+    """Evaluated pairs with at least one candidate."""
+
+    candidates_dropped: int
+    """Candidates left out because they could not be transpiled for the engine (0 on SQLite)."""
+
+    rescues_run: int
+    """Pairs where the rescuer ran (flagged predictions with candidates)."""
+
+    candidate_chosen: int
+    """Rescues that served a candidate's rows."""
+
+    fallbacks: int
+    """Rescues that kept the selection."""
+
+    fallback_reasons: Mapping[str, int]
+    """Fallbacks by reason prefix (numbers shown as N, details after ``:`` cut)."""
+
+    multiset_fix: int
+    """Among pairs served from a candidate: Multiset-EX fail -> pass, against the raw prediction."""
+
+    multiset_break: int
+    """Among pairs served from a candidate: Multiset-EX pass -> fail."""
+
+    set_fix: int
+    """Among pairs served from a candidate: Set-EX fail -> pass."""
+
+    set_break: int
+    """Among pairs served from a candidate: Set-EX pass -> fail."""
+
+    cost_usd: float
+    """Sum of the known rescue costs, in US dollars."""
+
+    cost_unknown: int
+    """Rescues whose cost is unknown (None: no price for the model), left out of ``cost_usd``.
+    ``DupRatioSelector`` rescues cost 0."""
+
+    prompt_tokens: int
+    """Prompt tokens over all rescues (those that reported them)."""
+
+    completion_tokens: int
+    """Completion tokens over all rescues (those that reported them)."""
+
+    latency_ms_median: Optional[float]
+    """Median rescue latency (candidates plus judge), in ms; None when no rescue ran."""
+
+
+@dataclass(frozen=True)
 class EvalReport(_JsonMixin):
     """The result of ``evaluate``: baseline and guarded scores, flags, rule effects and every pair."""
 
@@ -379,6 +457,9 @@ class EvalReport(_JsonMixin):
     copies: tuple[DatabaseCopy, ...] = ()
     """For DuckDB and PostgreSQL: each database's copy, whether it was made or reused, and what could
     not be copied faithfully."""
+
+    rescue: Optional[RescueStats] = None
+    """Candidate rescue's effect; None when the evaluation was given no candidates."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ change, once per threshold, through the guard with that threshold's policy.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -162,6 +163,7 @@ class TaskResult:
     pred_s: float = 0.0
     rerun_s: float = 0.0
     transpile_s: float = 0.0
+    candidates_dropped: int = 0
 
 
 class _Deadline:
@@ -208,12 +210,21 @@ class _Session:
 
     def __init__(self) -> None:
         self._guarded: dict[GuardPolicy, Any] = {}
+        self._unhashable: list[tuple[GuardPolicy, Any]] = []  # policies whose rescuer is unhashable (LLMRescue)
 
     def enter(self, task: Task) -> None:
         """Prepare the connection for a task's database (PostgreSQL switches schema)."""
 
     def guarded(self, policy: GuardPolicy) -> Any:
-        con = self._guarded.get(policy)
+        try:
+            con = self._guarded.get(policy)
+        except TypeError:
+            for known, con in self._unhashable:
+                if known == policy:
+                    return con
+            con = self._wrap(policy)
+            self._unhashable.append((policy, con))
+            return con
         if con is None:
             con = self._guarded[policy] = self._wrap(policy)
         return con
@@ -221,8 +232,9 @@ class _Session:
     def _wrap(self, policy: GuardPolicy) -> Any:
         return wrap(self.raw, guard=policy)
 
-    def run(self, con: Any, sql: str, timeout: Optional[float]) -> _Run:
-        """Execute and fetch ``sql`` on ``con`` (raw or guarded) within the timeout."""
+    def run(self, con: Any, sql: str, timeout: Optional[float], rescue: Optional[dict[str, Any]] = None) -> _Run:
+        """Execute and fetch ``sql`` on ``con`` (raw or guarded) within the timeout; ``rescue``: the
+        ``candidates``/``question``/``hint`` keywords for a guarded ``execute``."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -245,14 +257,17 @@ class _SQLiteSession(_Session):
         con.set_progress_handler(self.deadline, _PROGRESS_INSTRUCTIONS)
         return con
 
-    def run(self, con: Union[sqlite3.Connection, GuardedConnection], sql: str, timeout: Optional[float]) -> _Run:
+    def run(
+        self, con: Union[sqlite3.Connection, GuardedConnection], sql: str, timeout: Optional[float],
+        rescue: Optional[dict[str, Any]] = None,
+    ) -> _Run:
         if not sql.strip():
             return _EMPTY_PREDICTION
         cursor = con.cursor()
         started = time.perf_counter()
         self.deadline.arm(timeout)
         try:
-            cursor.execute(sql)
+            cursor.execute(sql, **(rescue or {}))
             rows: Optional[list[Any]] = cursor.fetchall()
             status, error = "ok", None
         except Exception as exc:  # any failure of predicted SQL scores 0; it must not stop the run
@@ -353,14 +368,14 @@ class _DuckDBSession(_Session):
         self.raw = duckdb.connect(path, read_only=True, config={"threads": 1})
         self.watchdog = _Watchdog(self.raw.interrupt)
 
-    def run(self, con: Any, sql: str, timeout: Optional[float]) -> _Run:
+    def run(self, con: Any, sql: str, timeout: Optional[float], rescue: Optional[dict[str, Any]] = None) -> _Run:
         if not sql.strip():
             return _EMPTY_PREDICTION
         raw = self.raw
         started = time.perf_counter()
         self.watchdog.arm(timeout)
         try:
-            con.execute(sql)  # a guarded DuckDB connection is its own cursor, as DuckDB's is
+            con.execute(sql, **(rescue or {}))  # a guarded DuckDB connection is its own cursor, as DuckDB's is
             rows: Optional[list[Any]] = con.fetchall()
             status, error = "ok", None
         except Exception as exc:
@@ -412,7 +427,7 @@ class _PostgresSession(_Session):
             self.raw.execute("SELECT set_config('search_path', %s, false)", ('"' + task.target.replace('"', '""') + '"',))
             self._schema = task.target
 
-    def run(self, con: Any, sql: str, timeout: Optional[float]) -> _Run:
+    def run(self, con: Any, sql: str, timeout: Optional[float], rescue: Optional[dict[str, Any]] = None) -> _Run:
         if not sql.strip():
             return _EMPTY_PREDICTION
         from psycopg.pq import TransactionStatus
@@ -420,7 +435,7 @@ class _PostgresSession(_Session):
         cursor = con.cursor()
         started = time.perf_counter()
         try:
-            cursor.execute(sql)
+            cursor.execute(sql, **(rescue or {}))
             rows: Optional[list[Any]] = cursor.fetchall()
             status, error = "ok", None
         except self._canceled as exc:
@@ -545,11 +560,24 @@ def run_task(task: Task) -> TaskResult:
 
         pred = prepare(pair.pred_sql)
         engine_sql = pred.sql
+        # Candidates go through the same transpile path; one that fails is dropped (and counted).
+        candidate_sqls: list[str] = []
+        candidate_origin: list[int] = []
+        for position, candidate in enumerate(pair.candidates):
+            prepared = prepare(candidate) if candidate.strip() else _Prepared(candidate, None)
+            if prepared.sql is None:
+                result.candidates_dropped += 1
+                continue
+            candidate_sqls.append(prepared.sql)
+            candidate_origin.append(position)
+        rescue_kwargs = (
+            {"candidates": candidate_sqls, "question": pair.question, "hint": pair.hint} if candidate_sqls else None
+        )
         if engine_sql is None:
             assert pred.failure is not None
             served = pred.failure
         else:
-            served = session.run(guarded, engine_sql, task.timeout)
+            served = session.run(guarded, engine_sql, task.timeout, rescue_kwargs)
             result.queries += 1
             result.pred_s += served.seconds
         report = served.report
@@ -589,11 +617,32 @@ def run_task(task: Task) -> TaskResult:
             patch_ms=None if report is None or report.patch_ms is None else round(report.patch_ms, 4),
             engine_sql=None if on_sqlite else engine_sql,
             transpile_failed=served.transpile_failed,
+            candidates=len(candidate_sqls),
+            **_rescue_fields(report, candidate_origin),
         )
         result.records.append(record)
         if sweep_policies is not None and task.grid is not None and served.rows is not None and engine_sql is not None:
             _replay_for_sweep(session, task, pair, engine_sql, record, gold, sweep_policies, result)
     return result
+
+
+def _rescue_fields(report: Optional[GuardReport], origin: Sequence[int]) -> dict[str, Any]:
+    """The ``PairRecord`` rescue fields from the guard's report; indexes mapped back to the file's list."""
+    rescue = None if report is None else report.rescue
+    if rescue is None:
+        return {}
+    cost = rescue.cost_usd
+    if cost is None and rescue.rescuer == "DupRatioSelector":
+        cost = 0.0  # no model, nothing spent
+    return {
+        "rescue_ran": True,
+        "rescue_chosen_index": None if rescue.chosen_index is None else origin[rescue.chosen_index],
+        "rescue_fallback": (rescue.fallback_reason or "no reason given") if rescue.chosen_index is None else None,
+        "rescue_latency_ms": round(rescue.latency_ms, 4),
+        "rescue_prompt_tokens": rescue.prompt_tokens,
+        "rescue_completion_tokens": rescue.completion_tokens,
+        "rescue_cost_usd": cost,
+    }
 
 
 def _row_count(report: Optional[GuardReport], rows: Optional[list[Any]]) -> Optional[int]:
@@ -731,6 +780,65 @@ def resolve_eval_policy(guard: GuardSpec) -> GuardPolicy:
     return policy
 
 
+RESCUERS = ("dup_ratio", "llm")
+"""``rescue=`` names: ``DupRatioSelector()`` or ``LLMRescue(...)`` built from the ``llm_*`` options."""
+
+
+def resolve_rescue_policy(
+    policy: GuardPolicy,
+    candidates: Any,
+    rescue: Any = None,
+    order: Optional[str] = None,
+    llm_model: Optional[str] = None,
+    llm_api_base: Optional[str] = None,
+    llm_api_key: Optional[str] = None,
+    llm_timeout: Optional[float] = None,
+) -> GuardPolicy:
+    """The policy with the evaluation's rescuer and order (``InputError`` for unusable options).
+
+    ``rescue``: ``"dup_ratio"`` (default), ``"llm"`` (``LLMRescue(llm_model, ...)``; the key defaults to
+    ``$OPENAI_API_KEY``) or a rescuer object/callable. Without ``candidates`` the options do nothing,
+    so giving them is refused as a likely mistake.
+    """
+    llm_given = any(value is not None for value in (llm_model, llm_api_base, llm_api_key, llm_timeout))
+    if candidates is None:
+        if rescue is not None or order is not None or llm_given:
+            raise InputError("--rescue/--order/--llm-* (rescue=/order=/llm_*=) only apply with --candidates (candidates=)")
+        return policy
+    order = "rescue_first" if order is None else order
+    if order not in ("rescue_first", "patch_first"):
+        raise InputError(f"order must be 'rescue_first' or 'patch_first', not {order!r}")
+    if rescue is None:
+        rescue = "dup_ratio"
+    if isinstance(rescue, str):
+        if rescue not in RESCUERS:
+            raise InputError(f"rescue must be one of {', '.join(RESCUERS)} or a rescuer, not {rescue!r}")
+        if rescue == "dup_ratio":
+            if llm_given:
+                raise InputError("--llm-* (llm_*=) options need --rescue llm (rescue='llm')")
+            from ..rescue import DupRatioSelector
+
+            rescuer: Any = DupRatioSelector()
+        else:
+            if not llm_model:
+                raise InputError("--rescue llm needs --llm-model (llm_model=), e.g. 'openai/gpt-4o-mini'")
+            if llm_timeout is not None and not llm_timeout > 0:
+                raise InputError(f"llm timeout must be positive, not {llm_timeout!r}")
+            from ..rescue import LLMRescue
+
+            key = llm_api_key if llm_api_key is not None else os.environ.get("OPENAI_API_KEY")
+            rescuer = LLMRescue(
+                model=llm_model, api_base=llm_api_base, api_key=key, timeout=10.0 if llm_timeout is None else float(llm_timeout)
+            )
+    else:
+        if llm_given:
+            raise InputError("llm_*= options only apply with rescue='llm'; configure your rescuer object instead")
+        if not callable(rescue):
+            raise InputError(f"rescue must be 'dup_ratio', 'llm' or a callable rescuer, not {type(rescue).__name__}")
+        rescuer = rescue
+    return dataclasses.replace(policy, rescue=rescuer, order=order)  # type: ignore[arg-type]  # checked above
+
+
 def resolve_workers(workers: Optional[int]) -> int:
     """``workers`` or, when None, the number of CPUs."""
     if workers is None:
@@ -760,13 +868,20 @@ def run(
     progress: Optional[bool] = None,
     grid: Optional[SweepGrid] = None,
     engine: EngineSpec = SQLITE_ENGINE,
+    candidates: Any = None,
+    rescue_options: Optional[dict[str, Any]] = None,
 ) -> tuple[EvalReport, list[TaskResult]]:
-    """Load, check, copy if needed, execute and summarise: the shared engine of ``evaluate`` and ``sweep``."""
+    """Load, check, copy if needed, execute and summarise: the shared engine of ``evaluate`` and ``sweep``.
+
+    ``candidates`` (a JSON file, or a list/mapping of index -> list of SQL) turns on candidate rescue,
+    with ``rescue_options`` (the keywords of ``resolve_rescue_policy``) choosing rescuer and order.
+    """
     started = time.perf_counter()
     policy = resolve_eval_policy(guard)
+    policy = resolve_rescue_policy(policy, candidates, **(rescue_options or {}))
     timeout = resolve_timeout(timeout)
     workers = resolve_workers(workers)
-    pairs = load_pairs(gold, pred)
+    pairs = load_pairs(gold, pred, candidates)
     excluded = tuple(sorted(set(exclude_db)))
     pairs, excluded_pairs = exclude_databases(pairs, excluded)
     paths = locate_databases(db_root, (pair.db_id for pair in pairs))
@@ -787,9 +902,12 @@ def run(
     finally:
         bar.close()
     inputs = {"db_root": str(db_root), "gold": _describe_input(gold), "pred": _describe_input(pred)}
+    if candidates is not None:
+        inputs["candidates"] = _describe_input(candidates)
     report = summarise(
         results, policy, timeout, excluded, excluded_pairs, used_workers, time.perf_counter() - started, inputs,
         engine=engine.name, copies=tuple(copies[db_id] for db_id in sorted(copies)), copy_s=copy_s,
+        with_rescue=candidates is not None,
     )
     return report, results
 
@@ -810,6 +928,7 @@ def summarise(
     engine: str = "sqlite",
     copies: tuple[DatabaseCopy, ...] = (),
     copy_s: float = 0.0,
+    with_rescue: bool = False,
 ) -> EvalReport:
     """Assemble the ``EvalReport`` from the workers' records."""
     records = sorted((r for result in results for r in result.records), key=lambda r: r.index)
@@ -851,4 +970,7 @@ def summarise(
         pairs=tuple(records),
         engine=engine,
         copies=copies,
+        rescue=metrics.rescue_stats(
+            records, policy, sum(result.candidates_dropped for result in results)
+        ) if with_rescue else None,
     )

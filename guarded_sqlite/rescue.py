@@ -132,7 +132,11 @@ class RescueChoice:
     """The model's raw answer, for LLM rescuers."""
 
     prompt_tokens: Optional[int] = None
+    """Tokens the call's prompt used, as the provider reported them; None if not reported."""
+
     completion_tokens: Optional[int] = None
+    """Tokens the answer used; None if not reported."""
+
     cost_usd: Optional[float] = None
     """Cost of the call in US dollars; None when the price is unknown (never guessed)."""
 
@@ -170,7 +174,11 @@ class RescueReport:
     """The rescuer's own time (the LLM call, for ``LLMRescue``)."""
 
     prompt_tokens: Optional[int]
+    """Prompt tokens of the judge's call; None for rescuers without a model or when not reported."""
+
     completion_tokens: Optional[int]
+    """Answer tokens of the judge's call; None likewise."""
+
     cost_usd: Optional[float]
     """Cost in US dollars from litellm's price map or the user's per-token prices; None if unknown."""
 

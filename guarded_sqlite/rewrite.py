@@ -296,7 +296,9 @@ def _reparses_as(rewritten: str, dialect: str, original: exp.Expression, distinc
             trees = sqlglot.parse(rewritten, read=dialect)
     except SqlglotError:
         return False
-    return len(trees) == 1 and trees[0] == expected
+    # A comment after the final semicolon comes back as a separate Semicolon node: not a statement.
+    statements = [tree for tree in trees if tree is not None and not isinstance(tree, exp.Semicolon)]
+    return len(statements) == 1 and statements[0] == expected
 
 
 def _first_line(error: Exception) -> str:

@@ -119,12 +119,21 @@ def flag_counts(records: Sequence[PairRecord]) -> FlagCounts:
     return FlagCounts(sum(counts.values()), *(counts.get(trigger, 0) for trigger in TRIGGERS))
 
 
+def fix_break(outcomes: Iterable[tuple[bool, bool, bool, bool]]) -> dict[str, int]:
+    """The ``FixBreak`` counts of rewritten predictions.
+
+    Each outcome is ``(baseline_set, baseline_multiset, rewritten_set, rewritten_multiset)``.
+    """
+    items = list(outcomes)
+    fix, brk = transitions([o[1] for o in items], [o[3] for o in items])
+    set_fix, set_brk = transitions([o[0] for o in items], [o[2] for o in items])
+    return {"fired": len(items), "fix": fix, "break_": brk, "net": fix - brk, "set_fix": set_fix, "set_break": set_brk}
+
+
 def rule_stats(records: Sequence[PairRecord], rule: str) -> RuleStats:
     """Fired/fix/break of one patch rule, comparing guarded to baseline verdicts where it fired."""
     fired = [r for r in records if r.action == ACTIONS[rule]]
-    fix, brk = transitions([r.baseline_multiset for r in fired], [r.guarded_multiset for r in fired])
-    set_fix, set_brk = transitions([r.baseline_set for r in fired], [r.guarded_set for r in fired])
-    return RuleStats(rule, len(fired), fix, brk, fix - brk, set_fix, set_brk)
+    return RuleStats(rule=rule, **fix_break((r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for r in fired))
 
 
 def trigger_precision(records: Sequence[PairRecord]) -> TriggerPrecision:
@@ -170,14 +179,8 @@ def quantile(values: Sequence[float], q: float) -> Optional[float]:
 
 
 def sweep_row(tau: float, outcomes: Iterable[tuple[bool, bool, bool, bool]]) -> SweepRow:
-    """A sweep table row from the fired outcomes at ``tau``.
-
-    Each outcome is ``(baseline_set, baseline_multiset, patched_set, patched_multiset)``.
-    """
-    items = list(outcomes)
-    fix, brk = transitions([o[1] for o in items], [o[3] for o in items])
-    set_fix, set_brk = transitions([o[0] for o in items], [o[2] for o in items])
-    return SweepRow(tau, len(items), fix, brk, fix - brk, set_fix, set_brk)
+    """A sweep table row from the fired outcomes at ``tau`` (as ``fix_break`` takes them)."""
+    return SweepRow(tau=tau, **fix_break(outcomes))
 
 
 _REASON_CUT = re.compile(r"[:('\"]")

@@ -219,29 +219,34 @@ class FlagCounts(_JsonMixin):
 
 
 @dataclass(frozen=True)
-class RuleStats(_JsonMixin):
-    """One patch rule's effect: how often it fired and which verdicts it changed."""
-
-    rule: str
-    """``"P1"`` (DISTINCT injection) or ``"P2"`` (DISTINCT removal)."""
+class FixBreak(_JsonMixin):
+    """How a rewrite changed verdicts among the predictions it rewrote."""
 
     fired: int
-    """Predictions whose served rows came from the rule's rewrite."""
+    """Predictions whose served rows came from the rewrite."""
 
     fix: int
-    """Fired predictions whose Multiset-EX went 0 -> 1."""
+    """Of those, Multiset-EX 0 -> 1."""
 
     break_: int
-    """Fired predictions whose Multiset-EX went 1 -> 0 (JSON key ``"break"``)."""
+    """Of those, Multiset-EX 1 -> 0 (JSON key ``"break"``)."""
 
     net: int
     """``fix - break``."""
 
     set_fix: int
-    """Fired predictions whose Set-EX went 0 -> 1 (the rules keep the row set, so normally 0)."""
+    """Of those, Set-EX 0 -> 1 (the patches keep the row set, so normally 0)."""
 
     set_break: int
-    """Fired predictions whose Set-EX went 1 -> 0 (normally 0)."""
+    """Of those, Set-EX 1 -> 0 (normally 0)."""
+
+
+@dataclass(frozen=True)
+class RuleStats(FixBreak):
+    """One patch rule's effect in an evaluation: how often it fired and which verdicts it changed."""
+
+    rule: str
+    """``"P1"`` (DISTINCT injection) or ``"P2"`` (DISTINCT removal)."""
 
 
 @dataclass(frozen=True)
@@ -493,29 +498,11 @@ class DatabaseCopy(_JsonMixin):
 
 
 @dataclass(frozen=True)
-class SweepRow(_JsonMixin):
+class SweepRow(FixBreak):
     """One threshold of a patch rule's sweep (a row of the paper's Table 5 or 6)."""
 
     tau: float
     """The threshold."""
-
-    fired: int
-    """Predictions the rule rewrote at this threshold."""
-
-    fix: int
-    """Of those, Multiset-EX 0 -> 1."""
-
-    break_: int
-    """Of those, Multiset-EX 1 -> 0 (JSON key ``"break"``)."""
-
-    net: int
-    """``fix - break``."""
-
-    set_fix: int
-    """Of those, Set-EX 0 -> 1."""
-
-    set_break: int
-    """Of those, Set-EX 1 -> 0."""
 
 
 @dataclass(frozen=True)

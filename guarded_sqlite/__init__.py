@@ -30,7 +30,6 @@ from sqlite3 import (
     Row,
     Time,
     TimeFromTicks,
-    Timestamp,
     TimestampFromTicks,
     Warning,
     adapt,

@@ -60,7 +60,7 @@ def wrap(connection: Any, guard: GuardSpec = None, dialect: Optional[str] = None
 def unwrap(obj: T) -> T:
     """The raw sqlite3 object behind a guarded connection or cursor; anything else as it is."""
     if isinstance(obj, (GuardedConnection, GuardedCursor)):
-        return obj.__wrapped__  # type: ignore[no-any-return]
+        return obj.__wrapped__
     return obj
 
 
@@ -77,10 +77,10 @@ def install(guard: GuardSpec = None) -> None:
         return connect(database, *args, guard=guard, **kwargs)
 
     guarded_connect.__guarded_sqlite__ = True  # type: ignore[attr-defined]
-    sqlite3.connect = sqlite3.dbapi2.connect = guarded_connect
+    sqlite3.connect = sqlite3.dbapi2.connect = guarded_connect  # type: ignore[assignment]
 
 
 def uninstall() -> None:
     """Restore the real ``sqlite3.connect``. Safe to call when not installed."""
-    sqlite3.connect = sqlite3.dbapi2.connect = _sqlite3_connect
+    sqlite3.connect = sqlite3.dbapi2.connect = _sqlite3_connect  # type: ignore[assignment]
 

@@ -102,5 +102,5 @@ def resolve_policy(guard: GuardSpec) -> GuardPolicy:
     if isinstance(guard, GuardPolicy):
         return guard
     if isinstance(guard, str):
-        return GuardPolicy(mode=guard)  # type: ignore[arg-type]  # validated in __post_init__
+        return GuardPolicy(mode=guard)  # validated in __post_init__
     raise TypeError(f"guard must be a GuardPolicy or one of {', '.join(map(repr, _MODES))}, not {type(guard).__name__}")

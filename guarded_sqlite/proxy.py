@@ -72,7 +72,7 @@ class ConnectionGuard:
         self.progress_handler: tuple[Any, int] = (None, 0)
 
 
-class GuardedConnection(wrapt.ObjectProxy):  # type: ignore[misc]
+class GuardedConnection(wrapt.ObjectProxy):
     """A ``sqlite3.Connection`` (or ``psycopg.Connection``) whose cursors probe, and in patch mode
     repair, every query result. ``executescript``, ``backup`` and ``set_progress_handler`` are
     sqlite3's and delegate to the driver like everything else."""
@@ -135,7 +135,7 @@ _FINAL_ROWS = ReportState._fields.index("final_rows")
 _LIST_ITERATOR: type = type(iter([]))
 
 
-class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
+class GuardedCursor(wrapt.ObjectProxy):
     """A ``sqlite3.Cursor`` that fetches each result once, probes it, and serves it from a buffer.
 
     ``GuardedConnection.cursor()`` sets ``_self_guard``; the other proxy-owned attributes start from
@@ -174,11 +174,11 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
 
     @property
     def rowcount(self) -> int:
-        return self.__wrapped__.rowcount  # type: ignore[no-any-return]
+        return self.__wrapped__.rowcount
 
     @property
     def lastrowid(self) -> Optional[int]:
-        return self.__wrapped__.lastrowid  # type: ignore[no-any-return]
+        return self.__wrapped__.lastrowid
 
     def execute(
         self,
@@ -223,11 +223,11 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         return next(rows, None)
 
     def fetchmany(self, size: Any = _NO_PARAMETERS) -> list[Any]:
-        raw = self.__wrapped__
+        raw: Any = self.__wrapped__
         size = getattr(raw, "arraysize", 1) if size is _NO_PARAMETERS else operator.index(size)
         rows = self._serving()
-        if rows is raw:
-            return raw.fetchmany(size)  # type: ignore[no-any-return]
+        if rows is raw:  # not buffered: the driver's own fetch
+            return self.__wrapped__.fetchmany(size)
         # sqlite3 returns every remaining row for a size of zero or less.
         return list(itertools.islice(rows, size)) if size > 0 else list(rows)
 
@@ -243,7 +243,7 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
                 return rows
         rows = self._serving()
         if rows is self.__wrapped__:
-            return rows.fetchall()  # type: ignore[no-any-return]
+            return rows.fetchall()
         return list(rows)
 
     def close(self) -> None:
@@ -269,7 +269,7 @@ class GuardedCursor(wrapt.ObjectProxy):  # type: ignore[misc]
         if kind is list:
             self.__wrapped__.fetchone()  # the raw cursor is exhausted: this only runs sqlite3's checks
             self._self_buffer = rows  # type: ignore[assignment]
-            rows = self._self_rows = iter(rows)  # type: ignore[arg-type]
+            rows = self._self_rows = iter(rows)
         elif kind is _LIST_ITERATOR:
             self.__wrapped__.fetchone()
         return rows  # type: ignore[return-value]
@@ -319,7 +319,7 @@ class _ContextCursor(GuardedCursor):
     ``execute`` takes psycopg's own ``prepare``/``binary`` keywords; ``rowcount`` and ``rownumber``
     describe the rows served (after a patch, the patched result)."""
 
-    def execute(  # type: ignore[override]
+    def execute(
         self,
         sql: Any,
         parameters: Any = _NO_PARAMETERS,
@@ -338,15 +338,15 @@ class _ContextCursor(GuardedCursor):
         state = self._self_state
         if state is None or state[_ACTION] == "none" or raw_count < 0:
             return raw_count
-        return state[_FINAL_ROWS]  # type: ignore[no-any-return]
+        return state[_FINAL_ROWS]
 
     @property
     def rownumber(self) -> Optional[int]:
         rows, state = self._self_rows, self._self_state
         if state is None or rows is self.__wrapped__ or state[_FINAL_ROWS] is None:
-            return self.__wrapped__.rownumber  # type: ignore[no-any-return]
+            return self.__wrapped__.rownumber
         remaining = len(rows) if type(rows) is list else operator.length_hint(rows)
-        return state[_FINAL_ROWS] - remaining  # type: ignore[no-any-return]
+        return state[_FINAL_ROWS] - remaining
 
     def stream(self, *args: Any, **kwargs: Any) -> Any:
         """psycopg's row-by-row streaming: passed through unbuffered and unprobed, as the report says."""
@@ -521,7 +521,7 @@ class RescueInputs:
 
 def _execute_and_probe(
     cursor: GuardedCursor,
-    raw: sqlite3.Cursor,
+    raw: Any,
     sql: str,
     parameters: Any,
     guard: ConnectionGuard,
@@ -535,7 +535,7 @@ def _execute_and_probe(
     policy = guard.policy
     mode = policy.mode
     if mode == "off":
-        state = (mode, sql, sql, None, "none", None, None, None, _GUARD_OFF, None, (), None, None)
+        state: tuple[Any, ...] = (mode, sql, sql, None, "none", None, None, None, _GUARD_OFF, None, (), None, None)
         cursor._self_state = state  # also stands if execute raises: the guard reports nothing either way
         raw.execute(sql) if parameters is _NO_PARAMETERS else raw.execute(sql, parameters)
         return raw, state
@@ -558,7 +558,7 @@ def _execute_and_probe(
     except Exception as error:
         if guard.status_results:
             cursor._self_description = raw.description
-        failed = (mode, sql, sql, EXEC_ERROR, "none", None, None, None, None, _describe(error), (), None, None)
+        failed: tuple[Any, ...] = (mode, sql, sql, EXEC_ERROR, "none", None, None, None, None, _describe(error), (), None, None)
         if rescue_inputs is not None and mode == "patch":
             outcome = _repair(guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs)
             if outcome.rescue is not None and outcome.rescue.chosen_index is not None:
@@ -638,9 +638,9 @@ class _CandidateRunner:
         self._guard = guard
         self._parameters = parameters
         self._row_factory = row_factory
-        self.candidates = inputs.candidates
-        self.question = inputs.question
-        self.hint = inputs.hint
+        self.candidates: Sequence[str] = inputs.candidates
+        self.question: Optional[str] = inputs.question
+        self.hint: Optional[str] = inputs.hint
 
     def run_candidate(self, sql: str) -> Optional[list[Any]]:
         guard = self._guard
@@ -673,7 +673,7 @@ def _subclass_aware_getattr(proxy: Any, name: str) -> Any:
     ``super()`` need the real object, so they stay bound to it; so does everything the driver defines.
     """
     raw = proxy.__wrapped__
-    attribute = _added_by_subclass(type(raw), name)
+    attribute = _added_by_subclass(type(raw), name)  # type: ignore[arg-type]  # classes are hashable
     if attribute is None:
         return getattr(raw, name)
     return attribute.__get__(proxy, type(raw))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Union, cast
 
 import sqlglot
 from sqlglot import exp
@@ -169,7 +169,7 @@ def _parse_query(sql: str, dialect: str) -> Union[_Query, str]:
         return f"sqlglot could not parse it: {_first_line(error)}"
     if len(trees) != 1 or trees[0] is None:
         return "not a single statement"
-    root = trees[0]
+    root = cast(exp.Expression, trees[0])
     if root.find(*_WRITE_NODES) is not None:
         return "statement may write (DML, INTO or a row lock)"
     select = _outermost(root)
@@ -284,7 +284,9 @@ def _is_aggregate(node: exp.Expression) -> bool:
 def _function_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.name).upper()
-    return node.sql_name()
+    if isinstance(node, exp.Func):
+        return str(node.sql_name())
+    return type(node).__name__.upper()
 
 
 def _reparses_as(rewritten: str, dialect: str, original: exp.Expression, distinct: bool) -> bool:

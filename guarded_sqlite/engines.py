@@ -24,7 +24,7 @@ import sqlite3
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 NO_PARAMETERS: Any = object()
 """Sentinel: the caller passed no parameters (sqlite3 treats that differently from ``()``)."""
@@ -72,7 +72,8 @@ class Engine:
         return "\n".join(f"{table}({', '.join(columns)})" for table, columns in tables.items())
 
 
-def _execute(cursor: Any, sql: str, parameters: Any) -> None:
+def execute_with(cursor: Any, sql: str, parameters: Any) -> None:
+    """``cursor.execute(sql)`` or ``cursor.execute(sql, parameters)``, as the caller gave them."""
     if parameters is NO_PARAMETERS:
         cursor.execute(sql)
     else:
@@ -100,7 +101,7 @@ class SQLiteEngine(Engine):
                 limit.start()
             cursor = sqlite3.Cursor(raw)
             cursor.row_factory = row_factory
-            _execute(cursor, sql, parameters)
+            execute_with(cursor, sql, parameters)
             rows = cursor.fetchmany(row_cap + 1)
             cursor.close()
         finally:
@@ -170,7 +171,7 @@ class PostgresEngine(Engine):
                 cursor.execute("SET LOCAL transaction_read_only = on")
                 if time_limit is not None:
                     cursor.execute("SELECT set_config('statement_timeout', %s, true)", (f"{max(1, int(time_limit * 1000))}ms",))
-                _execute(cursor, sql, parameters)
+                execute_with(cursor, sql, parameters)
                 rows = cursor.fetchmany(row_cap + 1)
         finally:
             cursor.close()
@@ -226,8 +227,18 @@ class DuckDBEngine(Engine):
             raise RerunRefused(
                 "an explicit transaction is open and DuckDB has no savepoints: a failing re-execution would abort it"
             )
-        # Outside a transaction every change is committed, so a duplicate cursor sees the same data,
-        # and the caller's own result and description stay untouched.
+        rows = self.on_read_only_duplicate(raw, sql, parameters, time_limit, lambda cursor: cursor.fetchmany(row_cap + 1))
+        return None if len(rows) > row_cap else rows
+
+    def on_read_only_duplicate(
+        self, raw: Any, sql: str, parameters: Any, time_limit: Optional[float], consume: Callable[[Any], Any]
+    ) -> Any:
+        """Run ``sql`` on a duplicate cursor in a read-only transaction and return ``consume(cursor)``.
+
+        Outside an explicit transaction every change is committed, so the duplicate sees the same data,
+        and the caller's own result and description stay untouched. The caller checks that no explicit
+        transaction is open.
+        """
         cursor = raw.cursor()
         self.scan_callers_frames(cursor)  # a duplicate connection does not inherit the setting
         timer = threading.Timer(time_limit, cursor.interrupt) if time_limit is not None else None
@@ -235,8 +246,8 @@ class DuckDBEngine(Engine):
             cursor.execute("BEGIN TRANSACTION READ ONLY")
             if timer is not None:
                 timer.start()
-            _execute(cursor, sql, parameters)
-            rows = cursor.fetchmany(row_cap + 1)
+            execute_with(cursor, sql, parameters)
+            return consume(cursor)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -245,7 +256,6 @@ class DuckDBEngine(Engine):
                 cursor.execute("ROLLBACK")
             finally:
                 cursor.close()
-        return None if len(rows) > row_cap else rows
 
 
 SQLITE = SQLiteEngine()

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import wrapt
 
-from .engines import NO_PARAMETERS, SQLITE, Engine
+from .engines import NO_PARAMETERS, SQLITE, Engine, execute_with
 from .policy import GuardPolicy
 from .probe import CARTESIAN_EXPLOSION, EXEC_ERROR, PartialCount, classify, count_unique, mentions_distinct, probe_large
 from .report import GuardReport, ReportState, RuleDecision
@@ -474,20 +474,15 @@ class GuardedDuckDBConnection(GuardedCursor):
     def _rerun_natively(self, sql: str, method: str, *args: Any, **kwargs: Any) -> Any:
         raw = self.__wrapped__
         parameters = self._self_parameters
-        if self._self_guard.engine.in_explicit_transaction(raw):  # type: ignore[attr-defined]
+        engine = self._self_guard.engine
+        if engine.in_explicit_transaction(raw):  # type: ignore[attr-defined]
             # Only this connection sees the transaction's changes; the query is a proven read-only
             # query that just succeeded on it.
-            raw.execute(sql) if parameters is _NO_PARAMETERS else raw.execute(sql, parameters)
+            execute_with(raw, sql, parameters)
             return getattr(raw, method)(*args, **kwargs)
-        duplicate = raw.cursor()
-        self._self_guard.engine.scan_callers_frames(duplicate)  # type: ignore[attr-defined]
-        try:
-            duplicate.execute("BEGIN TRANSACTION READ ONLY")
-            duplicate.execute(sql) if parameters is _NO_PARAMETERS else duplicate.execute(sql, parameters)
-            return getattr(duplicate, method)(*args, **kwargs)
-        finally:
-            duplicate.execute("ROLLBACK")
-            duplicate.close()
+        return engine.on_read_only_duplicate(  # type: ignore[attr-defined]
+            raw, sql, parameters, None, lambda cursor: getattr(cursor, method)(*args, **kwargs)
+        )
 
     def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **kwargs: Any) -> "GuardedDuckDBConnection":
         self._self_parameters = parameters
@@ -537,7 +532,7 @@ def _execute_and_probe(
     if mode == "off":
         state: tuple[Any, ...] = (mode, sql, sql, None, "none", None, None, None, _GUARD_OFF, None, (), None, None)
         cursor._self_state = state  # also stands if execute raises: the guard reports nothing either way
-        raw.execute(sql) if parameters is _NO_PARAMETERS else raw.execute(sql, parameters)
+        execute_with(raw, sql, parameters)
         return raw, state
     row_cap = policy.row_cap
     try:

@@ -200,8 +200,7 @@ def rescue_stats(records: Sequence[PairRecord], policy: Any, candidates_dropped:
     ran = [r for r in records if r.rescue_ran]
     chosen = [r for r in ran if r.rescue_chosen_index is not None]
     fallbacks = Counter(fallback_prefix(r.rescue_fallback or "") for r in ran if r.rescue_chosen_index is None)
-    fix, brk = transitions([r.baseline_multiset for r in chosen], [r.guarded_multiset for r in chosen])
-    set_fix, set_brk = transitions([r.baseline_set for r in chosen], [r.guarded_set for r in chosen])
+    changed = fix_break((r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for r in chosen)
     costs = [r.rescue_cost_usd for r in ran if r.rescue_cost_usd is not None]
     latencies = [r.rescue_latency_ms for r in ran if r.rescue_latency_ms is not None]
     return RescueStats(
@@ -213,10 +212,10 @@ def rescue_stats(records: Sequence[PairRecord], policy: Any, candidates_dropped:
         candidate_chosen=len(chosen),
         fallbacks=sum(fallbacks.values()),
         fallback_reasons=dict(sorted(fallbacks.items(), key=lambda item: (-item[1], item[0]))),
-        multiset_fix=fix,
-        multiset_break=brk,
-        set_fix=set_fix,
-        set_break=set_brk,
+        multiset_fix=changed["fix"],
+        multiset_break=changed["break_"],
+        set_fix=changed["set_fix"],
+        set_break=changed["set_break"],
         cost_usd=round(float(sum(costs)), 8),
         cost_unknown=len(ran) - len(costs),
         prompt_tokens=sum(r.rescue_prompt_tokens or 0 for r in ran),

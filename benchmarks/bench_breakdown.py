@@ -33,7 +33,7 @@ import threading
 import time
 import timeit
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import guarded_sqlite
 from guarded_sqlite.probe import classify
@@ -41,7 +41,7 @@ from guarded_sqlite.proxy import GuardedCursor
 from guarded_sqlite.report import GuardReport, ReportState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import POINT_SQL, TABLE_ROWS, build_database, machine  # noqa: E402
+from bench_overhead import POINT_SQL, TABLE_ROWS, build_database, machine
 
 perf_ns = time.perf_counter_ns
 
@@ -110,7 +110,7 @@ def part_a(raw: sqlite3.Connection, reps: int, batch: int) -> dict[str, Any]:
     per_rep: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     bracket: list[float] = []
     for rep in range(reps):
-        order = names[rep % len(names):] + names[: rep % len(names)]
+        order = names[rep % len(names) :] + names[: rep % len(names)]
         for name in order:
             con, guarded = variants[name]
             time.sleep(0.001)  # start on a fresh scheduler time slice (see bench_overhead.py)
@@ -129,6 +129,7 @@ def part_a(raw: sqlite3.Connection, reps: int, batch: int) -> dict[str, Any]:
 
 # --- Part B ---------------------------------------------------------------------------------------
 
+
 def part_b(raw: sqlite3.Connection, repeat: int) -> list[dict[str, Any]]:
     patch_con = guarded_sqlite.wrap(raw, guard="patch")
     gcur = patch_con.cursor()
@@ -142,24 +143,50 @@ def part_b(raw: sqlite3.Connection, repeat: int) -> list[dict[str, Any]]:
     state = ("patch", sql, sql, None, "none", 1, 1, 1, None, None, (), 123, None)
 
     env: dict[str, Any] = dict(
-        raw=raw, patch_con=patch_con, rcur=rcur, gcur=gcur, guard=guard, lock=lock, sql=sql, p=p, rows=rows, classify=classify,
-        perf_ns=perf_ns, GuardedCursor=GuardedCursor, state=state, GuardReport=GuardReport,
-        ReportState=ReportState, set=set, len=len, type=type, list=list,
+        raw=raw,
+        patch_con=patch_con,
+        rcur=rcur,
+        gcur=gcur,
+        guard=guard,
+        lock=lock,
+        sql=sql,
+        p=p,
+        rows=rows,
+        classify=classify,
+        perf_ns=perf_ns,
+        GuardedCursor=GuardedCursor,
+        state=state,
+        GuardReport=GuardReport,
+        ReportState=ReportState,
+        set=set,
+        len=len,
+        type=type,
+        list=list,
     )
     # (step, statement, what it stands for in proxy.py). "raw" steps are the sqlite3 work itself.
     steps = [
         ("whole: raw con.cursor()", "raw.cursor()", "baseline"),
         ("whole: guarded con.cursor()", "patch_con.cursor()", "GuardedConnection.cursor"),
-        ("whole: raw cur.execute(sql, p) + cur.fetchall() (one reused cursor)",
-         "rcur.execute(sql, p); rcur.fetchall()", "baseline"),
-        ("whole: guarded cur.execute(sql, p) + cur.fetchall() (one reused cursor)",
-         "gcur.execute(sql, p); gcur.fetchall()", "GuardedCursor.execute + fetchall, patch mode"),
-        ("raw: cur.execute(sql, p) + description + fetchmany(1_000_001)",
-         "rcur.execute(sql, p); rcur.description; rcur.fetchmany(1000001)",
-         "what _execute_and_probe asks of sqlite3 instead"),
-        ("GuardedCursor(raw_cursor) + set _self_guard",
-         "c = GuardedCursor(raw.cursor()); c._self_guard = guard",
-         "GuardedConnection.cursor (includes raw.cursor())"),
+        (
+            "whole: raw cur.execute(sql, p) + cur.fetchall() (one reused cursor)",
+            "rcur.execute(sql, p); rcur.fetchall()",
+            "baseline",
+        ),
+        (
+            "whole: guarded cur.execute(sql, p) + cur.fetchall() (one reused cursor)",
+            "gcur.execute(sql, p); gcur.fetchall()",
+            "GuardedCursor.execute + fetchall, patch mode",
+        ),
+        (
+            "raw: cur.execute(sql, p) + description + fetchmany(1_000_001)",
+            "rcur.execute(sql, p); rcur.description; rcur.fetchmany(1000001)",
+            "what _execute_and_probe asks of sqlite3 instead",
+        ),
+        (
+            "GuardedCursor(raw_cursor) + set _self_guard",
+            "c = GuardedCursor(raw.cursor()); c._self_guard = guard",
+            "GuardedConnection.cursor (includes raw.cursor())",
+        ),
         ("proxy method lookup: gcur.execute (bound method)", "gcur.execute", "every call into the proxy"),
         ("plain Python method call with 2 args (for scale)", "obj.m(sql, p)", "every call into the proxy"),
         ("proxy read self._self_guard", "gcur._self_guard", "execute, fetchall (x2 per query)"),
@@ -167,22 +194,35 @@ def part_b(raw: sqlite3.Connection, repeat: int) -> list[dict[str, Any]]:
         ("proxy write self._self_report = None", "gcur._self_report = None", "execute"),
         ("guard.policy.mode == 'patch'", "guard.policy.mode == 'patch'", "execute, _execute_and_probe"),
         ("with guard.lock: (RLock)", "with lock: pass", "execute, patch mode only"),
-        ("policy attribute reads (mode, row_cap, _p2_min_rows, tau_inject)",
-         "pol = guard.policy; pol.mode; pol.row_cap; pol._p2_min_rows; pol.tau_inject",
-         "_execute_and_probe"),
+        (
+            "policy attribute reads (mode, row_cap, _p2_min_rows, tau_inject)",
+            "pol = guard.policy; pol.mode; pol.row_cap; pol._p2_min_rows; pol.tau_inject",
+            "_execute_and_probe",
+        ),
         ("two perf_counter_ns() calls", "perf_ns(); perf_ns()", "_execute_and_probe: detect timing"),
         ("len(set(rows)) + classify()", "u = len(set(rows)); classify(1, u, 0.8)", "_execute_and_probe: the probe"),
-        ("build the 13-field state tuple",
-         "('patch', sql, sql, None, 'none', 1, 1, 1, None, None, (), 123, None)", "_execute_and_probe"),
+        (
+            "build the 13-field state tuple",
+            "('patch', sql, sql, None, 'none', 1, 1, 1, None, None, (), 123, None)",
+            "_execute_and_probe",
+        ),
         ("proxy write _self_rows, _self_state", "gcur._self_rows, gcur._self_state = rows, state", "execute"),
         ("rescue_inputs = None if candidates is None else ...", "ri = None if c is None else 1", "execute"),
-        ("call overhead: execute -> _execute_and_probe (Python frames)",
-         "f(gcur, rcur, sql, p, guard, None)", "execute"),
-        ("fetchall body: type check + closed read + write _self_rows",
-         "r = gcur._self_rows; type(r) is list and not gcur._self_guard.closed; gcur._self_rows = r",
-         "GuardedCursor.fetchall"),
-        ("GuardReport.from_state(ReportState(*state))", "GuardReport.from_state(ReportState(*state))",
-         "first guard_report read (lazy, not in the workload)"),
+        (
+            "call overhead: execute -> _execute_and_probe (Python frames)",
+            "f(gcur, rcur, sql, p, guard, None)",
+            "execute",
+        ),
+        (
+            "fetchall body: type check + closed read + write _self_rows",
+            "r = gcur._self_rows; type(r) is list and not gcur._self_guard.closed; gcur._self_rows = r",
+            "GuardedCursor.fetchall",
+        ),
+        (
+            "GuardReport.from_state(ReportState(*state))",
+            "GuardReport.from_state(ReportState(*state))",
+            "first guard_report read (lazy, not in the workload)",
+        ),
     ]
     env["f"] = lambda a, b, c, d, e, g: None
     env["c"] = None
@@ -237,10 +277,15 @@ def render(res: dict[str, Any]) -> str:
         "|---|" + "---:|" * (len(names) + 1),
     ]
     for k in keys:
-        lines.append(f"| {k} | " + " | ".join(f"{v[n][k]:.0f}" for n in names) + f" | {v['patch'][k] - v['raw'][k]:+.0f} |")
+        lines.append(
+            f"| {k} | " + " | ".join(f"{v[n][k]:.0f}" for n in names) + f" | {v['patch'][k] - v['raw'][k]:+.0f} |"
+        )
     totals = {n: sum(val for key, val in v[n].items() if key != "first cur.guard_report read") for n in names}
-    lines.append("| **workload total** (without guard_report) | " + " | ".join(f"**{totals[n]:.0f}**" for n in names)
-                 + f" | **{totals['patch'] - totals['raw']:+.0f}** |")
+    lines.append(
+        "| **workload total** (without guard_report) | "
+        + " | ".join(f"**{totals[n]:.0f}**" for n in names)
+        + f" | **{totals['patch'] - totals['raw']:+.0f}** |"
+    )
     lines += [
         "",
         "## Part B: steps the guarded path adds, replayed one at a time (ns; minimum over short timeit repeats)",
@@ -255,7 +300,7 @@ def render(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", action="store_true", help="add a cProfile listing of the guarded loop")
@@ -264,8 +309,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     reps, batch, repeat = (31, 400, 30) if args.quick else (201, 400, 200)
 
     m = machine()
-    print(f"CPU {m['cpu_model']} x{m['cpu_count']}, Python {m['python']}, SQLite {m['sqlite']},"
-          f" git {m['git_commit']}, library source fingerprint {m['library_source_sha256']}; {m['note']}.\n")
+    print(
+        f"CPU {m['cpu_model']} x{m['cpu_count']}, Python {m['python']}, SQLite {m['sqlite']},"
+        f" git {m['git_commit']}, library source fingerprint {m['library_source_sha256']}; {m['note']}.\n"
+    )
     raw = build_database()
     res: dict[str, Any] = {"machine": m, "part_a": part_a(raw, reps, batch), "part_b": part_b(raw, repeat)}
     if args.profile:

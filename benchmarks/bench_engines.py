@@ -21,15 +21,15 @@ import sqlite3
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import guarded_sqlite  # noqa: E402
+import guarded_sqlite
 
 ROWS = 100_000
 
@@ -37,7 +37,9 @@ ROWS = 100_000
 class Engine:
     """How to open, fill and query one engine, raw and guarded."""
 
-    def __init__(self, name: str, raw: Any, placeholder: str, run: Callable[[Any, str, tuple[Any, ...]], list[Any]]) -> None:
+    def __init__(
+        self, name: str, raw: Any, placeholder: str, run: Callable[[Any, str, tuple[Any, ...]], list[Any]]
+    ) -> None:
         self.name, self.raw, self.placeholder, self.run = name, raw, placeholder, run
         self.guarded = guarded_sqlite.wrap(raw)
 
@@ -45,9 +47,13 @@ class Engine:
         return text.replace("?", self.placeholder)
 
 
-def _fill(execute: Callable[[str], Any], insert_many: Callable[[str, list[tuple[Any, ...]]], Any], placeholder: str) -> None:
+def _fill(
+    execute: Callable[[str], Any], insert_many: Callable[[str, list[tuple[Any, ...]]], Any], placeholder: str
+) -> None:
     execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b TEXT)")
-    insert_many(f"INSERT INTO t VALUES ({placeholder}, {placeholder}, {placeholder})", [(i, i % 7, str(i)) for i in range(ROWS)])
+    insert_many(
+        f"INSERT INTO t VALUES ({placeholder}, {placeholder}, {placeholder})", [(i, i % 7, str(i)) for i in range(ROWS)]
+    )
     execute("CREATE TABLE g (id INTEGER PRIMARY KEY, grp INTEGER)")
     insert_many(f"INSERT INTO g VALUES ({placeholder}, {placeholder})", [(i, i % 10) for i in range(1000)])
     execute("CREATE TABLE k (id INTEGER PRIMARY KEY)")
@@ -82,7 +88,7 @@ def duckdb_engine() -> Iterator[Engine]:
 
 
 @contextmanager
-def postgres_engine() -> Iterator[Optional[Engine]]:
+def postgres_engine() -> Iterator[Engine | None]:
     sys.path.insert(0, str(ROOT / "tests"))
     from pg_server import postgres_server, server_binaries
 
@@ -134,8 +140,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, not for quoting)")
     args = parser.parse_args()
-    print(f"Machine: {platform.machine()}, Python {platform.python_version()}; raw and guarded interleaved in one "
-          "process; medians; shared, noisy machine: quote ratios.\n")
+    print(
+        f"Machine: {platform.machine()}, Python {platform.python_version()}; raw and guarded interleaved in one "
+        "process; medians; shared, noisy machine: quote ratios.\n"
+    )
     print("| engine | workload | raw | guarded | ratio (median of pairs) | overhead per query |")
     print("|---|---|---:|---:|---:|---:|")
     for factory in (sqlite_engine, duckdb_engine, postgres_engine):
@@ -152,7 +160,9 @@ def main() -> None:
                 raw_s, guarded_s, ratio = measure(engine, sql, params, repeats)
                 overhead = (guarded_s - raw_s) * 1e6
                 unit = (lambda s: f"{s * 1e6:.1f} µs") if raw_s < 1e-3 else (lambda s: f"{s * 1e3:.2f} ms")
-                print(f"| {engine.name} | {label} | {unit(raw_s)} | {unit(guarded_s)} | {ratio:.3f} | {overhead:,.1f} µs |")
+                print(
+                    f"| {engine.name} | {label} | {unit(raw_s)} | {unit(guarded_s)} | {ratio:.3f} | {overhead:,.1f} µs |"
+                )
 
 
 if __name__ == "__main__":

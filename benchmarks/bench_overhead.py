@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import guarded_sqlite
 from guarded_sqlite import GuardPolicy
@@ -250,20 +250,56 @@ def run_healthy(raw: sqlite3.Connection, patch: Any, observe: Any, cfg: dict[str
 
     cases: list[tuple[str, str, str, str, Callable[[Any], Sample], int, int, int]] = [
         # key, label, access, unit, timed fn, reps, warmup, queries per sample
-        ("point", "1. point query by PK (1 row)", "fetchall", "µs",
-         lambda con: timed_fetchall_batch(con, POINT_SQL, point_params), cfg["point_reps"], 5, len(point_params)),
-        ("range100", "2. 100 rows", "fetchall", "µs",
-         lambda con: timed_fetchall_batch(con, RANGE_SQL, range_params), cfg["range_reps"], 5, len(range_params)),
-        ("scan100k", "3. 100,000 rows", "fetchall", "ms",
-         lambda con: timed_fetchall_once(con, SCAN_SQL, scan_params), cfg["scan_reps"], cfg["large_warmup"], 1),
-        ("scan100k", "3. 100,000 rows", "iterate", "ms",
-         lambda con: timed_iterate_once(con, SCAN_SQL, scan_params), cfg["scan_reps"], cfg["large_warmup"], 1),
+        (
+            "point",
+            "1. point query by PK (1 row)",
+            "fetchall",
+            "µs",
+            lambda con: timed_fetchall_batch(con, POINT_SQL, point_params),
+            cfg["point_reps"],
+            5,
+            len(point_params),
+        ),
+        (
+            "range100",
+            "2. 100 rows",
+            "fetchall",
+            "µs",
+            lambda con: timed_fetchall_batch(con, RANGE_SQL, range_params),
+            cfg["range_reps"],
+            5,
+            len(range_params),
+        ),
+        (
+            "scan100k",
+            "3. 100,000 rows",
+            "fetchall",
+            "ms",
+            lambda con: timed_fetchall_once(con, SCAN_SQL, scan_params),
+            cfg["scan_reps"],
+            cfg["large_warmup"],
+            1,
+        ),
+        (
+            "scan100k",
+            "3. 100,000 rows",
+            "iterate",
+            "ms",
+            lambda con: timed_iterate_once(con, SCAN_SQL, scan_params),
+            cfg["scan_reps"],
+            cfg["large_warmup"],
+            1,
+        ),
     ]
     results = []
     for key, label, access, unit, fn, reps, warmup, per_sample in cases:
         t0 = time.perf_counter()
         samples, cpu = interleave(
-            [("raw", lambda fn=fn: fn(raw)), ("patch", lambda fn=fn: fn(patch)), ("observe", lambda fn=fn: fn(observe))],
+            [
+                ("raw", lambda fn=fn: fn(raw)),
+                ("patch", lambda fn=fn: fn(patch)),
+                ("observe", lambda fn=fn: fn(observe)),
+            ],
             reps,
             warmup,
             collect=per_sample == 1,
@@ -303,7 +339,7 @@ def run_healthy(raw: sqlite3.Connection, patch: Any, observe: Any, cfg: dict[str
 # --------------------------------------------------------------------------------------------------
 
 
-def timed_join(con: Any, iterate: bool, reports: Optional[list[Any]]) -> Sample:
+def timed_join(con: Any, iterate: bool, reports: list[Any] | None) -> Sample:
     w0 = perf_ns()
     c0 = cpu_ns()
     cur = con.cursor()
@@ -374,10 +410,12 @@ def run_join(raw: sqlite3.Connection, patch: Any, observe: Any, cfg: dict[str, A
             cfg["large_warmup"] and 1,  # the correctness checks above already ran every variant once
             collect=True,
         )
-        print(f"  4. join explosion ({access}): {cfg['join_reps']} reps x 3 variants in {time.perf_counter() - t0:.1f}s",
-              file=sys.stderr)
+        print(
+            f"  4. join explosion ({access}): {cfg['join_reps']} reps x 3 variants in {time.perf_counter() - t0:.1f}s",
+            file=sys.stderr,
+        )
         for mode, reports in (("patch", patch_reports), ("observe", observe_reports)):
-            reports = reports[-len(samples[mode]):]  # drop the warm-up runs
+            reports = reports[-len(samples[mode]) :]  # drop the warm-up runs
             stats = compare(samples["raw"], samples[mode])
             last = reports[-1]
             out["variants"].append(
@@ -388,7 +426,9 @@ def run_join(raw: sqlite3.Connection, patch: Any, observe: Any, cfg: dict[str, A
                     **stats,
                     "cpu": compare(cpu["raw"], cpu[mode]),
                     "detect_us_median": statistics.median(r.detect_us for r in reports),
-                    "patch_ms_median": None if last.patch_ms is None else statistics.median(r.patch_ms for r in reports),
+                    "patch_ms_median": None
+                    if last.patch_ms is None
+                    else statistics.median(r.patch_ms for r in reports),
                     "trigger": last.trigger,
                     "action": last.action,
                     "rows_served": last.final_rows,
@@ -406,7 +446,7 @@ def run_join(raw: sqlite3.Connection, patch: Any, observe: Any, cfg: dict[str, A
 # --------------------------------------------------------------------------------------------------
 
 
-def _status_kb(field: str) -> Optional[int]:
+def _status_kb(field: str) -> int | None:
     try:
         with open("/proc/self/status") as status:
             for line in status:
@@ -493,7 +533,7 @@ def run_memory(cfg: dict[str, Any], use_tracemalloc: bool) -> list[dict[str, Any
         cases.append({"name": "guarded patch, default row_cap=1,000,000", "rows": big, "row_cap": 1_000_000})
     results = []
     for case in cases:
-        for traced in ((False, True) if use_tracemalloc else (False,)):
+        for traced in (False, True) if use_tracemalloc else (False,):
             spec = {**case, "tracemalloc": traced}
             t0 = time.perf_counter()
             proc = subprocess.run(
@@ -508,8 +548,10 @@ def run_memory(cfg: dict[str, Any], use_tracemalloc: bool) -> list[dict[str, Any
             if not (result["all_rows"] and result["sum_ok"]):
                 raise SystemExit(f"memory case {case['name']}: rows lost: {result}")
             results.append(result)
-            print(f"  5. memory: {case['name']}{' (tracemalloc)' if traced else ''}: {time.perf_counter() - t0:.1f}s",
-                  file=sys.stderr)
+            print(
+                f"  5. memory: {case['name']}{' (tracemalloc)' if traced else ''}: {time.perf_counter() - t0:.1f}s",
+                file=sys.stderr,
+            )
     return results
 
 
@@ -551,7 +593,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     try:
-        affinity: Optional[int] = len(os.sched_getaffinity(0))
+        affinity: int | None = len(os.sched_getaffinity(0))
     except AttributeError:
         affinity = None
 
@@ -563,7 +605,9 @@ def machine() -> dict[str, Any]:
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True, timeout=10).stdout.strip()
+            return subprocess.run(
+                ["git", *args], cwd=HERE.parent, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
 
@@ -592,7 +636,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def loadavg() -> Optional[str]:
+def loadavg() -> str | None:
     try:
         with open("/proc/loadavg") as f:
             return " ".join(f.read().split()[:3])
@@ -759,26 +803,39 @@ def render(result: dict[str, Any]) -> str:
 
 CONFIGS = {
     "full": {
-        "point_batch": 400, "point_reps": 401,
-        "range_batch": 20, "range_reps": 301,
-        "scan_reps": 41, "join_reps": 11, "large_warmup": 2,
-        "mem_rows": 10_000_000, "mem_default_cap": True,
+        "point_batch": 400,
+        "point_reps": 401,
+        "range_batch": 20,
+        "range_reps": 301,
+        "scan_reps": 41,
+        "join_reps": 11,
+        "large_warmup": 2,
+        "mem_rows": 10_000_000,
+        "mem_default_cap": True,
     },
     "quick": {
-        "point_batch": 400, "point_reps": 61,
-        "range_batch": 20, "range_reps": 61,
-        "scan_reps": 7, "join_reps": 3, "large_warmup": 0,
-        "mem_rows": 2_000_000, "mem_default_cap": False,
+        "point_batch": 400,
+        "point_reps": 61,
+        "range_batch": 20,
+        "range_reps": 61,
+        "scan_reps": 7,
+        "join_reps": 3,
+        "large_warmup": 0,
+        "mem_rows": 2_000_000,
+        "mem_default_cap": False,
     },
 }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and a 2M-row memory case (~25 s)")
     parser.add_argument("--json", metavar="OUT", help="also write every number (and the raw samples) to OUT")
-    parser.add_argument("--tracemalloc", action="store_true",
-                        help="also run each memory case under tracemalloc (exact Python-heap peak; ~10x slower)")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="also run each memory case under tracemalloc (exact Python-heap peak; ~10x slower)",
+    )
     parser.add_argument("--skip-memory", action="store_true", help="skip workload 5")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -20,14 +20,15 @@ import sqlite3
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import guarded_sqlite  # noqa: E402
-from guarded_sqlite import DupRatioSelector, GuardPolicy, LLMRescue  # noqa: E402
-from tests.llm_server import Script, chat_server  # noqa: E402
+import guarded_sqlite
+from guarded_sqlite import DupRatioSelector, GuardPolicy, LLMRescue
+from tests.llm_server import Script, chat_server
 
 SELECTED = "SELECT c.name FROM customers AS c JOIN orders AS o ON o.customer_id = c.id"
 CANDIDATES = [
@@ -79,7 +80,9 @@ def main() -> None:
             except sqlite3.Error:
                 pass
 
-    rows: list[tuple[str, float, float, float]] = [("floor: raw sqlite3, selected + 12 candidates", time_ms(floor, args.repeat), 0.0, 0.0)]
+    rows: list[tuple[str, float, float, float]] = [
+        ("floor: raw sqlite3, selected + 12 candidates", time_ms(floor, args.repeat), 0.0, 0.0)
+    ]
 
     def guarded_case(label: str, rescuer: Any) -> None:
         con = guarded_sqlite.connect(":memory:", guard=GuardPolicy(rescue=rescuer))
@@ -100,12 +103,16 @@ def main() -> None:
         rows.append((label, total, candidates_ms, judge_ms))
 
     guarded_case("DupRatioSelector", DupRatioSelector())
-    guarded_case("LLMRescue, litellm mock_response", LLMRescue(model="openai/bench", completion_kwargs={"mock_response": "1"}))
+    guarded_case(
+        "LLMRescue, litellm mock_response", LLMRescue(model="openai/bench", completion_kwargs={"mock_response": "1"})
+    )
     with chat_server(Script(answer="1")) as api_base:
         guarded_case("LLMRescue, loopback HTTP server", LLMRescue(model="openai/bench", api_base=api_base, api_key="x"))
 
-    print(f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
-          f"SQLite {sqlite3.sqlite_version}; medians of {args.repeat} runs; shared, noisy machine.\n")
+    print(
+        f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}; medians of {args.repeat} runs; shared, noisy machine.\n"
+    )
     print("| case | whole execute (ms) | candidates (ms) | judge (ms) | overhead over floor (ms) |")
     print("|---|---:|---:|---:|---:|")
     floor_ms = rows[0][1]

@@ -54,21 +54,21 @@ from .report import GuardReport, RuleDecision
 from .rescue import DupRatioSelector, LLMRescue, RescueReport, RescueRequest
 
 __all__ = [
-    "connect",
-    "wrap",
-    "unwrap",
-    "install",
-    "uninstall",
+    "DupRatioSelector",
     "GuardPolicy",
     "GuardReport",
-    "RuleDecision",
-    "evaluate",
     "GuardedConnection",
     "GuardedCursor",
     "LLMRescue",
-    "DupRatioSelector",
-    "RescueRequest",
     "RescueReport",
+    "RescueRequest",
+    "RuleDecision",
+    "connect",
+    "evaluate",
+    "install",
+    "uninstall",
+    "unwrap",
+    "wrap",
 ]
 __version__ = "0.1.0"
 

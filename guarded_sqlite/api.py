@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 import sqlite3
 import sqlite3.dbapi2
-from typing import Any, Callable, Optional, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .engines import DUCKDB, engine_for
 from .policy import GuardSpec, resolve_policy
@@ -32,7 +33,7 @@ def connect(database: Any, *args: Any, guard: GuardSpec = None, **kwargs: Any) -
     return GuardedConnection(raw, policy, single_thread=bool(check_same_thread))
 
 
-def wrap(connection: Any, guard: GuardSpec = None, dialect: Optional[str] = None) -> Any:
+def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -> Any:
     """Guard an open connection: a ``sqlite3.Connection``, a ``duckdb.DuckDBPyConnection`` or a
     ``psycopg.Connection`` (PostgreSQL). ``dialect`` (``"sqlite"``, ``"duckdb"``, ``"postgres"``)
     defaults to the driver's and must agree with it.
@@ -83,4 +84,3 @@ def install(guard: GuardSpec = None) -> None:
 def uninstall() -> None:
     """Restore the real ``sqlite3.connect``. Safe to call when not installed."""
     sqlite3.connect = sqlite3.dbapi2.connect = _sqlite3_connect  # type: ignore[assignment]
-

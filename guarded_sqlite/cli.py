@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence, Union
 
 
 def _positive_float(text: str) -> float:
@@ -45,35 +45,77 @@ def _tau_list(text: str) -> list[float]:
 
 
 def _add_inputs(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--db-root", required=True, type=Path, metavar="DIR", help="folder holding <db_id>/<db_id>.sqlite")
-    command.add_argument("--gold", required=True, type=Path, metavar="FILE",
-                         help="BIRD or Spider dev.json, or lines 'SQL<TAB>db_id'")
-    command.add_argument("--pred", required=True, type=Path, metavar="FILE",
-                         help="one SQL per line, BIRD's JSON, or a JSON list/object of index -> SQL")
+    command.add_argument(
+        "--db-root", required=True, type=Path, metavar="DIR", help="folder holding <db_id>/<db_id>.sqlite"
+    )
+    command.add_argument(
+        "--gold", required=True, type=Path, metavar="FILE", help="BIRD or Spider dev.json, or lines 'SQL<TAB>db_id'"
+    )
+    command.add_argument(
+        "--pred",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="one SQL per line, BIRD's JSON, or a JSON list/object of index -> SQL",
+    )
     command.add_argument("--json", type=Path, metavar="OUT", help="also write the full report as JSON ('-' for stdout)")
-    command.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
-                         help="per-query timeout, enforced by the engine (default: 5)")
-    command.add_argument("--workers", type=_positive_int, default=None, metavar="N",
-                         help="worker processes (default: the number of CPUs; 1 runs in-process)")
-    command.add_argument("--exclude-db", action="append", default=[], metavar="DB_ID",
-                         help="leave this database's pairs out (repeatable), e.g. an empty one")
+    command.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="per-query timeout, enforced by the engine (default: 5)",
+    )
+    command.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="worker processes (default: the number of CPUs; 1 runs in-process)",
+    )
+    command.add_argument(
+        "--exclude-db",
+        action="append",
+        default=[],
+        metavar="DB_ID",
+        help="leave this database's pairs out (repeatable), e.g. an empty one",
+    )
     engines = command.add_argument_group(
-        "engine", "Run on copies of the SQLite databases in DuckDB or PostgreSQL instead; copies are made on "
+        "engine",
+        "Run on copies of the SQLite databases in DuckDB or PostgreSQL instead; copies are made on "
         "first use and reused while the SQLite files are unchanged, and every query is transpiled from SQLite "
-        "with sqlglot (a prediction that cannot be transpiled scores 0 and is counted).")
-    engines.add_argument("--engine", choices=("sqlite", "duckdb", "postgres"), default="sqlite",
-                         help="where the queries run (default: sqlite, the files themselves)")
-    engines.add_argument("--pg-dsn", metavar="DSN",
-                         help="postgres: the server to copy into and run on, as a libpq connection string or URI "
-                         "(e.g. 'postgresql://user@127.0.0.1:5432/eval'); a user that may create schemas")
-    engines.add_argument("--pg-schema-prefix", default="spider_", metavar="PREFIX",
-                         help="postgres: each database is copied into schema PREFIX<db_id> (default: spider_)")
-    engines.add_argument("--cache-dir", type=Path, metavar="DIR",
-                         help="duckdb: folder for the .duckdb copies (default: ~/.cache/guarded_sqlite/duckdb)")
+        "with sqlglot (a prediction that cannot be transpiled scores 0 and is counted).",
+    )
+    engines.add_argument(
+        "--engine",
+        choices=("sqlite", "duckdb", "postgres"),
+        default="sqlite",
+        help="where the queries run (default: sqlite, the files themselves)",
+    )
+    engines.add_argument(
+        "--pg-dsn",
+        metavar="DSN",
+        help="postgres: the server to copy into and run on, as a libpq connection string or URI "
+        "(e.g. 'postgresql://user@127.0.0.1:5432/eval'); a user that may create schemas",
+    )
+    engines.add_argument(
+        "--pg-schema-prefix",
+        default="spider_",
+        metavar="PREFIX",
+        help="postgres: each database is copied into schema PREFIX<db_id> (default: spider_)",
+    )
+    engines.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="duckdb: folder for the .duckdb copies (default: ~/.cache/guarded_sqlite/duckdb)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="guarded-sqlite", description="Runtime guardrail for machine-written SQL on SQLite.")
+    parser = argparse.ArgumentParser(
+        prog="guarded-sqlite", description="Runtime guardrail for machine-written SQL on SQLite."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="build a small shop database and show a join explosion caught and patched")
     demo.add_argument("--db", type=Path, help="where to create the demo database (default: a temporary file)")
@@ -85,21 +127,41 @@ def _parser() -> argparse.ArgumentParser:
         "before and after the guard, with flags, patch fixes/breaks, detector precision and MBS recall.",
     )
     _add_inputs(evaluate)
-    evaluate.add_argument("--guard", choices=("patch", "observe"), default="patch",
-                          help="patch: probe and repair (default); observe: probe only")
+    evaluate.add_argument(
+        "--guard",
+        choices=("patch", "observe"),
+        default="patch",
+        help="patch: probe and repair (default); observe: probe only",
+    )
     rescue = evaluate.add_argument_group(
-        "rescue", "Replay each flagged prediction with candidate SQLs, letting a rescuer pick one (questions "
-        "and BIRD evidence come from the gold JSON). The other options here need --candidates.")
-    rescue.add_argument("--candidates", type=Path, metavar="FILE",
-                        help="JSON list or object: index (as in the predictions) -> list of candidate SQL strings")
-    rescue.add_argument("--order", choices=("rescue_first", "patch_first"), default=None,
-                        help="rescue_first: rescue, then patch the chosen candidate (default); patch_first: the reverse")
-    rescue.add_argument("--rescue", choices=("dup_ratio", "llm"), default=None,
-                        help="dup_ratio: DupRatioSelector, no model (default); llm: the paper's LLM judge via litellm")
+        "rescue",
+        "Replay each flagged prediction with candidate SQLs, letting a rescuer pick one (questions "
+        "and BIRD evidence come from the gold JSON). The other options here need --candidates.",
+    )
+    rescue.add_argument(
+        "--candidates",
+        type=Path,
+        metavar="FILE",
+        help="JSON list or object: index (as in the predictions) -> list of candidate SQL strings",
+    )
+    rescue.add_argument(
+        "--order",
+        choices=("rescue_first", "patch_first"),
+        default=None,
+        help="rescue_first: rescue, then patch the chosen candidate (default); patch_first: the reverse",
+    )
+    rescue.add_argument(
+        "--rescue",
+        choices=("dup_ratio", "llm"),
+        default=None,
+        help="dup_ratio: DupRatioSelector, no model (default); llm: the paper's LLM judge via litellm",
+    )
     rescue.add_argument("--llm-model", metavar="MODEL", help="llm: litellm model name, e.g. openai/gpt-4o-mini")
     rescue.add_argument("--llm-api-base", metavar="URL", help="llm: an OpenAI-compatible server's base URL")
     rescue.add_argument("--llm-api-key", metavar="KEY", help="llm: API key (default: $OPENAI_API_KEY)")
-    rescue.add_argument("--llm-timeout", type=_positive_float, metavar="SECONDS", help="llm: per-call timeout (default: 10)")
+    rescue.add_argument(
+        "--llm-timeout", type=_positive_float, metavar="SECONDS", help="llm: per-call timeout (default: 10)"
+    )
 
     sweep = commands.add_parser(
         "sweep",
@@ -108,15 +170,27 @@ def _parser() -> argparse.ArgumentParser:
         "grid, for P1 (tau_inject) and P2 (tau_remove), and cross-validate the choice by database.",
     )
     _add_inputs(sweep)
-    sweep.add_argument("--plot", type=Path, metavar="OUT.png", help="write a PNG of net gain against tau (needs matplotlib)")
-    sweep.add_argument("--p1-taus", type=_tau_list, default=None, metavar="LIST",
-                       help="comma-separated tau_inject grid (default: 0,0.05,...,0.95)")
-    sweep.add_argument("--p2-taus", type=_tau_list, default=None, metavar="LIST",
-                       help="comma-separated tau_remove grid (default: 0.05,0.10,...,0.50)")
+    sweep.add_argument(
+        "--plot", type=Path, metavar="OUT.png", help="write a PNG of net gain against tau (needs matplotlib)"
+    )
+    sweep.add_argument(
+        "--p1-taus",
+        type=_tau_list,
+        default=None,
+        metavar="LIST",
+        help="comma-separated tau_inject grid (default: 0,0.05,...,0.95)",
+    )
+    sweep.add_argument(
+        "--p2-taus",
+        type=_tau_list,
+        default=None,
+        metavar="LIST",
+        help="comma-separated tau_remove grid (default: 0.05,0.10,...,0.50)",
+    )
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
 
@@ -140,23 +214,44 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.report import EvalReport, SweepReport
     from .evaluation.thresholds import DEFAULT_P1_TAUS, DEFAULT_P2_TAUS, PlotUnavailable, sweep
 
-    report: Union[EvalReport, SweepReport]
-    engine = {"engine": args.engine, "pg_dsn": args.pg_dsn, "cache_dir": args.cache_dir,
-              "pg_schema_prefix": args.pg_schema_prefix}
+    report: EvalReport | SweepReport
+    engine = {
+        "engine": args.engine,
+        "pg_dsn": args.pg_dsn,
+        "cache_dir": args.cache_dir,
+        "pg_schema_prefix": args.pg_schema_prefix,
+    }
     try:
         if args.command == "eval":
             report = evaluate(
-                args.db_root, args.gold, args.pred, guard=args.guard,
-                timeout=args.timeout, workers=args.workers, exclude_db=args.exclude_db, **engine,
-                candidates=args.candidates, order=args.order, rescue=args.rescue, llm_model=args.llm_model,
-                llm_api_base=args.llm_api_base, llm_api_key=args.llm_api_key, llm_timeout=args.llm_timeout,
+                args.db_root,
+                args.gold,
+                args.pred,
+                guard=args.guard,
+                timeout=args.timeout,
+                workers=args.workers,
+                exclude_db=args.exclude_db,
+                **engine,
+                candidates=args.candidates,
+                order=args.order,
+                rescue=args.rescue,
+                llm_model=args.llm_model,
+                llm_api_base=args.llm_api_base,
+                llm_api_key=args.llm_api_key,
+                llm_timeout=args.llm_timeout,
             )
             text = format_eval(report)
         else:
             report = sweep(
-                args.db_root, args.gold, args.pred,
-                timeout=args.timeout, workers=args.workers, exclude_db=args.exclude_db,
-                p1_taus=args.p1_taus or DEFAULT_P1_TAUS, p2_taus=args.p2_taus or DEFAULT_P2_TAUS, plot=args.plot,
+                args.db_root,
+                args.gold,
+                args.pred,
+                timeout=args.timeout,
+                workers=args.workers,
+                exclude_db=args.exclude_db,
+                p1_taus=args.p1_taus or DEFAULT_P1_TAUS,
+                p2_taus=args.p2_taus or DEFAULT_P2_TAUS,
+                plot=args.plot,
                 **engine,
             )
             text = format_eval(report.evaluation) + "\n\n" + format_sweep(report)

@@ -8,8 +8,8 @@ line, so an application summing over the rows reports several times the true tot
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Union
 
 from .api import connect
 
@@ -47,7 +47,7 @@ WHERE p.category = ?  -- parameter and comment survive the patch"""
 HEALTHY_SQL = "SELECT name, city FROM customers WHERE points > ? ORDER BY name"
 
 
-def build_shop(path: Union[str, Path]) -> None:
+def build_shop(path: str | Path) -> None:
     """Create (or recreate) the demo database at ``path``: 6 customers, 30 orders, 150 order lines."""
     path = Path(path)
     if path.exists():
@@ -56,7 +56,9 @@ def build_shop(path: Union[str, Path]) -> None:
         con.executescript(SCHEMA)
         con.executemany("INSERT INTO customers VALUES (?, ?, ?, ?)", CUSTOMERS)
         con.executemany("INSERT INTO products VALUES (?, ?, ?, ?)", PRODUCTS)
-        orders = [(order_id, 1 + order_id % len(CUSTOMERS), f"2026-{1 + order_id % 12:02d}-15") for order_id in range(1, 31)]
+        orders = [
+            (order_id, 1 + order_id % len(CUSTOMERS), f"2026-{1 + order_id % 12:02d}-15") for order_id in range(1, 31)
+        ]
         con.executemany("INSERT INTO orders VALUES (?, ?, ?)", orders)
         # Every order holds each product once: book buyers appear once per order per book.
         lines = [(order_id, product_id, 1) for order_id in range(1, 31) for product_id in range(1, len(PRODUCTS) + 1)]
@@ -64,7 +66,7 @@ def build_shop(path: Union[str, Path]) -> None:
     con.close()
 
 
-def run(path: Union[str, Path], out: Callable[[str], None] = print) -> int:
+def run(path: str | Path, out: Callable[[str], None] = print) -> int:
     """Build the shop at ``path``, run the demo, print it with ``out``; returns a process exit code."""
     build_shop(path)
     out(f"Question: {QUESTION}")
@@ -84,7 +86,9 @@ def run(path: Union[str, Path], out: Callable[[str], None] = print) -> int:
     out(f"guarded_sqlite: {len(rows)} rows, loyalty total = {sum(points for _, points in rows)}")
     out("")
     out(f"guard_report: {report.summary()}")
-    out(f"  trigger     {report.trigger}  (dup_ratio {report.dup_ratio:.3f} >= tau_inject {con.guard_policy.tau_inject})")
+    out(
+        f"  trigger     {report.trigger}  (dup_ratio {report.dup_ratio:.3f} >= tau_inject {con.guard_policy.tau_inject})"
+    )
     out(f"  action      {report.action}")
     for decision in report.decisions:
         out(f"  {decision.rule}          {'applied' if decision.applied else 'not applied'}: {decision.reason}")
@@ -103,6 +107,8 @@ def run(path: Union[str, Path], out: Callable[[str], None] = print) -> int:
     observed_report = observed.guard_report
     assert observed_report is not None
     out("")
-    out(f"guard='observe' reports without changing anything: {len(observed.fetchall())} rows; {observed_report.summary()}")
+    out(
+        f"guard='observe' reports without changing anything: {len(observed.fetchall())} rows; {observed_report.summary()}"
+    )
     con.close()
     return 0 if report.action == "distinct_injected" and len(rows) < len(raw_rows) else 1

@@ -24,7 +24,8 @@ import sqlite3
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 NO_PARAMETERS: Any = object()
 """Sentinel: the caller passed no parameters (sqlite3 treats that differently from ``()``)."""
@@ -53,8 +54,8 @@ class Engine:
         return False
 
     def read_only_fetch(
-        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: Optional[float]
-    ) -> Optional[list[Any]]:
+        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: float | None
+    ) -> list[Any] | None:
         """Rows of ``sql`` run read-only on the guarded connection; None past ``row_cap``.
 
         Raises the driver's error if the query fails or is interrupted, ``RerunRefused`` if it
@@ -85,8 +86,8 @@ class SQLiteEngine(Engine):
     dialect = "sqlite"
 
     def read_only_fetch(
-        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: Optional[float]
-    ) -> Optional[list[Any]]:
+        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: float | None
+    ) -> list[Any] | None:
         # Same connection, so the caller's uncommitted changes are visible. Plain sqlite3.Cursors keep
         # a factory= subclass's cursor hooks out of the guard's own work.
         raw = guard.proxy.__wrapped__
@@ -152,8 +153,8 @@ class PostgresEngine(Engine):
     dialect = "postgres"
 
     def read_only_fetch(
-        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: Optional[float]
-    ) -> Optional[list[Any]]:
+        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: float | None
+    ) -> list[Any] | None:
         import psycopg
         from psycopg.pq import TransactionStatus
 
@@ -170,7 +171,9 @@ class PostgresEngine(Engine):
             with conn.transaction(force_rollback=True):
                 cursor.execute("SET LOCAL transaction_read_only = on")
                 if time_limit is not None:
-                    cursor.execute("SELECT set_config('statement_timeout', %s, true)", (f"{max(1, int(time_limit * 1000))}ms",))
+                    cursor.execute(
+                        "SELECT set_config('statement_timeout', %s, true)", (f"{max(1, int(time_limit * 1000))}ms",)
+                    )
                 execute_with(cursor, sql, parameters)
                 rows = cursor.fetchmany(row_cap + 1)
         finally:
@@ -207,7 +210,9 @@ class DuckDBEngine(Engine):
         ``duckdb_settings()`` first, because a failing ``SET`` would abort a transaction the caller has
         open.
         """
-        available = raw.execute("SELECT count(*) FROM duckdb_settings() WHERE name = 'python_scan_all_frames'").fetchone()
+        available = raw.execute(
+            "SELECT count(*) FROM duckdb_settings() WHERE name = 'python_scan_all_frames'"
+        ).fetchone()
         if available and available[0]:
             raw.execute("SET python_scan_all_frames = true")
 
@@ -220,18 +225,20 @@ class DuckDBEngine(Engine):
             return True
 
     def read_only_fetch(
-        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: Optional[float]
-    ) -> Optional[list[Any]]:
+        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: float | None
+    ) -> list[Any] | None:
         raw = guard.proxy.__wrapped__
         if self.in_explicit_transaction(raw):
             raise RerunRefused(
                 "an explicit transaction is open and DuckDB has no savepoints: a failing re-execution would abort it"
             )
-        rows = self.on_read_only_duplicate(raw, sql, parameters, time_limit, lambda cursor: cursor.fetchmany(row_cap + 1))
+        rows = self.on_read_only_duplicate(
+            raw, sql, parameters, time_limit, lambda cursor: cursor.fetchmany(row_cap + 1)
+        )
         return None if len(rows) > row_cap else rows
 
     def on_read_only_duplicate(
-        self, raw: Any, sql: str, parameters: Any, time_limit: Optional[float], consume: Callable[[Any], Any]
+        self, raw: Any, sql: str, parameters: Any, time_limit: float | None, consume: Callable[[Any], Any]
     ) -> Any:
         """Run ``sql`` on a duplicate cursor in a read-only transaction and return ``consume(cursor)``.
 
@@ -261,15 +268,19 @@ class DuckDBEngine(Engine):
 SQLITE = SQLiteEngine()
 POSTGRES = PostgresEngine()
 DUCKDB = DuckDBEngine()
+ENGINE_NAMES: tuple[str, ...] = ("sqlite", "duckdb", "postgres")
+"""The supported engines, by the names ``dialect=``, ``--engine`` and reports use."""
 _BY_DIALECT = {"sqlite": SQLITE, "postgres": POSTGRES, "postgresql": POSTGRES, "duckdb": DUCKDB}
 
 
-def engine_for(connection: Any, dialect: Optional[str] = None) -> Engine:
+def engine_for(connection: Any, dialect: str | None = None) -> Engine:
     """The engine for an open connection; ``dialect``, when given, must agree with the driver."""
     detected = _detect(connection)
     if detected is None:
         supported = "sqlite3.Connection, duckdb.DuckDBPyConnection, psycopg.Connection"
-        raise TypeError(f"cannot guard a {type(connection).__module__}.{type(connection).__name__}; supported: {supported}")
+        raise TypeError(
+            f"cannot guard a {type(connection).__module__}.{type(connection).__name__}; supported: {supported}"
+        )
     if dialect is not None:
         wanted = _BY_DIALECT.get(dialect.lower())
         if wanted is None:
@@ -279,7 +290,7 @@ def engine_for(connection: Any, dialect: Optional[str] = None) -> Engine:
     return detected
 
 
-def _detect(connection: Any) -> Optional[Engine]:
+def _detect(connection: Any) -> Engine | None:
     if isinstance(connection, sqlite3.Connection):
         return SQLITE
     duckdb = sys.modules.get("duckdb")

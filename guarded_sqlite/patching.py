@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from .engines import RerunRefused
 from .policy import GuardPolicy
@@ -23,7 +24,7 @@ from .rewrite import inject_distinct, is_read_only_query, remove_distinct
 
 logger = logging.getLogger("guarded_sqlite")
 
-Rerun = Callable[[str], Optional[list[Any]]]
+Rerun = Callable[[str], list[Any] | None]
 """Executes SQL read-only with the caller's parameters; returns its rows, or None past the row cap."""
 
 
@@ -31,19 +32,19 @@ class RescueContext(Protocol):
     """What the connection provides for a rescue: the caller's candidates and a way to run them."""
 
     candidates: Sequence[str]
-    question: Optional[str]
-    hint: Optional[str]
+    question: str | None
+    hint: str | None
 
-    def run_candidate(self, sql: str) -> Optional[list[Any]]:
+    def run_candidate(self, sql: str) -> list[Any] | None:
         """Rows of ``sql`` run read-only under the candidate time limit; None past the row cap."""
 
     def schema_summary(self) -> str:
         """The database's tables and columns, for the prompt."""
 
-    def budget_refusal(self) -> Optional[str]:
+    def budget_refusal(self) -> str | None:
         """Why the connection's rescue budget forbids another rescue, or None."""
 
-    def record_rescue(self, cost_usd: Optional[float]) -> None:
+    def record_rescue(self, cost_usd: float | None) -> None:
         """Count one rescue (and its known cost) against the budget."""
 
 
@@ -55,18 +56,18 @@ class PatchOutcome(NamedTuple):
     action: Action
     decisions: tuple[RuleDecision, ...]
     elapsed_ns: int
-    rescue: Optional[RescueReport] = None
+    rescue: RescueReport | None = None
 
 
 def repair(
     sql: str,
-    rows: Optional[list[Any]],
-    unique_rows: Optional[int],
-    trigger: Optional[str],
+    rows: list[Any] | None,
+    unique_rows: int | None,
+    trigger: str | None,
     policy: GuardPolicy,
     rerun: Rerun,
     dialect: str = "sqlite",
-    context: Optional[RescueContext] = None,
+    context: RescueContext | None = None,
 ) -> PatchOutcome:
     """Run the rescue (if the statement is flagged and came with candidates) and the patch rules.
 
@@ -75,8 +76,8 @@ def repair(
     """
     started = time.perf_counter_ns()
     decisions: list[RuleDecision] = []
-    rescue_report: Optional[RescueReport] = None
-    rescued: Optional[tuple[str, list[Any]]] = None
+    rescue_report: RescueReport | None = None
+    rescued: tuple[str, list[Any]] | None = None
     current = (sql, rows, unique_rows, trigger)
     wants_rescue = trigger is not None and context is not None
 
@@ -104,7 +105,9 @@ def repair(
     elapsed = time.perf_counter_ns() - started
     if action != "none":
         logger.info("guarded_sqlite %s: %s -> %s", action, sql, patched_sql)
-    return PatchOutcome(patched_sql, patched_rows if patched_rows is not None else [], action, tuple(decisions), elapsed, rescue_report)
+    return PatchOutcome(
+        patched_sql, patched_rows if patched_rows is not None else [], action, tuple(decisions), elapsed, rescue_report
+    )
 
 
 def removal_applies(sql: str, rows: int, unique_rows: int, policy: GuardPolicy) -> bool:
@@ -114,14 +117,14 @@ def removal_applies(sql: str, rows: int, unique_rows: int, policy: GuardPolicy) 
 
 def _patches(
     sql: str,
-    rows: Optional[list[Any]],
-    unique_rows: Optional[int],
-    trigger: Optional[str],
+    rows: list[Any] | None,
+    unique_rows: int | None,
+    trigger: str | None,
     policy: GuardPolicy,
     rerun: Rerun,
     dialect: str,
     decisions: list[RuleDecision],
-) -> tuple[str, Optional[list[Any]], Action]:
+) -> tuple[str, list[Any] | None, Action]:
     """P1 on an explosion, P2 on a healthy DISTINCT result; appends its decision."""
     if rows is None or unique_rows is None:
         return sql, rows, "none"
@@ -137,7 +140,7 @@ def _patches(
     return new[0], new[1], "distinct_injected" if decision.rule == "P1" else "distinct_removed"
 
 
-_Result = tuple[RuleDecision, Optional[tuple[str, list[Any]]]]
+_Result = tuple[RuleDecision, tuple[str, list[Any]] | None]
 
 
 def _inject(sql: str, rows: list[Any], unique_rows: int, policy: GuardPolicy, rerun: Rerun, dialect: str) -> _Result:
@@ -169,17 +172,21 @@ def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialec
         return RuleDecision("P2", False, "removing DISTINCT does not add rows"), None
     ratio = dup_ratio(len(new_rows), count_unique(new_rows))
     if ratio > policy.tau_remove:
-        return RuleDecision("P2", False, f"without DISTINCT dup_ratio {ratio:.3f} > tau_remove {policy.tau_remove}"), None
+        return RuleDecision(
+            "P2", False, f"without DISTINCT dup_ratio {ratio:.3f} > tau_remove {policy.tau_remove}"
+        ), None
     if not _same_set(new_rows, rows):
         return RuleDecision("P2", False, _SET_CHANGED), None
-    reason = f"without DISTINCT dup_ratio {ratio:.3f} <= tau_remove {policy.tau_remove}; {len(rows)} -> {len(new_rows)} rows"
+    reason = (
+        f"without DISTINCT dup_ratio {ratio:.3f} <= tau_remove {policy.tau_remove}; {len(rows)} -> {len(new_rows)} rows"
+    )
     return RuleDecision("P2", True, reason), (rewrite.sql, new_rows)
 
 
 _SET_CHANGED = "the rewritten query returns a different set of rows (a collation or non-deterministic function?)"
 
 
-def _run(rerun: Rerun, sql: str) -> tuple[Optional[list[Any]], str]:
+def _run(rerun: Rerun, sql: str) -> tuple[list[Any] | None, str]:
     try:
         rows = rerun(sql)
     except RerunRefused as refusal:
@@ -197,13 +204,13 @@ def _same_set(left: Sequence[Any], right: Sequence[Any]) -> bool:
 
 def _rescue(
     sql: str,
-    rows: Optional[list[Any]],
-    unique_rows: Optional[int],
+    rows: list[Any] | None,
+    unique_rows: int | None,
     trigger: str,
     policy: GuardPolicy,
     dialect: str,
     context: RescueContext,
-) -> tuple[Optional[RescueReport], Optional[tuple[str, list[Any]]], list[RuleDecision]]:
+) -> tuple[RescueReport | None, tuple[str, list[Any]] | None, list[RuleDecision]]:
     """Run the rescuer on the selection; (report, chosen sql and rows or None, refusal decisions)."""
     rescuer = policy.rescue
     if rescuer is None:
@@ -224,21 +231,28 @@ def _rescue(
         schema = f"(schema unavailable: {type(error).__name__})"
 
     previews: list[CandidatePreview] = []
-    results: list[Optional[list[Any]]] = []
+    results: list[list[Any] | None] = []
     for index, candidate_sql in enumerate(context.candidates):
         preview, candidate_rows = _preview(index, candidate_sql, context, dialect)
         previews.append(preview)
         results.append(candidate_rows)
     selected = CandidatePreview(
-        -1, sql, None if rows is None else len(rows), unique_rows,
-        tuple(rows[:PREVIEW_ROWS]) if rows else (), None if rows is not None else "the selected SQL failed to execute", 0.0,
+        -1,
+        sql,
+        None if rows is None else len(rows),
+        unique_rows,
+        tuple(rows[:PREVIEW_ROWS]) if rows else (),
+        None if rows is not None else "the selected SQL failed to execute",
+        0.0,
     )
-    request = RescueRequest(selected, trigger, tuple(previews), context.question, context.hint, schema, policy.tau_inject)
+    request = RescueRequest(
+        selected, trigger, tuple(previews), context.question, context.hint, schema, policy.tau_inject
+    )
     candidates_ms = (time.perf_counter() - started) * 1000
     choice, judge_ms = run_rescuer(rescuer, request)
     context.record_rescue(choice.cost_usd)
 
-    chosen: Optional[tuple[str, list[Any]]] = None
+    chosen: tuple[str, list[Any]] | None = None
     fallback = choice.reason
     if choice.index is not None:
         candidate_rows = results[choice.index]
@@ -265,7 +279,7 @@ def _rescue(
     return report, chosen, []
 
 
-def _preview(index: int, sql: str, context: RescueContext, dialect: str) -> tuple[CandidatePreview, Optional[list[Any]]]:
+def _preview(index: int, sql: str, context: RescueContext, dialect: str) -> tuple[CandidatePreview, list[Any] | None]:
     """Run one candidate read-only; its preview, and its rows when it may serve the cursor."""
     started = time.perf_counter()
     if not is_read_only_query(sql, dialect):

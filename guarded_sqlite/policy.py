@@ -7,7 +7,7 @@ the package only ever sees one type. Defaults are the paper's operating points.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Optional, Union, get_args
+from typing import TYPE_CHECKING, Literal, Union, get_args
 
 from .probe import min_rows_for_removal
 
@@ -46,7 +46,7 @@ class GuardPolicy:
     """Most rows buffered and probed per query. A larger result is not probed: its first rows are
     served from the buffer and the rest stream from SQLite unchanged, so memory stays bounded."""
 
-    rescue: Optional["Rescuer"] = None
+    rescue: Rescuer | None = None
     """Who picks a better candidate when a flagged statement came with ``candidates=``:
     ``DupRatioSelector()``, ``LLMRescue(...)``, or any callable taking a ``RescueRequest`` and returning
     a candidate index or None. None: candidates are ignored."""
@@ -59,10 +59,10 @@ class GuardPolicy:
     """Seconds any re-execution by the guard (a patch's rerun, each rescue candidate) may run before
     the engine interrupts it; an interrupted patch keeps the original rows."""
 
-    max_rescues: Optional[int] = None
+    max_rescues: int | None = None
     """Most rescues per connection; None for no cap. Once reached, rescues stop and reports say so."""
 
-    max_rescue_cost: Optional[float] = None
+    max_rescue_cost: float | None = None
     """Most US dollars of rescue spend per connection (known costs only); None for no cap."""
 
     def __post_init__(self) -> None:
@@ -77,7 +77,9 @@ class GuardPolicy:
         if self.order not in _ORDERS:
             raise ValueError(f"order must be one of {', '.join(map(repr, _ORDERS))}, not {self.order!r}")
         if self.rescue is not None and not callable(self.rescue):
-            raise TypeError(f"rescue must be callable (a RescueRequest -> index or None), not {type(self.rescue).__name__}")
+            raise TypeError(
+                f"rescue must be callable (a RescueRequest -> index or None), not {type(self.rescue).__name__}"
+            )
         if not self.rerun_timeout > 0:
             raise ValueError(f"rerun_timeout must be positive, not {self.rerun_timeout!r}")
         if self.max_rescues is not None and self.max_rescues < 0:

@@ -65,7 +65,7 @@ class PartialCount:
     report, so it is completed lazily from the rows the cursor keeps until its next statement.
     """
 
-    __slots__ = ("_rows", "_seen", "_scanned", "_exact")
+    __slots__ = ("_exact", "_rows", "_scanned", "_seen")
 
     def __init__(self, rows: Sequence[Any], seen: set[Any], scanned: int) -> None:
         self._rows, self._seen, self._scanned = rows, seen, scanned

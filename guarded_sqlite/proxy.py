@@ -20,11 +20,10 @@ import contextlib
 import functools
 import itertools
 import operator
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 import wrapt
 
@@ -50,8 +49,16 @@ class ConnectionGuard:
     """Per-connection facts the cursors need on every statement, in plain slots."""
 
     __slots__ = (
-        "policy", "engine", "dialect", "status_results", "driver_options", "lock", "proxy", "rescues", "rescue_spend",
+        "dialect",
+        "driver_options",
+        "engine",
+        "lock",
+        "policy",
         "progress_handler",
+        "proxy",
+        "rescue_spend",
+        "rescues",
+        "status_results",
     )
 
     def __init__(self, policy: GuardPolicy, engine: Engine, proxy: Any, single_thread: bool) -> None:
@@ -63,7 +70,7 @@ class ConnectionGuard:
         # Patch re-execution flips PRAGMA query_only for the whole connection; statements issued
         # through this connection from other threads wait on this lock instead of hitting that window.
         # A connection sqlite3 itself keeps to one thread (check_same_thread=True) needs none.
-        self.lock: Optional[threading.RLock] = None if single_thread else threading.RLock()
+        self.lock: threading.RLock | None = None if single_thread else threading.RLock()
         self.proxy = proxy
         self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
         self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
@@ -90,19 +97,19 @@ class GuardedConnection(wrapt.ObjectProxy):
         """The policy this connection applies."""
         return self._self_guard.policy
 
-    def cursor(self, *args: Any, **kwargs: Any) -> "GuardedCursor":
+    def cursor(self, *args: Any, **kwargs: Any) -> GuardedCursor:
         raw = self.__wrapped__.cursor(*args, **kwargs)
         cursor = _cursor_class(self._self_guard.engine, raw)(raw)
         cursor._self_guard = self._self_guard
         return cursor
 
-    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **rescue_inputs: Any) -> "GuardedCursor":
+    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **rescue_inputs: Any) -> GuardedCursor:
         return self.cursor().execute(sql, parameters, **rescue_inputs)
 
-    def executemany(self, sql: str, parameters: Any, /, **kwargs: Any) -> "GuardedCursor":
+    def executemany(self, sql: str, parameters: Any, /, **kwargs: Any) -> GuardedCursor:
         return self.cursor().executemany(sql, parameters, **kwargs)
 
-    def executescript(self, script: str, /) -> "GuardedCursor":
+    def executescript(self, script: str, /) -> GuardedCursor:
         return self.cursor().executescript(script)
 
     def backup(self, target: Any, **kwargs: Any) -> None:
@@ -117,7 +124,7 @@ class GuardedConnection(wrapt.ObjectProxy):
         self.__wrapped__.set_progress_handler(progress_handler, n)
         self._self_guard.progress_handler = (progress_handler, n)
 
-    def __enter__(self) -> "GuardedConnection":
+    def __enter__(self) -> GuardedConnection:
         self.__wrapped__.__enter__()
         return self
 
@@ -145,13 +152,13 @@ class GuardedCursor(wrapt.ObjectProxy):
     _self_guard: ConnectionGuard
     # Serves fetches: the buffer list (until first touched), an iterator over it, the buffer then the
     # raw tail (past row_cap), or the raw cursor itself.
-    _self_rows: Union[list[Any], Iterator[Any]] = _NOTHING
+    _self_rows: list[Any] | Iterator[Any] = _NOTHING
     # The list behind ``_self_rows`` once an iterator over it was handed out, so that re-executing the
     # cursor can redirect that iterator to the new rows, as re-executing a sqlite3 cursor does.
-    _self_buffer: Optional[list[Any]] = None
-    _self_state: Optional[tuple[Any, ...]] = None  # a ReportState's fields, as a plain tuple
-    _self_report: Optional[GuardReport] = None
-    _self_driver_options: Optional[dict[str, Any]] = None  # psycopg's prepare/binary for the raw execute
+    _self_buffer: list[Any] | None = None
+    _self_state: tuple[Any, ...] | None = None  # a ReportState's fields, as a plain tuple
+    _self_report: GuardReport | None = None
+    _self_driver_options: dict[str, Any] | None = None  # psycopg's prepare/binary for the raw execute
     _self_description: Any = None  # DuckDB only: the description recorded when the statement ran
 
     @property
@@ -159,7 +166,7 @@ class GuardedCursor(wrapt.ObjectProxy):
         return self._self_guard.proxy
 
     @property
-    def guard_report(self) -> Optional[GuardReport]:
+    def guard_report(self) -> GuardReport | None:
         """What the guard saw and did for the last statement; None before the first execute."""
         report = self._self_report
         if report is None and self._self_state is not None:
@@ -177,7 +184,7 @@ class GuardedCursor(wrapt.ObjectProxy):
         return self.__wrapped__.rowcount
 
     @property
-    def lastrowid(self) -> Optional[int]:
+    def lastrowid(self) -> int | None:
         return self.__wrapped__.lastrowid
 
     def execute(
@@ -186,10 +193,10 @@ class GuardedCursor(wrapt.ObjectProxy):
         parameters: Any = _NO_PARAMETERS,
         /,
         *,
-        candidates: Optional[Sequence[str]] = None,
-        question: Optional[str] = None,
-        hint: Optional[str] = None,
-    ) -> "GuardedCursor":
+        candidates: Sequence[str] | None = None,
+        question: str | None = None,
+        hint: str | None = None,
+    ) -> GuardedCursor:
         """``sqlite3.Cursor.execute``; with ``candidates`` (alternative SQLs for the same question) a
         flagged statement may be rescued by the policy's rescuer."""
         guard = self._self_guard
@@ -210,10 +217,10 @@ class GuardedCursor(wrapt.ObjectProxy):
         self._self_rows = rows if self._self_buffer is None else self._redirect_outstanding(rows)
         return self
 
-    def executemany(self, sql: str, parameters: Any, /, **kwargs: Any) -> "GuardedCursor":
+    def executemany(self, sql: str, parameters: Any, /, **kwargs: Any) -> GuardedCursor:
         return self._run_unprobed(self.__wrapped__.executemany, sql, parameters, **kwargs)
 
-    def executescript(self, script: str, /) -> "GuardedCursor":
+    def executescript(self, script: str, /) -> GuardedCursor:
         return self._run_unprobed(self.__wrapped__.executescript, script)
 
     def fetchone(self) -> Any:
@@ -274,7 +281,7 @@ class GuardedCursor(wrapt.ObjectProxy):
             self.__wrapped__.fetchone()
         return rows  # type: ignore[return-value]
 
-    def _redirect_outstanding(self, new_rows: Union[list[Any], Iterator[Any]]) -> Union[list[Any], Iterator[Any]]:
+    def _redirect_outstanding(self, new_rows: list[Any] | Iterator[Any]) -> list[Any] | Iterator[Any]:
         """Point the iterator handed out for the previous statement at ``new_rows``.
 
         sqlite3's iterator is the cursor, so a loop over it continues with whatever the cursor executes
@@ -296,7 +303,7 @@ class GuardedCursor(wrapt.ObjectProxy):
         self._self_buffer = buffer
         return outstanding
 
-    def _run_unprobed(self, method: Any, *args: Any, **kwargs: Any) -> "GuardedCursor":
+    def _run_unprobed(self, method: Any, *args: Any, **kwargs: Any) -> GuardedCursor:
         guard = self._self_guard
         mode = guard.policy.mode
         sql = args[0]
@@ -325,11 +332,13 @@ class _ContextCursor(GuardedCursor):
         parameters: Any = _NO_PARAMETERS,
         /,
         *,
-        prepare: Optional[bool] = None,
-        binary: Optional[bool] = None,
+        prepare: bool | None = None,
+        binary: bool | None = None,
         **rescue_inputs: Any,
-    ) -> "_ContextCursor":
-        self._self_driver_options = {"prepare": prepare, "binary": binary} if prepare is not None or binary is not None else None
+    ) -> _ContextCursor:
+        self._self_driver_options = (
+            {"prepare": prepare, "binary": binary} if prepare is not None or binary is not None else None
+        )
         return super().execute(sql, parameters, **rescue_inputs)  # type: ignore[return-value]
 
     @property
@@ -341,7 +350,7 @@ class _ContextCursor(GuardedCursor):
         return state[_FINAL_ROWS]
 
     @property
-    def rownumber(self) -> Optional[int]:
+    def rownumber(self) -> int | None:
         rows, state = self._self_rows, self._self_state
         if state is None or rows is self.__wrapped__ or state[_FINAL_ROWS] is None:
             return self.__wrapped__.rownumber
@@ -357,7 +366,7 @@ class _ContextCursor(GuardedCursor):
         self._self_state = (mode, sql, sql, None, "none", None, None, None, _STREAMED, None, (), None, None)
         return self.__wrapped__.stream(*args, **kwargs)
 
-    def __enter__(self) -> "_ContextCursor":
+    def __enter__(self) -> _ContextCursor:
         self.__wrapped__.__enter__()
         return self
 
@@ -371,7 +380,7 @@ class _StreamingCursor(_ContextCursor):
     Buffering would defeat the reason it exists, so statements pass through unprobed and the report
     says so."""
 
-    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **kwargs: Any) -> "_StreamingCursor":
+    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **kwargs: Any) -> _StreamingCursor:
         mode = self._self_guard.policy.mode
         self._self_report = None
         self._self_rows = self.__wrapped__
@@ -421,11 +430,11 @@ class GuardedDuckDBConnection(GuardedCursor):
     def description(self) -> Any:
         return self._self_description if self._self_state is not None else self.__wrapped__.description
 
-    def cursor(self) -> "GuardedDuckDBConnection":
+    def cursor(self) -> GuardedDuckDBConnection:
         """A duplicate connection to the same database (DuckDB's cursor), guarded with the same policy."""
         return GuardedDuckDBConnection(self.__wrapped__.cursor(), self._self_guard.policy)
 
-    def __enter__(self) -> "GuardedDuckDBConnection":
+    def __enter__(self) -> GuardedDuckDBConnection:
         self.__wrapped__.__enter__()
         return self
 
@@ -469,7 +478,9 @@ class GuardedDuckDBConnection(GuardedCursor):
             import pandas
 
             return pandas.DataFrame.from_records(remaining, columns=[d[0] for d in self._self_description])
-        raise TypeError(f"{method}() cannot be rebuilt from the guarded buffer of a statement that is not a read-only query")
+        raise TypeError(
+            f"{method}() cannot be rebuilt from the guarded buffer of a statement that is not a read-only query"
+        )
 
     def _rerun_natively(self, sql: str, method: str, *args: Any, **kwargs: Any) -> Any:
         raw = self.__wrapped__
@@ -484,7 +495,7 @@ class GuardedDuckDBConnection(GuardedCursor):
             raw, sql, parameters, None, lambda cursor: getattr(cursor, method)(*args, **kwargs)
         )
 
-    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **kwargs: Any) -> "GuardedDuckDBConnection":
+    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **kwargs: Any) -> GuardedDuckDBConnection:
         self._self_parameters = parameters
         super().execute(sql, parameters, **kwargs)
         return self
@@ -504,9 +515,9 @@ def _tail(result: Any, count: int) -> Any:
 class RescueInputs:
     """What the caller passed for a rescue: candidate SQLs and the question they answer."""
 
-    __slots__ = ("candidates", "question", "hint")
+    __slots__ = ("candidates", "hint", "question")
 
-    def __init__(self, candidates: Sequence[str], question: Optional[str], hint: Optional[str]) -> None:
+    def __init__(self, candidates: Sequence[str], question: str | None, hint: str | None) -> None:
         if isinstance(candidates, str) or not all(isinstance(c, str) for c in candidates):
             raise TypeError("candidates must be a sequence of SQL strings")
         self.candidates = tuple(candidates)
@@ -520,8 +531,8 @@ def _execute_and_probe(
     sql: str,
     parameters: Any,
     guard: ConnectionGuard,
-    rescue_inputs: Optional[RescueInputs] = None,
-) -> tuple[Union[list[Any], Iterator[Any]], tuple[Any, ...]]:
+    rescue_inputs: RescueInputs | None = None,
+) -> tuple[list[Any] | Iterator[Any], tuple[Any, ...]]:
     """Execute, fetch once, probe, maybe repair; returns the serving rows and the report state.
 
     On an execution error the state is stored on ``cursor`` before the error propagates unchanged
@@ -553,13 +564,41 @@ def _execute_and_probe(
     except Exception as error:
         if guard.status_results:
             cursor._self_description = raw.description
-        failed: tuple[Any, ...] = (mode, sql, sql, EXEC_ERROR, "none", None, None, None, None, _describe(error), (), None, None)
+        failed: tuple[Any, ...] = (
+            mode,
+            sql,
+            sql,
+            EXEC_ERROR,
+            "none",
+            None,
+            None,
+            None,
+            None,
+            _describe(error),
+            (),
+            None,
+            None,
+        )
         if rescue_inputs is not None and mode == "patch":
-            outcome = _repair(guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs)
+            outcome = _repair(
+                guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs
+            )
             if outcome.rescue is not None and outcome.rescue.chosen_index is not None:
                 return outcome.rows, (
-                    mode, sql, outcome.final_sql, EXEC_ERROR, outcome.action, None, None, len(outcome.rows),
-                    None, _describe(error), outcome.decisions, None, outcome.elapsed_ns, outcome.rescue,
+                    mode,
+                    sql,
+                    outcome.final_sql,
+                    EXEC_ERROR,
+                    outcome.action,
+                    None,
+                    None,
+                    len(outcome.rows),
+                    None,
+                    _describe(error),
+                    outcome.decisions,
+                    None,
+                    outcome.elapsed_ns,
+                    outcome.rescue,
                 )
             failed = (*failed[:10], outcome.decisions, None, outcome.elapsed_ns, outcome.rescue)
         cursor._self_rows = raw
@@ -572,7 +611,7 @@ def _execute_and_probe(
     patch = mode == "patch"
     removal_candidate = patch and count >= policy._p2_min_rows and mentions_distinct(sql) is not None
     started = time.perf_counter_ns()
-    unique: Union[int, PartialCount]
+    unique: int | PartialCount
     try:
         if count < _SMALL_RESULT or removal_candidate:
             unique = len(set(rows))
@@ -588,10 +627,24 @@ def _execute_and_probe(
         or (trigger is not None and rescue_inputs is not None)
         or (removal_candidate and trigger is None and unique == count)
     ):
-        outcome = _repair(guard, getattr(raw, "row_factory", None), sql, parameters, rows, unique, trigger, rescue_inputs)  # type: ignore[arg-type]
+        outcome = _repair(
+            guard, getattr(raw, "row_factory", None), sql, parameters, rows, unique, trigger, rescue_inputs
+        )  # type: ignore[arg-type]
         state = (
-            mode, sql, outcome.final_sql, trigger, outcome.action, count, unique, len(outcome.rows),
-            None, None, outcome.decisions, detect_ns, outcome.elapsed_ns, outcome.rescue,
+            mode,
+            sql,
+            outcome.final_sql,
+            trigger,
+            outcome.action,
+            count,
+            unique,
+            len(outcome.rows),
+            None,
+            None,
+            outcome.decisions,
+            detect_ns,
+            outcome.elapsed_ns,
+            outcome.rescue,
         )
         return outcome.rows, state
     return rows, (mode, sql, sql, trigger, "none", count, unique, count, None, None, (), detect_ns, None)
@@ -602,10 +655,10 @@ def _repair(
     row_factory: Any,
     sql: str,
     parameters: Any,
-    rows: Optional[list[Any]],
-    unique: Optional[int],
-    trigger: Optional[str],
-    rescue_inputs: Optional[RescueInputs],
+    rows: list[Any] | None,
+    unique: int | None,
+    trigger: str | None,
+    rescue_inputs: RescueInputs | None,
 ) -> PatchOutcome:
     # Imported here so that sqlglot (and, through a rescuer, litellm) is loaded by the first statement
     # that needs a repair, not by ``import guarded_sqlite``.
@@ -613,8 +666,10 @@ def _repair(
 
     policy = guard.policy
 
-    def rerun(new_sql: str) -> Optional[list[Any]]:
-        return guard.engine.read_only_fetch(guard, new_sql, parameters, row_factory, policy.row_cap, policy.rerun_timeout)
+    def rerun(new_sql: str) -> list[Any] | None:
+        return guard.engine.read_only_fetch(
+            guard, new_sql, parameters, row_factory, policy.row_cap, policy.rerun_timeout
+        )
 
     context = None if rescue_inputs is None else _CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
@@ -634,26 +689,30 @@ class _CandidateRunner:
         self._parameters = parameters
         self._row_factory = row_factory
         self.candidates: Sequence[str] = inputs.candidates
-        self.question: Optional[str] = inputs.question
-        self.hint: Optional[str] = inputs.hint
+        self.question: str | None = inputs.question
+        self.hint: str | None = inputs.hint
 
-    def run_candidate(self, sql: str) -> Optional[list[Any]]:
+    def run_candidate(self, sql: str) -> list[Any] | None:
         guard = self._guard
         policy = guard.policy
-        return guard.engine.read_only_fetch(guard, sql, self._parameters, self._row_factory, policy.row_cap, policy.rerun_timeout)
+        return guard.engine.read_only_fetch(
+            guard, sql, self._parameters, self._row_factory, policy.row_cap, policy.rerun_timeout
+        )
 
     def schema_summary(self) -> str:
         return self._guard.engine.schema_summary(self._guard)
 
-    def budget_refusal(self) -> Optional[str]:
+    def budget_refusal(self) -> str | None:
         guard, policy = self._guard, self._guard.policy
         if policy.max_rescues is not None and guard.rescues >= policy.max_rescues:
             return f"rescue budget exhausted: {guard.rescues} of max_rescues={policy.max_rescues} used"
         if policy.max_rescue_cost is not None and guard.rescue_spend >= policy.max_rescue_cost:
-            return f"rescue budget exhausted: ${guard.rescue_spend:.6f} of max_rescue_cost=${policy.max_rescue_cost} spent"
+            return (
+                f"rescue budget exhausted: ${guard.rescue_spend:.6f} of max_rescue_cost=${policy.max_rescue_cost} spent"
+            )
         return None
 
-    def record_rescue(self, cost_usd: Optional[float]) -> None:
+    def record_rescue(self, cost_usd: float | None) -> None:
         self._guard.rescues += 1
         if cost_usd:
             self._guard.rescue_spend += cost_usd

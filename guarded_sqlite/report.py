@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .probe import PartialCount, dup_ratio
 
@@ -47,17 +47,17 @@ class ReportState(NamedTuple):
     mode: str
     sql: str
     final_sql: str
-    trigger: Optional[str]
+    trigger: str | None
     action: Action
-    rows: Optional[int]
-    unique_rows: Union[int, PartialCount, None]
-    final_rows: Optional[int]
-    note: Optional[str]
-    error: Optional[str]
+    rows: int | None
+    unique_rows: int | PartialCount | None
+    final_rows: int | None
+    note: str | None
+    error: str | None
     decisions: tuple[RuleDecision, ...]
-    detect_ns: Optional[int]
-    patch_ns: Optional[int]
-    rescue: Optional["RescueReport"] = None
+    detect_ns: int | None
+    patch_ns: int | None
+    rescue: RescueReport | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class GuardReport:
     mode: str
     """The guard mode in force: ``"patch"``, ``"observe"`` or ``"off"``."""
 
-    trigger: Optional[str]
+    trigger: str | None
     """The probe's verdict: None (healthy, or not probed), ``"exec_error"``, ``"empty_result"``, or
     ``"cartesian_explosion"`` (``dup_ratio >= tau_inject``)."""
 
@@ -91,42 +91,44 @@ class GuardReport:
     """Whether the probe measured the result. False for statements that return no rows, for
     ``executemany``/``executescript``, in mode ``"off"``, and past ``row_cap`` (see ``note``)."""
 
-    rows: Optional[int]
+    rows: int | None
     """Rows in the original result; None when not probed."""
 
-    unique_rows: Optional[int]
+    unique_rows: int | None
     """Distinct rows in the original result; None when not probed."""
 
-    dup_ratio: Optional[float]
+    dup_ratio: float | None
     """``(rows - unique_rows) / rows``; None when not probed or when the result is empty."""
 
-    final_rows: Optional[int]
+    final_rows: int | None
     """Rows the cursor serves after any patch; None when not probed."""
 
     decisions: tuple[RuleDecision, ...]
     """Each patch rule considered for this statement, applied or not, with its reason."""
 
-    note: Optional[str]
+    note: str | None
     """Why the statement was not probed or not patched, when that is not obvious from the fields."""
 
-    error: Optional[str]
+    error: str | None
     """``"ExceptionClass: message"`` of the execution error that was re-raised, else None."""
 
-    detect_us: Optional[float]
+    detect_us: float | None
     """Time the probe took (one pass over the fetched rows), in microseconds."""
 
-    patch_ms: Optional[float]
+    patch_ms: float | None
     """Time spent deciding, re-executing and verifying patches and any rescue, in milliseconds; None
     when no rule got as far as being considered."""
 
-    rescue: Optional["RescueReport"] = None
+    rescue: RescueReport | None = None
     """What the candidate rescue did (chosen index and SQL, fallback reason, latency, tokens, cost);
     None when no rescue ran."""
 
     @classmethod
-    def from_state(cls, state: tuple[Any, ...]) -> "GuardReport":
+    def from_state(cls, state: tuple[Any, ...]) -> GuardReport:
         """Build the report from a ``ReportState`` (or a plain tuple with its fields in that order)."""
-        mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns = state[:13]
+        mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns = (
+            state[:13]
+        )
         if isinstance(unique, PartialCount):
             unique = unique.exact()
         values = {
@@ -176,10 +178,15 @@ class GuardReport:
 
 def _render(value: object) -> str:
     if isinstance(value, tuple):
-        return "; ".join(
-            f"{d.rule} {'applied' if d.applied else 'not applied'}: {d.reason}" if isinstance(d, RuleDecision) else str(d)
-            for d in value
-        ) or "-"
+        return (
+            "; ".join(
+                f"{d.rule} {'applied' if d.applied else 'not applied'}: {d.reason}"
+                if isinstance(d, RuleDecision)
+                else str(d)
+                for d in value
+            )
+            or "-"
+        )
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)

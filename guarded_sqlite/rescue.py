@@ -20,18 +20,18 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 __all__ = [
+    "PAPER_PROMPT",
     "CandidatePreview",
-    "RescueRequest",
-    "RescueChoice",
-    "RescueReport",
     "DupRatioSelector",
     "LLMRescue",
-    "PAPER_PROMPT",
+    "RescueChoice",
+    "RescueReport",
+    "RescueRequest",
     "build_prompt",
     "parse_answer",
 ]
@@ -52,23 +52,23 @@ class CandidatePreview:
     sql: str
     """The candidate's SQL."""
 
-    rows: Optional[int]
+    rows: int | None
     """Number of rows it returned; None when it failed or exceeded ``row_cap``."""
 
-    unique_rows: Optional[int]
+    unique_rows: int | None
     """Number of distinct rows; None when ``rows`` is None."""
 
     first_rows: tuple[Any, ...]
     """Its first few rows (at most 3), for the prompt."""
 
-    error: Optional[str]
+    error: str | None
     """``"ExceptionClass: message"`` when it failed, timed out, tried to write, or exceeded the cap."""
 
     elapsed_ms: float
     """Time its read-only execution took."""
 
     @property
-    def dup_ratio(self) -> Optional[float]:
+    def dup_ratio(self) -> float | None:
         """``(rows - unique_rows) / rows``; None when it failed or returned nothing."""
         if not self.rows or self.unique_rows is None:
             return None
@@ -105,10 +105,10 @@ class RescueRequest:
     candidates: tuple[CandidatePreview, ...]
     """The caller's candidates, each executed read-only."""
 
-    question: Optional[str]
+    question: str | None
     """The natural-language question, when the caller gave one."""
 
-    hint: Optional[str]
+    hint: str | None
     """Evidence or hint text (BIRD's ``evidence``), when given."""
 
     schema_summary: str
@@ -122,22 +122,22 @@ class RescueRequest:
 class RescueChoice:
     """A rescuer's answer with its usage; plain rescuers may return just the index or None."""
 
-    index: Optional[int]
+    index: int | None
     """Chosen candidate, or None to keep the selection."""
 
-    reason: Optional[str] = None
+    reason: str | None = None
     """Why no candidate was chosen (the fallback reason), or a note on the choice."""
 
-    answer: Optional[str] = None
+    answer: str | None = None
     """The model's raw answer, for LLM rescuers."""
 
-    prompt_tokens: Optional[int] = None
+    prompt_tokens: int | None = None
     """Tokens the call's prompt used, as the provider reported them; None if not reported."""
 
-    completion_tokens: Optional[int] = None
+    completion_tokens: int | None = None
     """Tokens the answer used; None if not reported."""
 
-    cost_usd: Optional[float] = None
+    cost_usd: float | None = None
     """Cost of the call in US dollars; None when the price is unknown (never guessed)."""
 
 
@@ -151,17 +151,17 @@ class RescueReport:
     trigger: str
     """The probe verdict that started the rescue."""
 
-    chosen_index: Optional[int]
+    chosen_index: int | None
     """Index of the candidate now serving the cursor's rows; None when the selection was kept."""
 
-    chosen_sql: Optional[str]
+    chosen_sql: str | None
     """That candidate's SQL; None when the selection was kept."""
 
-    fallback_reason: Optional[str]
+    fallback_reason: str | None
     """Why the selection was kept (no healthy candidate, unparseable answer, timeout, ...); None when
     a candidate was chosen."""
 
-    answer: Optional[str]
+    answer: str | None
     """The model's raw answer, for LLM rescuers."""
 
     latency_ms: float
@@ -173,20 +173,20 @@ class RescueReport:
     judge_ms: float
     """The rescuer's own time (the LLM call, for ``LLMRescue``)."""
 
-    prompt_tokens: Optional[int]
+    prompt_tokens: int | None
     """Prompt tokens of the judge's call; None for rescuers without a model or when not reported."""
 
-    completion_tokens: Optional[int]
+    completion_tokens: int | None
     """Answer tokens of the judge's call; None likewise."""
 
-    cost_usd: Optional[float]
+    cost_usd: float | None
     """Cost in US dollars from litellm's price map or the user's per-token prices; None if unknown."""
 
     candidates: tuple[CandidatePreview, ...] = field(repr=False)
     """The previews the rescuer saw."""
 
 
-Rescuer = Callable[[RescueRequest], Union[int, None, RescueChoice]]
+Rescuer = Callable[[RescueRequest], int | None | RescueChoice]
 
 
 def rescuer_name(rescuer: Rescuer) -> str:
@@ -256,7 +256,7 @@ def build_prompt(request: RescueRequest, show_dup_ratio: bool = False, template:
 _INTEGER = re.compile(r"-?\d+")
 
 
-def parse_answer(answer: Optional[str], count: int) -> tuple[Optional[int], Optional[str]]:
+def parse_answer(answer: str | None, count: int) -> tuple[int | None, str | None]:
     """The first integer in the answer if it indexes a candidate, else (None, why)."""
     if not answer or not answer.strip():
         return None, "empty answer"
@@ -280,12 +280,12 @@ class LLMRescue:
     """
 
     model: str
-    api_base: Optional[str] = None
-    api_key: Optional[str] = field(default=None, repr=False)
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     timeout: float = 10.0
     show_dup_ratio: bool = False
-    input_cost_per_token: Optional[float] = None
-    output_cost_per_token: Optional[float] = None
+    input_cost_per_token: float | None = None
+    output_cost_per_token: float | None = None
     prompt_template: str = field(default=PAPER_PROMPT, repr=False)
     completion_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)
 
@@ -321,7 +321,7 @@ class LLMRescue:
             cost_usd=self._cost(response, prompt_tokens, completion_tokens),
         )
 
-    def _cost(self, response: Any, prompt_tokens: Optional[int], completion_tokens: Optional[int]) -> Optional[float]:
+    def _cost(self, response: Any, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
         if self.input_cost_per_token is not None and self.output_cost_per_token is not None:
             if prompt_tokens is None or completion_tokens is None:
                 return None
@@ -342,7 +342,7 @@ def _import_litellm() -> Any:
     return litellm
 
 
-def _answer_text(response: Any) -> Optional[str]:
+def _answer_text(response: Any) -> str | None:
     try:
         content = response.choices[0].message.content
     except (AttributeError, IndexError, KeyError, TypeError):
@@ -350,7 +350,7 @@ def _answer_text(response: Any) -> Optional[str]:
     return content if isinstance(content, str) else None
 
 
-def _usage(response: Any) -> tuple[Optional[int], Optional[int]]:
+def _usage(response: Any) -> tuple[int | None, int | None]:
     usage = getattr(response, "usage", None)
     if usage is None:
         return None, None
@@ -379,7 +379,12 @@ def run_rescuer(rescuer: Rescuer, request: RescueRequest) -> tuple[RescueChoice,
         else:
             choice = RescueChoice(None, reason=f"rescuer returned {type(raw).__name__}, not an index")
         if choice.index is not None and not 0 <= choice.index < len(request.candidates):
-            choice = RescueChoice(None, reason=f"index {choice.index} is out of range 0-{len(request.candidates) - 1}",
-                                  answer=choice.answer, prompt_tokens=choice.prompt_tokens,
-                                  completion_tokens=choice.completion_tokens, cost_usd=choice.cost_usd)
+            choice = RescueChoice(
+                None,
+                reason=f"index {choice.index} is out of range 0-{len(request.candidates) - 1}",
+                answer=choice.answer,
+                prompt_tokens=choice.prompt_tokens,
+                completion_tokens=choice.completion_tokens,
+                cost_usd=choice.cost_usd,
+            )
     return choice, (time.perf_counter() - started) * 1000

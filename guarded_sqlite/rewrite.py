@@ -20,20 +20,20 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
-from typing import NamedTuple, Optional, Union, cast
+from typing import NamedTuple, cast
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-__all__ = ["Rewrite", "inject_distinct", "remove_distinct", "is_read_only_query"]
+__all__ = ["Rewrite", "inject_distinct", "is_read_only_query", "remove_distinct"]
 
 
 class Rewrite(NamedTuple):
     """A rule's answer for one statement."""
 
-    sql: Optional[str]
+    sql: str | None
     """The rewritten SQL, or None when the rule does not apply."""
 
     reason: str
@@ -127,8 +127,25 @@ def _remove_distinct(sql: str, dialect: str) -> Rewrite:
 _QUERY_STARTS = frozenset({TokenType.SELECT, TokenType.WITH, TokenType.VALUES, TokenType.L_PAREN})
 _WRITE_TOKENS = frozenset(
     getattr(TokenType, name)
-    for name in ("INSERT", "UPDATE", "DELETE", "REPLACE", "MERGE", "CREATE", "DROP", "ALTER", "ATTACH", "DETACH",
-                 "PRAGMA", "VACUUM", "ANALYZE", "INTO", "RETURNING", "TRUNCATE", "COMMAND")
+    for name in (
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "REPLACE",
+        "MERGE",
+        "CREATE",
+        "DROP",
+        "ALTER",
+        "ATTACH",
+        "DETACH",
+        "PRAGMA",
+        "VACUUM",
+        "ANALYZE",
+        "INTO",
+        "RETURNING",
+        "TRUNCATE",
+        "COMMAND",
+    )
     if hasattr(TokenType, name)
 )
 
@@ -147,7 +164,7 @@ def is_read_only_query(sql: str, dialect: str = "sqlite") -> bool:
     return not any(token.token_type in _WRITE_TOKENS for token in tokens)
 
 
-def _parse_query(sql: str, dialect: str) -> Union[_Query, str]:
+def _parse_query(sql: str, dialect: str) -> _Query | str:
     """The statement's tree and tokens if it is one read-only SELECT, else the reason it is not."""
     try:
         sqlglot_dialect = sqlglot.Dialect.get_or_raise(dialect)
@@ -194,7 +211,7 @@ def _outermost(root: exp.Expression) -> exp.Expression:
     return node
 
 
-def _outermost_select_token(tokens: list[Token]) -> Optional[int]:
+def _outermost_select_token(tokens: list[Token]) -> int | None:
     """Index of the first SELECT keyword at the shallowest bracket depth any SELECT has.
 
     CTE bodies sit inside brackets, so this skips a WITH clause. Odd layouts that fool it are caught
@@ -217,7 +234,7 @@ def _next_token_is(query: _Query, kind: TokenType) -> bool:
     return following < len(query.tokens) and query.tokens[following].token_type == kind
 
 
-def _cut_or_grouping(query: _Query) -> Optional[str]:
+def _cut_or_grouping(query: _Query) -> str | None:
     """Exemption shared by both rules: a LIMIT/OFFSET cut or a GROUP BY on the outermost query."""
     node: exp.Expression = query.root
     while True:
@@ -231,7 +248,7 @@ def _cut_or_grouping(query: _Query) -> Optional[str]:
     return None
 
 
-def _aggregate_in_outer_scope(select: exp.Select, include_windows: bool) -> Optional[str]:
+def _aggregate_in_outer_scope(select: exp.Select, include_windows: bool) -> str | None:
     """Reason naming an aggregate used by the outermost query itself (not by its subqueries)."""
     roots = [*select.expressions, select.args.get("having"), select.args.get("order")]
     for root in roots:
@@ -247,7 +264,7 @@ _DISTINCT_ORDER_STRICT = frozenset({"postgres"})
 """Dialects whose engine rejects ``SELECT DISTINCT ... ORDER BY`` an expression outside the select list."""
 
 
-def _order_outside_select_list(select: exp.Select, dialect: str) -> Optional[str]:
+def _order_outside_select_list(select: exp.Select, dialect: str) -> str | None:
     """Reason naming an ORDER BY key that is neither an output column, an output alias, nor a position."""
     order = select.args.get("order")
     if order is None:

@@ -19,7 +19,9 @@ CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, amount INTEGER
 def fill_fanout(con: sqlite3.Connection, customers: int = 4, orders_per_customer: int = 6) -> None:
     """Customers with many orders each: joining them repeats every customer per order."""
     con.executescript(FANOUT_SCHEMA)
-    con.executemany("INSERT INTO customers VALUES (?, ?, ?)", [(i, f"name{i}", f"city{i % 2}") for i in range(customers)])
+    con.executemany(
+        "INSERT INTO customers VALUES (?, ?, ?)", [(i, f"name{i}", f"city{i % 2}") for i in range(customers)]
+    )
     con.executemany(
         "INSERT INTO orders VALUES (?, ?, ?)",
         [(c * orders_per_customer + k, c, 10 * k) for c in range(customers) for k in range(orders_per_customer)],

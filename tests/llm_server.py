@@ -27,7 +27,7 @@ def chat_server(script: Script) -> Iterator[str]:
     """Serve ``/v1/chat/completions`` on 127.0.0.1; yields the ``api_base`` URL."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             script.requests.append(body)
             if script.delay:
@@ -40,7 +40,13 @@ def chat_server(script: Script) -> Iterator[str]:
                     "object": "chat.completion",
                     "created": int(time.time()),
                     "model": body.get("model", "test"),
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": script.answer}, "finish_reason": "stop"}],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": script.answer},
+                            "finish_reason": "stop",
+                        }
+                    ],
                     "usage": {"prompt_tokens": 321, "completion_tokens": 2, "total_tokens": 323},
                 }
             data = json.dumps(payload).encode()

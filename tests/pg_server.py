@@ -16,10 +16,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
 
 
-def server_binaries() -> Optional[Path]:
+def server_binaries() -> Path | None:
     """The folder holding ``initdb`` and ``pg_ctl``, or None."""
     found = shutil.which("pg_ctl")
     if found:
@@ -48,11 +47,17 @@ def postgres_server() -> Iterator[str]:
     data, port = root / "data", _free_port()
     pg_ctl = str(binaries / "pg_ctl")
     try:
-        subprocess.run([*run_as, str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*run_as, str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+            check=True,
+            capture_output=True,
+        )
         options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run([*run_as, pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*run_as, pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"],
+            check=True,
+            capture_output=True,
+        )
         yield f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
     finally:
         subprocess.run([*run_as, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)

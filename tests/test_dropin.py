@@ -73,7 +73,7 @@ def outcome(fn: Callable[[], Any]) -> tuple[Any, ...]:
     """What calling ``fn`` did: ("ok", value) or ("raised", exception class, message)."""
     try:
         return ("ok", fn())
-    except Exception as error:  # noqa: BLE001 - comparing whatever each side raises
+    except Exception as error:
         return ("raised", type(error), str(error))
 
 
@@ -139,7 +139,9 @@ def test_connection_execute_returns_guarded_cursor_with_sqlite3_rows(
     assert cur.fetchall() == run(raw_items, sql, params).fetchall()
 
 
-def test_cursor_execute_returns_the_cursor_itself(raw_items: sqlite3.Connection, guarded_items: GuardedConnection) -> None:
+def test_cursor_execute_returns_the_cursor_itself(
+    raw_items: sqlite3.Connection, guarded_items: GuardedConnection
+) -> None:
     """``cur.execute(...)`` returns ``cur`` (chaining), and each ``con.execute`` makes a new cursor."""
     raw_cur, cur = raw_items.cursor(), guarded_items.cursor()
     assert raw_cur.execute("SELECT 1") is raw_cur
@@ -274,7 +276,9 @@ def test_connection_attributes_pass_through(raw_items: sqlite3.Connection, guard
     assert list(guarded_items.iterdump()) == list(raw_items.iterdump())
 
 
-def test_trace_callback_sees_the_same_statements(raw_items: sqlite3.Connection, guarded_items: GuardedConnection) -> None:
+def test_trace_callback_sees_the_same_statements(
+    raw_items: sqlite3.Connection, guarded_items: GuardedConnection
+) -> None:
     """On healthy queries the guard runs nothing extra: a trace callback sees what sqlite3 runs."""
     traces: dict[str, list[str]] = {"raw": [], "guarded": []}
     raw_items.set_trace_callback(traces["raw"].append)
@@ -315,7 +319,9 @@ def test_iteration_matches_sqlite3(
     raw_items: sqlite3.Connection, guarded_items: GuardedConnection, sql: str, params: Any
 ) -> None:
     """``for row in cur`` yields sqlite3's rows in sqlite3's order."""
-    assert [row for row in run(guarded_items.cursor(), sql, params)] == [row for row in run(raw_items.cursor(), sql, params)]
+    assert [row for row in run(guarded_items.cursor(), sql, params)] == [
+        row for row in run(raw_items.cursor(), sql, params)
+    ]
 
 
 def test_mixed_fetch_calls_share_one_position(raw_items: sqlite3.Connection, guarded_items: GuardedConnection) -> None:
@@ -396,8 +402,15 @@ def test_fetch_before_any_execute(raw_items: sqlite3.Connection, guarded_items: 
 
     def fresh(cur: Any) -> list[Any]:
         return [
-            cur.description, cur.rowcount, cur.lastrowid, cur.arraysize,
-            cur.fetchone(), cur.fetchall(), cur.fetchmany(), cur.fetchmany(3), list(cur),
+            cur.description,
+            cur.rowcount,
+            cur.lastrowid,
+            cur.arraysize,
+            cur.fetchone(),
+            cur.fetchall(),
+            cur.fetchmany(),
+            cur.fetchmany(3),
+            list(cur),
             outcome(lambda: next(cur)),
         ]
 
@@ -418,7 +431,9 @@ def test_fetch_after_exhaustion(raw_items: sqlite3.Connection, guarded_items: Gu
         assert drained(guarded_items.cursor(), how) == drained(raw_items.cursor(), how), how
 
 
-def test_reexecute_discards_the_previous_result(raw_items: sqlite3.Connection, guarded_items: GuardedConnection) -> None:
+def test_reexecute_discards_the_previous_result(
+    raw_items: sqlite3.Connection, guarded_items: GuardedConnection
+) -> None:
     """Executing again on a half-read cursor serves only the new statement's rows."""
 
     def twice(cur: Any) -> list[Any]:
@@ -430,7 +445,9 @@ def test_reexecute_discards_the_previous_result(raw_items: sqlite3.Connection, g
     assert twice(guarded_items.cursor()) == twice(raw_items.cursor())
 
 
-def test_for_loop_follows_a_reexecute_like_sqlite3(raw_items: sqlite3.Connection, guarded_items: GuardedConnection) -> None:
+def test_for_loop_follows_a_reexecute_like_sqlite3(
+    raw_items: sqlite3.Connection, guarded_items: GuardedConnection
+) -> None:
     """sqlite3's ``iter(cur)`` is the cursor itself, so a for-loop that re-executes its cursor goes on
     with the new statement's rows. The guarded iterator is the buffer's (documented: loops run at C
     speed), but execute() redirects it, so the loop sees the same rows."""
@@ -449,7 +466,9 @@ def test_for_loop_follows_a_reexecute_like_sqlite3(raw_items: sqlite3.Connection
     assert iter(guarded) is not guarded  # the documented difference
 
 
-def test_row_factory_is_taken_when_the_cursor_is_made(raw_items: sqlite3.Connection, guarded_items: GuardedConnection) -> None:
+def test_row_factory_is_taken_when_the_cursor_is_made(
+    raw_items: sqlite3.Connection, guarded_items: GuardedConnection
+) -> None:
     """As in sqlite3, a cursor keeps the row_factory the connection had when the cursor was created."""
     results = []
     for con in (raw_items, guarded_items):
@@ -622,11 +641,15 @@ def test_cursor_row_factory(raw_items: sqlite3.Connection, guarded_items: Guarde
     for con in (raw_items, guarded_items):
         shaped, default = con.cursor(), con.cursor()
         shaped.row_factory = factory
-        results.append((plain(shaped.execute(sql).fetchall()), default.execute(sql).fetchall(), shaped.row_factory is factory))
+        results.append(
+            (plain(shaped.execute(sql).fetchall()), default.execute(sql).fetchall(), shaped.row_factory is factory)
+        )
     assert results[1] == results[0]
 
 
-def test_row_factory_rows_are_usable_like_sqlite3_rows(raw_items: sqlite3.Connection, observe_items: GuardedConnection) -> None:
+def test_row_factory_rows_are_usable_like_sqlite3_rows(
+    raw_items: sqlite3.Connection, observe_items: GuardedConnection
+) -> None:
     """sqlite3.Row rows from the guard support keys, index, name lookup, equality and hashing."""
     sql = "SELECT id, name FROM items WHERE id = 2"
     raw_items.row_factory = observe_items.row_factory = sqlite3.Row
@@ -647,7 +670,10 @@ def test_unhashable_rows_from_row_factory_are_still_probed(factory: Any, where: 
     expected_all = plain(raw.execute(EXPLODING_SQL).fetchall())
     expected_distinct = plain(raw.execute(EXPLODING_SQL.replace("SELECT", "SELECT DISTINCT", 1)).fetchall())
     assert len(expected_all) == 24 and len(expected_distinct) == 4
-    for mode, expected, action in [("observe", expected_all, "none"), ("patch", expected_distinct, "distinct_injected")]:
+    for mode, expected, action in [
+        ("observe", expected_all, "none"),
+        ("patch", expected_distinct, "distinct_injected"),
+    ]:
         con = guarded_sqlite.connect(":memory:", guard=mode)
         fill_fanout(con)
         if where == "connection":
@@ -659,7 +685,12 @@ def test_unhashable_rows_from_row_factory_are_still_probed(factory: Any, where: 
         rows = cur.execute(EXPLODING_SQL).fetchall()
         report = cur.guard_report
         assert report is not None
-        assert (report.trigger, report.rows, report.unique_rows, report.action) == ("cartesian_explosion", 24, 4, action)
+        assert (report.trigger, report.rows, report.unique_rows, report.action) == (
+            "cartesian_explosion",
+            24,
+            4,
+            action,
+        )
         assert plain(rows) == expected
         assert all(type(r) is type(expected[0]) for r in plain(rows))
         con.close()
@@ -681,7 +712,9 @@ def test_large_unhashable_result_is_served_intact(factory: Any, mode: str) -> No
     assert (cur.guard_report.trigger, cur.guard_report.rows, cur.guard_report.unique_rows) == (None, 5000, 5000)
 
 
-@pytest.mark.parametrize("text_factory", [str, bytes, bytearray, lambda b: b.decode().upper()], ids=["str", "bytes", "bytearray", "upper"])
+@pytest.mark.parametrize(
+    "text_factory", [str, bytes, bytearray, lambda b: b.decode().upper()], ids=["str", "bytes", "bytearray", "upper"]
+)
 def test_text_factory(raw_items: sqlite3.Connection, guarded_items: GuardedConnection, text_factory: Any) -> None:
     """``text_factory`` converts TEXT values like sqlite3, including unhashable bytearray."""
     raw_items.text_factory = guarded_items.text_factory = text_factory
@@ -871,7 +904,7 @@ def test_threads_share_one_guarded_connection(raw_items: sqlite3.Connection, gua
                 assert cur.fetchall() == [(key, by_id[key])]
                 assert sorted(con.execute(EXPLODING_SQL).fetchall()) == expected_fanout
                 con.execute("INSERT INTO log VALUES (?, ?)", (n, i))
-        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+        except BaseException as error:
             errors.append(error)
 
     pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
@@ -925,7 +958,9 @@ def test_connection_subclass_default_cursor_class(raw_items: sqlite3.Connection,
     for cur in (con.cursor(), con.execute("SELECT 1")):
         assert isinstance(cur, TaggedCursor) and isinstance(cur, GuardedCursor)
         assert cur.connection is con
-    assert con.cursor().execute("SELECT id FROM items").fetchall() == raw_items.execute("SELECT id FROM items").fetchall()
+    assert (
+        con.cursor().execute("SELECT id FROM items").fetchall() == raw_items.execute("SELECT id FROM items").fetchall()
+    )
 
 
 def test_cursor_factory_subclass(raw_items: sqlite3.Connection, guarded_items: GuardedConnection) -> None:
@@ -1087,7 +1122,9 @@ def test_execution_errors_match_sqlite3(
     [
         pytest.param("executemany", ("INSERT INTO nope VALUES (?)", [(1,)]), id="executemany-no-table"),
         pytest.param("executemany", ("SELECT ?", [(1,)]), id="executemany-select"),
-        pytest.param("executemany", ("INSERT INTO items (id, name) VALUES (?, ?)", [(1, "dup")]), id="executemany-integrity"),
+        pytest.param(
+            "executemany", ("INSERT INTO items (id, name) VALUES (?, ?)", [(1, "dup")]), id="executemany-integrity"
+        ),
         pytest.param("executemany", ("INSERT INTO items (name) VALUES (?)", 5), id="executemany-not-iterable"),
         pytest.param("executescript", ("SELECT 1; SELEC 1;",), id="executescript-syntax"),
         pytest.param("executescript", (42,), id="executescript-not-str"),
@@ -1236,12 +1273,16 @@ def self_feeding(con: Any, limit: int) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("policy", [
-    GuardPolicy(mode="patch", row_cap=5),
-    GuardPolicy(mode="observe", row_cap=5),
-    GuardPolicy(mode="patch", row_cap=1000),
-    GuardPolicy(mode="observe", row_cap=1000),
-], ids=["patch-cap5", "observe-cap5", "patch-cap1000", "observe-cap1000"])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        GuardPolicy(mode="patch", row_cap=5),
+        GuardPolicy(mode="observe", row_cap=5),
+        GuardPolicy(mode="patch", row_cap=1000),
+        GuardPolicy(mode="observe", row_cap=1000),
+    ],
+    ids=["patch-cap5", "observe-cap5", "patch-cap1000", "observe-cap1000"],
+)
 @pytest.mark.parametrize("fetch", ["iterate", "fetchall"])
 def test_select_whose_function_inserts_into_the_table_it_reads(policy: GuardPolicy, fetch: str) -> None:
     """The scan sees rows its own function inserted. With a small row_cap the guard must stop buffering
@@ -1429,15 +1470,43 @@ def test_bad_policies_are_rejected(kwargs: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------------
 
 SAME_OBJECTS = [
-    "apilevel", "paramstyle", "threadsafety", "sqlite_version", "sqlite_version_info",
-    "PARSE_DECLTYPES", "PARSE_COLNAMES", "Row", "Connection", "Cursor", "PrepareProtocol",
-    "Binary", "Date", "Time", "Timestamp", "DateFromTicks", "TimeFromTicks", "TimestampFromTicks",
-    "register_adapter", "register_converter", "adapt", "adapters", "converters",
-    "complete_statement", "enable_callback_tracebacks",
+    "apilevel",
+    "paramstyle",
+    "threadsafety",
+    "sqlite_version",
+    "sqlite_version_info",
+    "PARSE_DECLTYPES",
+    "PARSE_COLNAMES",
+    "Row",
+    "Connection",
+    "Cursor",
+    "PrepareProtocol",
+    "Binary",
+    "Date",
+    "Time",
+    "Timestamp",
+    "DateFromTicks",
+    "TimeFromTicks",
+    "TimestampFromTicks",
+    "register_adapter",
+    "register_converter",
+    "adapt",
+    "adapters",
+    "converters",
+    "complete_statement",
+    "enable_callback_tracebacks",
 ]
 EXCEPTIONS = [
-    "Warning", "Error", "InterfaceError", "DatabaseError", "DataError", "OperationalError",
-    "IntegrityError", "InternalError", "ProgrammingError", "NotSupportedError",
+    "Warning",
+    "Error",
+    "InterfaceError",
+    "DatabaseError",
+    "DataError",
+    "OperationalError",
+    "IntegrityError",
+    "InternalError",
+    "ProgrammingError",
+    "NotSupportedError",
 ]
 
 

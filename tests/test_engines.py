@@ -16,7 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -92,7 +92,7 @@ class EngineDB:
     same data, uncommitted changes included); ``param`` is the engine's placeholder.
     """
 
-    def __init__(self, name: str, raw: Any, param: str, pg: Optional[PgSchema] = None) -> None:
+    def __init__(self, name: str, raw: Any, param: str, pg: PgSchema | None = None) -> None:
         self.name, self.raw, self.param, self.pg = name, raw, param, pg
         self._con: Any = None
 
@@ -148,7 +148,9 @@ def _fill_fanout(db: EngineDB) -> None:
             db.raw_run(statement)
     p = db.param
     db.raw_many(f"INSERT INTO customers VALUES ({p}, {p}, {p})", [(i, f"name{i}", f"city{i % 2}") for i in range(4)])
-    db.raw_many(f"INSERT INTO orders VALUES ({p}, {p}, {p})", [(c * 6 + k, c, 10 * k) for c in range(4) for k in range(6)])
+    db.raw_many(
+        f"INSERT INTO orders VALUES ({p}, {p}, {p})", [(c * 6 + k, c, 10 * k) for c in range(4) for k in range(6)]
+    )
 
 
 def _make_db(name: str, request: pytest.FixtureRequest) -> Iterator[EngineDB]:
@@ -262,7 +264,9 @@ def test_execution_error_is_reraised_with_the_drivers_class_and_the_report_set(d
     ],
     ids=["limit", "group-by", "union-all"],
 )
-def test_flagged_but_exempt_queries_keep_their_rows_and_say_why(db: EngineDB, sql: str, reason: str, ordered: bool) -> None:
+def test_flagged_but_exempt_queries_keep_their_rows_and_say_why(
+    db: EngineDB, sql: str, reason: str, ordered: bool
+) -> None:
     """LIMIT, GROUP BY and UNION ALL results are flagged but P1 leaves them alone, with the reason."""
     rows, report = db.fetch(db.con, sql)
     raw_rows = db.raw_rows(sql)
@@ -415,7 +419,7 @@ def test_pg_patch_sees_uncommitted_changes_and_leaves_the_transaction_as_it_was(
 
     rows, report = pg_db.fetch(con, EXPLODING_SQL)
     assert report.action == "distinct_injected"
-    assert sorted(rows) == sorted(DISTINCT_NAMES + [("late",)])
+    assert sorted(rows) == sorted([*DISTINCT_NAMES, ("late",)])
 
     assert conn.info.transaction_status == TransactionStatus.INTRANS
     assert con.execute("SHOW transaction_read_only").fetchall() == [("off",)]

@@ -55,7 +55,11 @@ def fanout_script(customers: int = 4, orders_per_customer: int = 6) -> str:
         for k in range(orders_per_customer)
     ]
     lines.append("CREATE TABLE pets (owner TEXT, kind TEXT);")
-    lines += ["INSERT INTO pets VALUES ('ann', 'cat');", "INSERT INTO pets VALUES ('ann', 'cat');", "INSERT INTO pets VALUES ('bob', 'dog');"]
+    lines += [
+        "INSERT INTO pets VALUES ('ann', 'cat');",
+        "INSERT INTO pets VALUES ('ann', 'cat');",
+        "INSERT INTO pets VALUES ('bob', 'dog');",
+    ]
     return "\n".join(lines)
 
 
@@ -78,10 +82,26 @@ def write_tsv_gold(path: Path, items: Sequence[tuple[str, str]]) -> Path:
 def record(**changes: Any) -> PairRecord:
     """A passing, healthy record with ``changes`` applied (for the pure metric tests)."""
     fields: dict[str, Any] = dict(
-        index=0, db_id="db", difficulty=None, pred_sql="SELECT 1", status="ok", error=None, trigger=None,
-        action="none", final_sql="SELECT 1", rows=1, unique_rows=1, dup_ratio=0.0, gold_rows=1,
-        baseline_set=True, baseline_multiset=True, guarded_set=True, guarded_multiset=True,
-        exec_ms=0.1, detect_us=1.0, patch_ms=None,
+        index=0,
+        db_id="db",
+        difficulty=None,
+        pred_sql="SELECT 1",
+        status="ok",
+        error=None,
+        trigger=None,
+        action="none",
+        final_sql="SELECT 1",
+        rows=1,
+        unique_rows=1,
+        dup_ratio=0.0,
+        gold_rows=1,
+        baseline_set=True,
+        baseline_multiset=True,
+        guarded_set=True,
+        guarded_multiset=True,
+        exec_ms=0.1,
+        detect_us=1.0,
+        patch_ms=None,
     )
     fields.update(changes)
     return PairRecord(**fields)
@@ -136,7 +156,9 @@ def write_crafted(tmp_path: Path) -> tuple[Path, Path]:
         ([(1, "a")], [(1.0, "a")], (True, True)),  # Python equality, as BIRD's evaluator
     ],
 )
-def test_set_and_multiset_verdicts(pred: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], expected: tuple[bool, bool]) -> None:
+def test_set_and_multiset_verdicts(
+    pred: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], expected: tuple[bool, bool]
+) -> None:
     assert (set_ex(pred, gold), multiset_ex(pred, gold)) == expected
     # The cached comparison used by the runner must agree with the reference functions.
     assert GoldRows(gold).verdicts(pred) == expected
@@ -169,8 +191,16 @@ def test_rule_stats_and_scores_arithmetic() -> None:
         record(action="distinct_injected", baseline_multiset=False, guarded_multiset=True),
         record(action="distinct_injected", baseline_multiset=True, guarded_multiset=False),
         record(action="distinct_injected", baseline_multiset=False, guarded_multiset=True),
-        record(action="distinct_removed", baseline_set=False, baseline_multiset=False, guarded_set=False, guarded_multiset=False),
-        record(status="timeout", baseline_set=False, baseline_multiset=False, guarded_set=False, guarded_multiset=False),
+        record(
+            action="distinct_removed",
+            baseline_set=False,
+            baseline_multiset=False,
+            guarded_set=False,
+            guarded_multiset=False,
+        ),
+        record(
+            status="timeout", baseline_set=False, baseline_multiset=False, guarded_set=False, guarded_multiset=False
+        ),
     ]
     p1 = rule_stats(records, "P1")
     assert (p1.fired, p1.fix, p1.break_, p1.net) == (3, 2, 1, 1)
@@ -278,7 +308,9 @@ def test_crafted_pairs_give_the_expected_verdicts_flags_and_rule_effects(tmp_pat
     by_index = {r.index: r for r in report.pairs}
     assert sorted(by_index) == [0, 1, 2, 3, 4, 6]
 
-    verdicts = {i: (r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for i, r in by_index.items()}
+    verdicts = {
+        i: (r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for i, r in by_index.items()
+    }
     assert verdicts == {
         0: (True, True, True, True),
         1: (True, False, True, True),  # fixed by P1
@@ -292,14 +324,24 @@ def test_crafted_pairs_give_the_expected_verdicts_flags_and_rule_effects(tmp_pat
     assert (by_index[1].rows, by_index[1].unique_rows, by_index[1].gold_rows) == (24, 4, 4)
     assert by_index[3].status == "error" and "no such column" in (by_index[3].error or "")
     assert [by_index[i].trigger for i in (0, 1, 2, 3, 4, 6)] == [
-        None, "cartesian_explosion", "cartesian_explosion", "exec_error", "empty_result", None,
+        None,
+        "cartesian_explosion",
+        "cartesian_explosion",
+        "exec_error",
+        "empty_result",
+        None,
     ]
 
     assert (report.baseline.set_correct, report.baseline.multiset_correct) == (4, 2)
     assert (report.guarded.set_correct, report.guarded.multiset_correct) == (4, 2)
     assert report.baseline.set_ex == pytest.approx(66.6667) and report.baseline.gap_pp == pytest.approx(33.3333)
     assert report.baseline.errors == 1
-    assert (report.flagged.total, report.flagged.exec_error, report.flagged.empty_result, report.flagged.cartesian_explosion) == (4, 1, 1, 2)
+    assert (
+        report.flagged.total,
+        report.flagged.exec_error,
+        report.flagged.empty_result,
+        report.flagged.cartesian_explosion,
+    ) == (4, 1, 1, 2)
     p1 = report.rules["P1"]
     assert (p1.fired, p1.fix, p1.break_, p1.net, p1.set_fix, p1.set_break) == (2, 1, 1, 0, 0, 0)
     assert report.rules["P2"].fired == 0
@@ -324,7 +366,7 @@ def test_observe_mode_scores_the_guarded_side_as_the_baseline(tmp_path: Path, sh
 def test_patch_removing_distinct_is_counted_under_p2(tmp_path: Path) -> None:
     # 11 rows, 10 distinct: with DISTINCT the result has no duplicate and 10 rows; without it
     # dup_ratio is 1/11 <= 0.10, so P2 commits. The gold wants all 11 rows: a P2 fix.
-    values = list(range(10)) + [0]
+    values = [*list(range(10)), 0]
     root = tmp_path / "dbs"
     make_db(root, "d", "CREATE TABLE t (v INTEGER);" + "".join(f"INSERT INTO t VALUES ({v});" for v in values))
     gold = write_tsv_gold(tmp_path / "gold.sql", [("SELECT v FROM t", "d")])
@@ -365,12 +407,18 @@ def test_databases_are_opened_read_only(tmp_path: Path, shop: Path) -> None:
 
 def test_exclude_db_missing_databases_and_blank_predictions(tmp_path: Path, shop: Path) -> None:
     make_db(shop, "other", "CREATE TABLE x (a);")
-    gold = write_tsv_gold(tmp_path / "gold.sql", [("SELECT 1", "shop"), ("SELECT 1", "other"), ("SELECT 1 WHERE 0", "shop")])
+    gold = write_tsv_gold(
+        tmp_path / "gold.sql", [("SELECT 1", "shop"), ("SELECT 1", "other"), ("SELECT 1 WHERE 0", "shop")]
+    )
     pred = write_lines(tmp_path / "pred.txt", ["SELECT 1", "SELECT 1", "   "])
     report = evaluate(shop, gold, pred, workers=1, exclude_db=["other"])
     assert (report.n, report.excluded_db_ids, report.excluded_pairs) == (2, ("other",), 1)
     # A blank prediction is an error, even though sqlite3 "returns" no rows for it like the empty gold.
-    assert (report.pairs[1].status, report.pairs[1].error, report.pairs[1].baseline_set) == ("error", "empty prediction", False)
+    assert (report.pairs[1].status, report.pairs[1].error, report.pairs[1].baseline_set) == (
+        "error",
+        "empty prediction",
+        False,
+    )
     with pytest.raises(InputError, match="'typo', which no gold query uses"):
         evaluate(shop, gold, pred, workers=1, exclude_db=["typo"])
     (tmp_path / "empty_root").mkdir()
@@ -405,24 +453,42 @@ def test_top_level_evaluate_and_json_report(tmp_path: Path, shop: Path) -> None:
     assert data["rules"]["P1"]["break"] == 1
     assert {"wall_s", "queries", "detect_us_median", "patch_ms_median"} <= set(data["timings"])
     pair = data["pairs"][1]
-    assert {"baseline_set", "baseline_multiset", "guarded_set", "guarded_multiset", "trigger", "action", "final_sql"} <= set(pair)
+    assert {
+        "baseline_set",
+        "baseline_multiset",
+        "guarded_set",
+        "guarded_multiset",
+        "trigger",
+        "action",
+        "final_sql",
+    } <= set(pair)
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.n = 3  # type: ignore[misc]
 
 
 def test_difficulty_breakdown_from_bird_gold(tmp_path: Path, shop: Path) -> None:
     gold = tmp_path / "dev.json"
-    gold.write_text(json.dumps([
-        {"SQL": "SELECT name FROM customers", "db_id": "shop", "difficulty": "moderate"},
-        {"SQL": "SELECT name FROM customers", "db_id": "shop", "difficulty": "simple"},
-        {"SQL": "SELECT name FROM customers", "db_id": "shop", "difficulty": "simple"},
-    ]))
+    gold.write_text(
+        json.dumps(
+            [
+                {"SQL": "SELECT name FROM customers", "db_id": "shop", "difficulty": "moderate"},
+                {"SQL": "SELECT name FROM customers", "db_id": "shop", "difficulty": "simple"},
+                {"SQL": "SELECT name FROM customers", "db_id": "shop", "difficulty": "simple"},
+            ]
+        )
+    )
     pred = tmp_path / "pred.json"
-    pred.write_text(json.dumps({str(i): f"{sql}\t----- bird -----\tshop" for i, sql in enumerate([JOIN, JOIN, "SELECT 1"])}))
+    pred.write_text(
+        json.dumps({str(i): f"{sql}\t----- bird -----\tshop" for i, sql in enumerate([JOIN, JOIN, "SELECT 1"])})
+    )
     report = evaluate(shop, gold, pred, workers=1)
     strata = {s.difficulty: s for s in report.difficulty}
     assert [s.difficulty for s in report.difficulty] == ["simple", "moderate"]
-    assert (strata["simple"].baseline.n, strata["simple"].baseline.multiset_correct, strata["simple"].guarded.multiset_correct) == (2, 0, 1)
+    assert (
+        strata["simple"].baseline.n,
+        strata["simple"].baseline.multiset_correct,
+        strata["simple"].guarded.multiset_correct,
+    ) == (2, 0, 1)
     assert (strata["moderate"].baseline.set_correct, strata["moderate"].guarded.multiset_correct) == (1, 1)
 
 
@@ -441,8 +507,8 @@ def _sweep_fixture(tmp_path: Path) -> tuple[Path, Path, Path]:
     tau_remove >= 0.10); B: DISTINCT over 6 rows / 5 distinct (ratio 1/6), gold DISTINCT (break at >= 0.2).
     """
     groups = {
-        "A": {"f90": [1] * 10, "f70": [1] * 8 + [2, 3], "b50": [1, 1], "p2fix": list(range(10)) + [0]},
-        "B": {"f75": [1] * 4, "b50": [5, 5, 6, 6], "p2break": list(range(5)) + [0]},
+        "A": {"f90": [1] * 10, "f70": [1] * 8 + [2, 3], "b50": [1, 1], "p2fix": [*list(range(10)), 0]},
+        "B": {"f75": [1] * 4, "b50": [5, 5, 6, 6], "p2break": [*list(range(5)), 0]},
         "C": {"f50": [1, 1, 2, 2], "b90": [7] * 10},
     }
     root = tmp_path / "dbs"
@@ -486,7 +552,11 @@ def test_sweep_tables_and_leave_one_database_out_cv(tmp_path: Path) -> None:
 
     # The outcomes behind the tables are in the report, one per (rule, threshold, rewritten pair).
     assert sum(1 for o in report.outcomes if (o.rule, o.tau) == ("P1", 0.0)) == 7
-    assert {(o.tau, o.index, o.multiset_ex) for o in report.outcomes if o.rule == "P2"} == {(0.1, 3, True), (0.2, 3, True), (0.2, 6, False)}
+    assert {(o.tau, o.index, o.multiset_ex) for o in report.outcomes if o.rule == "P2"} == {
+        (0.1, 3, True),
+        (0.2, 3, True),
+        (0.2, 6, False),
+    }
     # Only predictions that could change were replayed: the 7 with duplicates, the 2 with DISTINCT.
     assert (report.p1_candidates, report.p2_candidates) == (7, 2)
     # The embedded evaluation is the default operating point (P1 at 0.8, P2 at 0.1).
@@ -524,12 +594,28 @@ def test_sweep_plot_is_a_png(tmp_path: Path) -> None:
     assert png.stat().st_size > 5000  # a real figure, not an empty canvas
 
 
-def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path, shop: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plot_without_matplotlib_says_how_to_install(
+    tmp_path: Path, shop: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes "import matplotlib" raise ImportError
     gold, pred = write_crafted(tmp_path)
     with pytest.raises(PlotUnavailable, match=r"pip install 'guarded-sqlite\[plot\]'"):
         sweep(shop, gold, pred, workers=1, plot=tmp_path / "x.png")
-    code = main(["sweep", "--db-root", str(shop), "--gold", str(gold), "--pred", str(pred), "--workers", "1", "--plot", str(tmp_path / "x.png")])
+    code = main(
+        [
+            "sweep",
+            "--db-root",
+            str(shop),
+            "--gold",
+            str(gold),
+            "--pred",
+            str(pred),
+            "--workers",
+            "1",
+            "--plot",
+            str(tmp_path / "x.png"),
+        ]
+    )
     assert code == 1
     assert not (tmp_path / "x.png").exists()
 
@@ -541,7 +627,23 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path, shop: Path,
 def test_cli_eval_end_to_end(tmp_path: Path, shop: Path, capsys: pytest.CaptureFixture[str]) -> None:
     gold, pred = write_crafted(tmp_path)
     out = tmp_path / "report.json"
-    code = main(["eval", "--db-root", str(shop), "--gold", str(gold), "--pred", str(pred), "--json", str(out), "--workers", "1", "--timeout", "2"])
+    code = main(
+        [
+            "eval",
+            "--db-root",
+            str(shop),
+            "--gold",
+            str(gold),
+            "--pred",
+            str(pred),
+            "--json",
+            str(out),
+            "--workers",
+            "1",
+            "--timeout",
+            "2",
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "baseline" in text and "Multiset-EX" in text and "P1" in text and "MBS" in text
@@ -551,7 +653,23 @@ def test_cli_eval_end_to_end(tmp_path: Path, shop: Path, capsys: pytest.CaptureF
     assert data["flagged"] == {"total": 4, "exec_error": 1, "empty_result": 1, "cartesian_explosion": 2}
     assert [f["index"] for f in data["gold_failures"]] == [5]
 
-    code = main(["eval", "--db-root", str(shop), "--gold", str(gold), "--pred", str(pred), "--json", "-", "--workers", "1", "--guard", "observe"])
+    code = main(
+        [
+            "eval",
+            "--db-root",
+            str(shop),
+            "--gold",
+            str(gold),
+            "--pred",
+            str(pred),
+            "--json",
+            "-",
+            "--workers",
+            "1",
+            "--guard",
+            "observe",
+        ]
+    )
     assert code == 0
     assert json.loads(capsys.readouterr().out)["guard"] == "observe"
 
@@ -562,7 +680,9 @@ def test_cli_input_errors_exit_2_with_the_line(tmp_path: Path, shop: Path, capsy
     code = main(["eval", "--db-root", str(shop), "--gold", str(gold), "--pred", str(short), "--workers", "1"])
     assert code == 2
     assert "6 predictions (lines) but the gold has 7 queries; lines 7..7 are missing" in capsys.readouterr().err
-    code = main(["eval", "--db-root", str(tmp_path / "nowhere"), "--gold", str(gold), "--pred", str(short), "--workers", "1"])
+    code = main(
+        ["eval", "--db-root", str(tmp_path / "nowhere"), "--gold", str(gold), "--pred", str(short), "--workers", "1"]
+    )
     assert code == 2
     with pytest.raises(SystemExit) as usage:
         main(["eval", "--db-root", str(shop), "--gold", str(gold), "--pred", str(short), "--timeout", "0"])
@@ -572,8 +692,25 @@ def test_cli_input_errors_exit_2_with_the_line(tmp_path: Path, shop: Path, capsy
 def test_cli_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root, gold, pred = _sweep_fixture(tmp_path)
     out = tmp_path / "sweep.json"
-    code = main(["sweep", "--db-root", str(root), "--gold", str(gold), "--pred", str(pred), "--workers", "1",
-                 "--p1-taus", "0,0.6,0.8,0.95", "--p2-taus", "0.05,0.1,0.2", "--json", str(out)])
+    code = main(
+        [
+            "sweep",
+            "--db-root",
+            str(root),
+            "--gold",
+            str(gold),
+            "--pred",
+            str(pred),
+            "--workers",
+            "1",
+            "--p1-taus",
+            "0,0.6,0.8,0.95",
+            "--p2-taus",
+            "0.05,0.1,0.2",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "tau_inject" in text and "leave-one-database-out" in text and "held-out net +0" in text
@@ -605,7 +742,9 @@ def test_progress_bar_draws_only_when_enabled() -> None:
     assert quiet.getvalue() == ""
 
 
-def test_progress_bar_reaches_stderr_during_evaluate(tmp_path: Path, shop: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_bar_reaches_stderr_during_evaluate(
+    tmp_path: Path, shop: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gold, pred = write_crafted(tmp_path)
     evaluate(shop, gold, pred, workers=1, progress=True)
     err = capsys.readouterr().err

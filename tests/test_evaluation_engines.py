@@ -30,7 +30,6 @@ from guarded_sqlite.evaluation.copy import (
 )
 from guarded_sqlite.evaluation.transpile import NotOneStatement, TranspileError, transpile
 
-
 ENGINES = ["duckdb", "postgres"]
 
 # --------------------------------------------------------------------------------------------------
@@ -43,7 +42,11 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
     if request.param == "duckdb":
         pytest.importorskip("duckdb")
         return {"engine": "duckdb", "cache_dir": tmp_path / "duckdb-cache"}
-    return {"engine": "postgres", "pg_dsn": request.getfixturevalue("pg_dsn"), "pg_schema_prefix": f"t{uuid.uuid4().hex[:8]}_"}
+    return {
+        "engine": "postgres",
+        "pg_dsn": request.getfixturevalue("pg_dsn"),
+        "pg_schema_prefix": f"t{uuid.uuid4().hex[:8]}_",
+    }
 
 
 def make_db(root: Path, db_id: str, script: str) -> Path:
@@ -102,14 +105,19 @@ CRAFTED: list[tuple[str, str]] = [
     # 10: a truncated prediction: a syntax error on SQLite, a transpile error elsewhere
     ("SELECT count(*) FROM customers", "SELECT count(*) FROM customers WHERE id ="),
     # 11: NULLs sort first in SQLite; the transpiled ORDER BY keeps that on every engine
-    ("SELECT Name FROM Country ORDER BY Population LIMIT 1", "SELECT name FROM country ORDER BY population ASC LIMIT 1"),
+    (
+        "SELECT Name FROM Country ORDER BY Population LIMIT 1",
+        "SELECT name FROM country ORDER BY population ASC LIMIT 1",
+    ),
     # 12: a truncated gold query: excluded everywhere, as a transpile failure off SQLite
     ("SELECT name FROM customers WHERE", "SELECT name FROM customers"),
 ]
 TRANSPILE_FAILURE = 10
 
 
-def write_inputs(folder: Path, pairs: Sequence[tuple[str, str]], db_ids: Sequence[str] = ("shop",)) -> tuple[Path, Path]:
+def write_inputs(
+    folder: Path, pairs: Sequence[tuple[str, str]], db_ids: Sequence[str] = ("shop",)
+) -> tuple[Path, Path]:
     gold = folder / "gold.sql"
     pred = folder / "pred.txt"
     gold.write_text("".join(f"{g}\t{db}\n" for db in db_ids for g, _ in pairs), encoding="utf-8")
@@ -125,7 +133,10 @@ def shop(tmp_path: Path) -> Path:
 
 
 def verdicts(report: EvalReport) -> dict[int, tuple[Any, ...]]:
-    return {r.index: (r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset, r.action) for r in report.pairs}
+    return {
+        r.index: (r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset, r.action)
+        for r in report.pairs
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -136,7 +147,10 @@ def test_transpile_applies_sqlite_name_rules_and_leaves_the_rest_to_sqlglot() ->
     names = ["Country", "Code", "Name"]
     for dialect in ENGINES:
         # Identifiers are case-insensitive in SQLite: all lower-cased and quoted.
-        assert transpile("SELECT T1.Name FROM Country AS T1", dialect, names) == 'SELECT "t1"."name" FROM "country" AS "t1"'
+        assert (
+            transpile("SELECT T1.Name FROM Country AS T1", dialect, names)
+            == 'SELECT "t1"."name" FROM "country" AS "t1"'
+        )
         # A double-quoted name that is no column, table or alias is a string, as SQLite reads it ...
         assert transpile('SELECT Name FROM Country WHERE Code = "FR"', dialect, names).endswith("\"code\" = 'FR'")
         # ... but a double-quoted column, a back-quoted name and an alias stay identifiers.
@@ -177,8 +191,15 @@ CREATE VIEW Labels AS SELECT Label FROM Mixed WHERE Label <> "b'c";
 """
 
 EXPECTED_KINDS = {
-    "ID": "integer", "Price": "real", "Amount": "integer", "Label": "text", "Data": "blob",
-    "Anything": "text", "Flag": "integer", "Born": "text", "Score": "real",
+    "ID": "integer",
+    "Price": "real",
+    "Amount": "integer",
+    "Label": "text",
+    "Data": "blob",
+    "Anything": "text",
+    "Flag": "integer",
+    "Born": "text",
+    "Score": "real",
 }
 
 
@@ -228,7 +249,9 @@ def test_duckdb_copy_is_faithful_and_idempotent(tmp_path: Path) -> None:
         # Names keep their case in DuckDB, which resolves them case-insensitively even when quoted.
         rows = _read(con, 'SELECT "id", price, amount, label, data, anything, score FROM "MIXED" ORDER BY id')
         assert rows == MIXED_ROWS
-        types = dict(_read(con, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'Mixed'"))
+        types = dict(
+            _read(con, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'Mixed'")
+        )
         assert types["Price"] == "DOUBLE" and types["Anything"] == "VARCHAR" and types["Data"] == "BLOB"
         assert _read(con, 'SELECT "weird col", "select" FROM "odd name"') == [(1, "x")]
         assert _read(con, "SELECT * FROM labels") == [("a",)]  # the view, with SQLite's "b'c" string
@@ -259,17 +282,32 @@ def test_postgres_copy_is_faithful_and_idempotent(tmp_path: Path, pg_dsn: str) -
     with psycopg.connect(pg_dsn, options=f"-c search_path={schema}") as con:
         # Lower-cased names; the transpiled queries quote them in lower case.
         assert _read(con, "SELECT id, price, amount, label, data, anything, score FROM mixed ORDER BY id") == MIXED_ROWS
-        types = dict(_read(con, f"SELECT column_name, data_type FROM information_schema.columns "
-                                f"WHERE table_schema = '{schema}' AND table_name = 'mixed'"))
-        assert (types["price"], types["anything"], types["data"], types["amount"]) == ("double precision", "text", "bytea", "bigint")
+        types = dict(
+            _read(
+                con,
+                f"SELECT column_name, data_type FROM information_schema.columns "
+                f"WHERE table_schema = '{schema}' AND table_name = 'mixed'",
+            )
+        )
+        assert (types["price"], types["anything"], types["data"], types["amount"]) == (
+            "double precision",
+            "text",
+            "bytea",
+            "bigint",
+        )
         assert _read(con, 'SELECT "weird col", "select" FROM "odd name"') == [(1, "x")]
         assert _read(con, "SELECT * FROM labels") == [("a",)]
         # The primary key exists (PostgreSQL then accepts other columns of the table under GROUP BY id).
         assert _read(con, "SELECT label, count(*) FROM mixed GROUP BY id ORDER BY id")[0] == ("a", 1)
         # Text is ordered by code point, like SQLite's BINARY collation, not by the server's locale.
-        assert _read(con, "SELECT collation_name FROM information_schema.columns "
-                          f"WHERE table_schema = '{schema}' AND table_name = 'mixed' AND column_name = 'label'") == [("C",)]
-        recorded = con.execute("SELECT db_id, rows, notes FROM guarded_sqlite.copies WHERE schema_name = %s", (schema,)).fetchall()
+        assert _read(
+            con,
+            "SELECT collation_name FROM information_schema.columns "
+            f"WHERE table_schema = '{schema}' AND table_name = 'mixed' AND column_name = 'label'",
+        ) == [("C",)]
+        recorded = con.execute(
+            "SELECT db_id, rows, notes FROM guarded_sqlite.copies WHERE schema_name = %s", (schema,)
+        ).fetchall()
         assert recorded == [("types", 4, list(first.notes))]
 
     again = copy_to_postgres(path, "types", pg_dsn, prefix)
@@ -323,7 +361,7 @@ def test_engine_verdicts_equal_sqlite_on_simple_queries(tmp_path: Path, shop: Pa
     assert (failed.error or "").startswith("TranspileError: sqlglot cannot parse it as SQLite")
     triggers = {r.index: r.trigger for r in on_sqlite.pairs if r.index != TRANSPILE_FAILURE}
     assert triggers == {r.index: r.trigger for r in report.pairs if r.index != TRANSPILE_FAILURE}
-    assert by_index[9].engine_sql == "SELECT \"name\" FROM \"country\" WHERE \"code\" = 'FR'"
+    assert by_index[9].engine_sql == 'SELECT "name" FROM "country" WHERE "code" = \'FR\''
     assert by_index[0].status == "error"  # read-only everywhere
     assert on_sqlite.pairs[0].engine_sql is None
 
@@ -383,10 +421,23 @@ def test_engine_options_are_checked(tmp_path: Path, shop: Path) -> None:
         evaluate(shop, gold, pred, engine="postgres", pg_dsn="host=127.0.0.1 port=1 connect_timeout=2")
 
 
-def test_cli_eval_on_an_engine(tmp_path: Path, shop: Path, engine: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_eval_on_an_engine(
+    tmp_path: Path, shop: Path, engine: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     gold, pred = write_inputs(tmp_path, CRAFTED)
-    args = ["eval", "--db-root", str(shop), "--gold", str(gold), "--pred", str(pred), "--workers", "1",
-            "--engine", engine["engine"]]
+    args = [
+        "eval",
+        "--db-root",
+        str(shop),
+        "--gold",
+        str(gold),
+        "--pred",
+        str(pred),
+        "--workers",
+        "1",
+        "--engine",
+        engine["engine"],
+    ]
     if engine["engine"] == "duckdb":
         args += ["--cache-dir", str(engine["cache_dir"])]
     else:

@@ -49,10 +49,13 @@ def write_json(path: Path, data: Any) -> Path:
 
 
 def bird_gold(path: Path, sqls: list[str]) -> Path:
-    return write_json(path, [
-        {"SQL": sql, "db_id": "shop", "question": f"question {i}", "evidence": f"hint {i}", "difficulty": "simple"}
-        for i, sql in enumerate(sqls)
-    ])
+    return write_json(
+        path,
+        [
+            {"SQL": sql, "db_id": "shop", "question": f"question {i}", "evidence": f"hint {i}", "difficulty": "simple"}
+            for i, sql in enumerate(sqls)
+        ],
+    )
 
 
 @pytest.fixture()
@@ -104,7 +107,9 @@ def test_question_and_evidence_reach_the_rescuer(shop: Path, tmp_path: Path) -> 
         return RescueChoice(None, reason="declined by test")
 
     gold = bird_gold(tmp_path / "gold.json", [GOOD, GOOD])
-    report = evaluate(shop, gold, [COUNT, JOIN], workers=1, progress=False, candidates=[[], [GOOD, JOIN]], rescue=rescuer)
+    report = evaluate(
+        shop, gold, [COUNT, JOIN], workers=1, progress=False, candidates=[[], [GOOD, JOIN]], rescue=rescuer
+    )
     assert seen == [("question 1", "hint 1", 2)]
     assert report.pairs[1].rescue_fallback == "declined by test"
     # The selection was kept, and P1 then patched it (rescue_first).
@@ -116,10 +121,15 @@ def test_rescue_first_and_patch_first_differ(shop: Path, tmp_path: Path) -> None
     # The judge picks candidate 0, itself an explosion: rescue_first patches it after choosing it,
     # patch_first patches the selection and then serves the candidate unpatched.
     judge = LLMRescue(model="openai/x", completion_kwargs={"mock_response": "0"})
-    gold = bird_gold(tmp_path / "gold.json", ["SELECT DISTINCT c.name, c.id FROM customers AS c JOIN orders AS o ON o.customer_id = c.id"])
+    gold = bird_gold(
+        tmp_path / "gold.json",
+        ["SELECT DISTINCT c.name, c.id FROM customers AS c JOIN orders AS o ON o.customer_id = c.id"],
+    )
     candidates = {0: [JOIN2, GOOD]}
     first = evaluate(shop, gold, [JOIN], workers=1, progress=False, candidates=candidates, rescue=judge)
-    patch = evaluate(shop, gold, [JOIN], workers=1, progress=False, candidates=candidates, rescue=judge, order="patch_first")
+    patch = evaluate(
+        shop, gold, [JOIN], workers=1, progress=False, candidates=candidates, rescue=judge, order="patch_first"
+    )
     assert first.pairs[0].action == "candidate_selected+distinct_injected"
     assert patch.pairs[0].action == "candidate_selected"
     assert first.pairs[0].rescue_chosen_index == patch.pairs[0].rescue_chosen_index == 0
@@ -159,8 +169,9 @@ def test_llm_options_need_a_model(shop: Path, tmp_path: Path) -> None:
 def test_dropped_candidate_index_maps_back_to_the_file(shop: Path, tmp_path: Path) -> None:
     # An empty candidate is kept (it fails to run, so it is never healthy); indexes are the file's.
     gold = bird_gold(tmp_path / "gold.json", [GOOD])
-    report = evaluate(shop, gold, [JOIN], workers=1, progress=False, candidates=[["", JOIN, GOOD]],
-                      rescue=DupRatioSelector())
+    report = evaluate(
+        shop, gold, [JOIN], workers=1, progress=False, candidates=[["", JOIN, GOOD]], rescue=DupRatioSelector()
+    )
     assert report.pairs[0].rescue_chosen_index == 2
 
 
@@ -175,17 +186,34 @@ def test_dropped_candidate_index_maps_back_to_the_file(shop: Path, tmp_path: Pat
         ("SELECT 1", "must be a list or an object"),
     ],
 )
-def test_bad_candidates_file_exits_2(shop: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], data: Any, message: str) -> None:
+def test_bad_candidates_file_exits_2(
+    shop: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], data: Any, message: str
+) -> None:
     gold = bird_gold(tmp_path / "gold.json", [GOOD, COUNT])
     pred = write_json(tmp_path / "pred.json", [JOIN, COUNT])
     cands = write_json(tmp_path / "cands.json", data)
-    code = main(["eval", "--db-root", str(shop), "--gold", str(gold), "--pred", str(pred), "--workers", "1",
-                 "--candidates", str(cands)])
+    code = main(
+        [
+            "eval",
+            "--db-root",
+            str(shop),
+            "--gold",
+            str(gold),
+            "--pred",
+            str(pred),
+            "--workers",
+            "1",
+            "--candidates",
+            str(cands),
+        ]
+    )
     assert code == 2
     assert message in capsys.readouterr().err
 
 
-def test_cli_rescue_options_without_candidates_exit_2(shop: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_rescue_options_without_candidates_exit_2(
+    shop: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gold = bird_gold(tmp_path / "gold.json", [GOOD])
     pred = write_json(tmp_path / "pred.json", [JOIN])
     args = ["eval", "--db-root", str(shop), "--gold", str(gold), "--pred", str(pred), "--workers", "1"]
@@ -201,16 +229,47 @@ def test_cli_json_and_table_report_rescue(shop: Path, tmp_path: Path, capsys: py
     pred = write_json(tmp_path / "pred.json", [JOIN, COUNT])
     cands = write_json(tmp_path / "cands.json", {"0": [JOIN, GOOD]})
     out = tmp_path / "report.json"
-    code = main(["eval", "--db-root", str(shop), "--gold", str(gold), "--pred", str(pred), "--workers", "1",
-                 "--candidates", str(cands), "--order", "patch_first", "--json", str(out)])
+    code = main(
+        [
+            "eval",
+            "--db-root",
+            str(shop),
+            "--gold",
+            str(gold),
+            "--pred",
+            str(pred),
+            "--workers",
+            "1",
+            "--candidates",
+            str(cands),
+            "--order",
+            "patch_first",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "Rescue (DupRatioSelector, order=patch_first)" in text
     data = json.loads(out.read_text(encoding="utf-8"))
     assert set(data["rescue"]) == {
-        "rescuer", "order", "pairs_with_candidates", "candidates_dropped", "rescues_run", "candidate_chosen",
-        "fallbacks", "fallback_reasons", "multiset_fix", "multiset_break", "set_fix", "set_break", "cost_usd",
-        "cost_unknown", "prompt_tokens", "completion_tokens", "latency_ms_median",
+        "rescuer",
+        "order",
+        "pairs_with_candidates",
+        "candidates_dropped",
+        "rescues_run",
+        "candidate_chosen",
+        "fallbacks",
+        "fallback_reasons",
+        "multiset_fix",
+        "multiset_break",
+        "set_fix",
+        "set_break",
+        "cost_usd",
+        "cost_unknown",
+        "prompt_tokens",
+        "completion_tokens",
+        "latency_ms_median",
     }
     assert data["rescue"]["candidate_chosen"] == 1 and data["rescue"]["multiset_fix"] == 1
     assert data["pairs"][0]["rescue_chosen_index"] == 1 and data["pairs"][0]["rescue_fallback"] is None

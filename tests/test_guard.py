@@ -104,8 +104,11 @@ def test_execution_error_is_reraised_unchanged_with_the_report_set(guarded, raw,
     [
         (EXPLODING_SQL + " LIMIT 20", "LIMIT"),
         ("SELECT count(*) FROM orders GROUP BY id", "GROUP BY"),
-        ("SELECT name FROM customers UNION ALL SELECT name FROM customers UNION ALL SELECT name FROM customers"
-         " UNION ALL SELECT name FROM customers UNION ALL SELECT name FROM customers", "UNION ALL"),
+        (
+            "SELECT name FROM customers UNION ALL SELECT name FROM customers UNION ALL SELECT name FROM customers"
+            " UNION ALL SELECT name FROM customers UNION ALL SELECT name FROM customers",
+            "UNION ALL",
+        ),
         ("SELECT c.name FROM customers AS c JOIN orders AS o ON o.customer_id = ?1", "could not parse"),
     ],
 )
@@ -150,7 +153,9 @@ def test_patch_rerun_uses_the_cursors_row_factory(guarded) -> None:
     cur.row_factory = sqlite3.Row
     rows = cur.execute(EXPLODING_SQL).fetchall()
     assert cur.guard_report.action == "distinct_injected"
-    assert all(isinstance(row, sqlite3.Row) for row in rows) and {row["name"] for row in rows} == {f"name{i}" for i in range(4)}
+    assert all(isinstance(row, sqlite3.Row) for row in rows) and {row["name"] for row in rows} == {
+        f"name{i}" for i in range(4)
+    }
 
 
 def test_patch_rerun_sees_uncommitted_changes(guarded) -> None:
@@ -212,7 +217,9 @@ def test_p2_is_not_considered_on_results_too_small_to_ever_qualify() -> None:
 def test_writes_returning_duplicate_rows_run_once_and_are_never_rewritten() -> None:
     con = guarded_sqlite.connect(":memory:")
     con.execute("CREATE TABLE t (x)")
-    cur = con.execute("INSERT INTO t SELECT 1 FROM (SELECT 1 UNION ALL SELECT 2) AS a, (SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5) AS b RETURNING x")
+    cur = con.execute(
+        "INSERT INTO t SELECT 1 FROM (SELECT 1 UNION ALL SELECT 2) AS a, (SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5) AS b RETURNING x"
+    )
     assert cur.fetchall() == [(1,)] * 10
     report = cur.guard_report
     assert report.trigger == "cartesian_explosion" and report.action == "none"
@@ -253,14 +260,14 @@ def test_threads_writing_while_others_patch_never_see_the_read_only_window(tmp_p
         try:
             for i in range(200):
                 con.execute("INSERT INTO orders VALUES (NULL, 0, ?)", (i,))
-        except BaseException as error:  # noqa: BLE001 - collected for the assertion below
+        except BaseException as error:
             errors.append(error)
 
     def reader() -> None:
         try:
             for _ in range(100):
                 con.execute(EXPLODING_SQL).fetchall()
-        except BaseException as error:  # noqa: BLE001
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=f) for f in (writer, reader, writer, reader)]
@@ -272,7 +279,9 @@ def test_threads_writing_while_others_patch_never_see_the_read_only_window(tmp_p
     assert con.execute("SELECT count(*) FROM orders").fetchone() == (24 + 400,)
 
 
-def test_an_internal_error_while_patching_keeps_the_original_rows(guarded, raw, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_internal_error_while_patching_keeps_the_original_rows(
+    guarded, raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import guarded_sqlite.patching as patching
 
     def broken(sql: str, dialect: str = "sqlite") -> None:
@@ -306,7 +315,14 @@ def test_statements_without_rows_are_not_probed(guarded) -> None:
 
 
 def test_policy_validation() -> None:
-    for bad in [dict(mode="fix"), dict(tau_inject=0), dict(tau_inject=1.5), dict(tau_remove=1.0), dict(row_cap=0), dict(row_cap=True)]:
+    for bad in [
+        dict(mode="fix"),
+        dict(tau_inject=0),
+        dict(tau_inject=1.5),
+        dict(tau_remove=1.0),
+        dict(row_cap=0),
+        dict(row_cap=True),
+    ]:
         with pytest.raises(ValueError):
             GuardPolicy(**bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="guard mode"):

@@ -68,7 +68,9 @@ PANDAS_QUERIES = [
     pytest.param("SELECT id, amount FROM orders WHERE amount > ? AND customer_id = ?", (10, 2), id="qmark-tuple"),
     pytest.param("SELECT id, amount FROM orders WHERE amount > ? ORDER BY id", [30], id="qmark-list"),
     pytest.param("SELECT name, city FROM customers WHERE id >= :lo ORDER BY id", {"lo": 1}, id="named-dict"),
-    pytest.param("SELECT customer_id, count(*) AS n, sum(amount) AS total FROM orders GROUP BY customer_id", None, id="group-by"),
+    pytest.param(
+        "SELECT customer_id, count(*) AS n, sum(amount) AS total FROM orders GROUP BY customer_id", None, id="group-by"
+    ),
     pytest.param("SELECT * FROM orders WHERE amount < 0", None, id="empty"),
     pytest.param(
         "SELECT c.name, o.amount FROM customers AS c JOIN orders AS o ON o.customer_id = c.id ORDER BY o.id",
@@ -120,7 +122,9 @@ def test_pandas_chunked_read_matches_sqlite3(
         pd.testing.assert_frame_equal(got_chunk, expected_chunk)
 
 
-def test_pandas_exploding_query(raw_fanout: sqlite3.Connection, guarded_fanout: GuardedConnection, mode: str, no_warnings: list[Any]) -> None:
+def test_pandas_exploding_query(
+    raw_fanout: sqlite3.Connection, guarded_fanout: GuardedConnection, mode: str, no_warnings: list[Any]
+) -> None:
     """A fan-out read through pandas: observe returns sqlite3's frame, patch the frame of SELECT DISTINCT."""
     got = pd.read_sql(EXPLODING_SQL, guarded_fanout)
     expected_sql = EXPLODING_SQL if mode == "observe" else EXPLODING_DISTINCT_SQL
@@ -135,7 +139,12 @@ def test_pandas_to_sql_into_guarded_connection(
     """DataFrame.to_sql writes the same table (and returns the same count) as with sqlite3, for
     create, append and replace."""
     frame = pd.DataFrame(
-        {"k": range(12), "label": [f"l{i}" for i in range(12)], "x": [i / 4 for i in range(12)], "flag": [i % 2 == 0 for i in range(12)]}
+        {
+            "k": range(12),
+            "label": [f"l{i}" for i in range(12)],
+            "x": [i / 4 for i in range(12)],
+            "flag": [i % 2 == 0 for i in range(12)],
+        }
     )
     outcomes = []
     for con in (raw_fanout, guarded_fanout):
@@ -234,7 +243,9 @@ def engines(tmp_path: Path, mode: str) -> Iterator[tuple[sa.Engine, sa.Engine]]:
     guarded.dispose()
 
 
-def test_sqlalchemy_engine_uses_guarded_connections(engines: tuple[sa.Engine, sa.Engine], mode: str, no_warnings: list[Any]) -> None:
+def test_sqlalchemy_engine_uses_guarded_connections(
+    engines: tuple[sa.Engine, sa.Engine], mode: str, no_warnings: list[Any]
+) -> None:
     """The pool holds guarded connections; the DBAPI cursors SQLAlchemy executes on carry a guard_report."""
     _, engine = engines
     raw_connection = engine.raw_connection()
@@ -252,7 +263,9 @@ def test_sqlalchemy_engine_uses_guarded_connections(engines: tuple[sa.Engine, sa
         raw_connection.close()
 
 
-def test_sqlalchemy_cursor_reports_via_event(engines: tuple[sa.Engine, sa.Engine], mode: str, no_warnings: list[Any]) -> None:
+def test_sqlalchemy_cursor_reports_via_event(
+    engines: tuple[sa.Engine, sa.Engine], mode: str, no_warnings: list[Any]
+) -> None:
     """An ``after_cursor_execute`` listener sees a guarded cursor with the report for each statement."""
     _, engine = engines
     seen: list[tuple[str, Any]] = []
@@ -283,7 +296,9 @@ def test_sqlalchemy_core_results_match_sqlite3(engines: tuple[sa.Engine, sa.Engi
     statements = [
         sa.select(people).order_by(people.c.id),
         sa.select(people.c.name, people.c.score).where(people.c.team == sa.bindparam("team")).order_by(people.c.name),
-        sa.select(people.c.team, sa.func.count(), sa.func.avg(people.c.score)).group_by(people.c.team).order_by(people.c.team),
+        sa.select(people.c.team, sa.func.count(), sa.func.avg(people.c.score))
+        .group_by(people.c.team)
+        .order_by(people.c.team),
         sa.select(people.c.name, tags.c.tag).join(tags).where(tags.c.tag.in_(["tag1", "tag4"])).order_by(tags.c.id),
         sa.select(people.c.name).where(people.c.name.regexp_match("^p[2-4]$")).order_by(people.c.name),
         sa.text("SELECT name FROM people WHERE score BETWEEN :lo AND :hi ORDER BY id"),
@@ -295,7 +310,9 @@ def test_sqlalchemy_core_results_match_sqlite3(engines: tuple[sa.Engine, sa.Engi
             rows = [conn.execute(statement, p).all() for statement, p in zip(statements, params)]
             updated = conn.execute(people.update().where(people.c.score < 5).values(team="low")).rowcount
             deleted = conn.execute(tags.delete().where(tags.c.tag == "tag0")).rowcount
-            after = conn.execute(sa.select(people.c.team, sa.func.count()).group_by(people.c.team).order_by(people.c.team)).all()
+            after = conn.execute(
+                sa.select(people.c.team, sa.func.count()).group_by(people.c.team).order_by(people.c.team)
+            ).all()
             results.append((rows, updated, deleted, after, conn.scalar(sa.select(sa.func.count()).select_from(tags))))
     assert results[1] == results[0]
     assert results[0][1:3] == (4, 9)
@@ -327,7 +344,9 @@ def test_sqlalchemy_transaction_rollback(engines: tuple[sa.Engine, sa.Engine], n
                 conn.execute(people.insert().values(name="new", team="t9"))
                 conn.execute(people.insert().values(name="p1"))  # duplicate name
         with engine.connect() as conn:
-            results.append((str(info.value.orig), conn.execute(sa.select(sa.func.count()).select_from(people)).scalar()))
+            results.append(
+                (str(info.value.orig), conn.execute(sa.select(sa.func.count()).select_from(people)).scalar())
+            )
     assert results[1] == results[0]
     assert results[0][1] == 9
 
@@ -356,7 +375,9 @@ def test_sqlalchemy_inspection_and_isolation_level(tmp_path: Path, no_warnings: 
         for e in (raw, engine):
             with e.connect() as conn:
                 dbapi_connection = conn.connection.driver_connection
-                levels.append((guarded_sqlite.unwrap(dbapi_connection).isolation_level, dbapi_connection.in_transaction))
+                levels.append(
+                    (guarded_sqlite.unwrap(dbapi_connection).isolation_level, dbapi_connection.in_transaction)
+                )
                 conn.execute(sa.text("INSERT INTO tags (tag) VALUES ('auto')"))
                 levels.append(dbapi_connection.in_transaction)  # AUTOCOMMIT: no transaction left open
             with e.connect().execution_options(isolation_level="SERIALIZABLE") as conn:
@@ -377,7 +398,7 @@ class Author(Base):
     __tablename__ = "authors"
     id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
     name: orm.Mapped[str]
-    books: orm.Mapped[list["Book"]] = orm.relationship(back_populates="author", order_by="Book.id")
+    books: orm.Mapped[list[Book]] = orm.relationship(back_populates="author", order_by="Book.id")
 
 
 class Book(Base):

@@ -22,7 +22,7 @@ import signal
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 from hypothesis import Phase, event, example, given, note, settings
@@ -322,7 +322,12 @@ class _Gen:
     # -- SELECT -------------------------------------------------------------------------------------
 
     def simple_select(
-        self, ctes: list[str], arity: Optional[int] = None, tail: bool = True, distinct: bool = False, fanout: bool = False
+        self,
+        ctes: list[str],
+        arity: int | None = None,
+        tail: bool = True,
+        distinct: bool = False,
+        fanout: bool = False,
     ) -> tuple[str, _Shape]:
         """One SELECT core (with ORDER BY/LIMIT when ``tail``); ``arity`` forces a plain select list,
         ``distinct`` a plain or star SELECT DISTINCT (what P2 looks at), ``fanout`` a plain join with no
@@ -335,7 +340,9 @@ class _Gen:
             kind = self.pick(["plain", "star"])
         else:
             kind = self.pick(["plain", "plain", "plain", "star", "agg", "group"])
-        shape.quantifier = self.pick(["", "", "", "DISTINCT", "DISTINCT", "ALL"]) if kind != "agg" else self.pick(["", "DISTINCT"])
+        shape.quantifier = (
+            self.pick(["", "", "", "DISTINCT", "DISTINCT", "ALL"]) if kind != "agg" else self.pick(["", "DISTINCT"])
+        )
         if distinct or fanout:
             shape.quantifier = "DISTINCT" if distinct else ""
         ordinals = 1
@@ -535,10 +542,10 @@ class Outcome:
     report: guarded_sqlite.GuardReport
 
 
-def run_both(con: Any, raw: sqlite3.Connection, q: Query) -> Optional[Outcome]:
+def run_both(con: Any, raw: sqlite3.Connection, q: Query) -> Outcome | None:
     """Run ``q`` guarded, then plainly; None when both raised the same kind of error (checked here)."""
     note(f"sql={q.sql!r} params={q.params!r}")
-    guarded_error: Optional[BaseException] = None
+    guarded_error: BaseException | None = None
     cursor = con.cursor()
     try:
         q.run(cursor)
@@ -569,7 +576,7 @@ def run_both(con: Any, raw: sqlite3.Connection, q: Query) -> Optional[Outcome]:
     return Outcome(raw_rows, raw_cursor.description, served, cursor.description, report)
 
 
-def run_patch_case(case: tuple[tuple[Table, ...], Query], guard: Any) -> Optional[Outcome]:
+def run_patch_case(case: tuple[tuple[Table, ...], Query], guard: Any) -> Outcome | None:
     tables, q = case
     con, raw = open_db(tables, guard)
     try:
@@ -582,7 +589,7 @@ def dup_ratio_of(rows: list[Any]) -> float:
     return (len(rows) - len(set(rows))) / len(rows)
 
 
-def expected_trigger(rows: int, unique: int, tau: float) -> Optional[str]:
+def expected_trigger(rows: int, unique: int, tau: float) -> str | None:
     """The paper's ordered rule (execution errors are handled before rows exist)."""
     if rows == 0:
         return probe.EMPTY_RESULT
@@ -656,7 +663,8 @@ def _fetch_script(cursor: Any, plan: list[tuple[str, Any]], q: Query) -> list[An
 @settings(max_examples=120, deadline=None)
 @given(
     case=cases(),
-    mode=st.sampled_from(["observe", "off"]) | st.builds(GuardPolicy, mode=st.just("observe"), row_cap=st.integers(1, 6)),
+    mode=st.sampled_from(["observe", "off"])
+    | st.builds(GuardPolicy, mode=st.just("observe"), row_cap=st.integers(1, 6)),
     plan=FETCH_PLANS,
     factory=ROW_FACTORIES,
 )
@@ -717,7 +725,9 @@ def test_reexecuted_cursor_matches_sqlite3(case: Any, mode: Any, plan: Any) -> N
 
 
 @settings(max_examples=40, deadline=None)
-@given(case=cases(), mode=st.sampled_from(["observe", "off", _INERT_PATCH]), size=st.integers(-3, 0), first=st.booleans())
+@given(
+    case=cases(), mode=st.sampled_from(["observe", "off", _INERT_PATCH]), size=st.integers(-3, 0), first=st.booleans()
+)
 def test_fetchmany_non_positive_size_matches_sqlite3(case: Any, mode: Any, size: int, first: bool) -> None:
     """Invariant 1 (edge): fetchmany(size <= 0) returns what sqlite3's fetchmany(size) returns."""
     tables, q = case
@@ -799,7 +809,9 @@ _P1_CASE = _explicit_case(
     "SELECT x0.a FROM t0 AS x0 JOIN t1 AS x1 ON 1",
 )
 # P2 at the default thresholds: 10 distinct rows, 11 without DISTINCT (dup_ratio 1/11 <= 0.1).
-_P2_CASE = _explicit_case({"t0": [(k, "a", k) for k in range(10)] + [(0, "a", 0)]}, "SELECT DISTINCT x0.k, x0.a FROM t0 AS x0")
+_P2_CASE = _explicit_case(
+    {"t0": [(k, "a", k) for k in range(10)] + [(0, "a", 0)]}, "SELECT DISTINCT x0.k, x0.a FROM t0 AS x0"
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -1073,9 +1085,7 @@ def test_rewrites_change_only_the_distinct_keyword(case: Any) -> None:
         # Some position j holds the inserted " DISTINCT": cutting it out gives the input back exactly,
         # and the text before it ends with a SELECT keyword.
         cuts = [
-            j
-            for j in range(len(out) - 8)
-            if out[j : j + 9].lower() == " distinct" and out[:j] + out[j + 9 :] == q.sql
+            j for j in range(len(out) - 8) if out[j : j + 9].lower() == " distinct" and out[:j] + out[j + 9 :] == q.sql
         ]
         assert cuts, out
         assert any(out[:j].lower().endswith("select") for j in cuts), out
@@ -1110,7 +1120,12 @@ def test_rewrites_respect_exemptions(case: Any) -> None:
     event(f"inject: {'exempt' if exempt_inject else ('applied' if injected.sql else 'refused: ' + injected.reason)}")
     removed = rewrite.remove_distinct(q.sql)
     exempt_remove = (
-        q.compound or q.outer_limit or q.outer_group or q.outer_aggregate or q.outer_window or q.outer_quantifier != "DISTINCT"
+        q.compound
+        or q.outer_limit
+        or q.outer_group
+        or q.outer_aggregate
+        or q.outer_window
+        or q.outer_quantifier != "DISTINCT"
     )
     if exempt_remove:
         assert removed.sql is None, removed
@@ -1132,7 +1147,19 @@ def write_statements(draw: Any, tables: tuple[Table, ...]) -> tuple[str, str, tu
     lead = draw(st.sampled_from(["", "", "/* w SELECT */ ", "-- w\n"]))
     kind = draw(
         st.sampled_from(
-            ["values", "select", "select_join", "select_distinct", "cte", "update", "delete", "upsert", "replace", "read", "commit"]
+            [
+                "values",
+                "select",
+                "select_join",
+                "select_distinct",
+                "cte",
+                "update",
+                "delete",
+                "upsert",
+                "replace",
+                "read",
+                "commit",
+            ]
         )
     )
     if kind == "values":
@@ -1140,7 +1167,11 @@ def write_statements(draw: Any, tables: tuple[Table, ...]) -> tuple[str, str, tu
         values = tuple(v for _ in range(n) for v in (draw(KEYS), draw(SCALARS), draw(SCALARS)))
         return kind, f"{lead}INSERT INTO {target} (k, a, b) VALUES " + ", ".join(["(?, ?, ?)"] * n) + returning, values
     if kind == "select":
-        return kind, f"{lead}INSERT INTO {target} (k, a, b) SELECT k, a, b FROM {src} WHERE k IS NOT ?{returning}", (draw(KEYS),)
+        return (
+            kind,
+            f"{lead}INSERT INTO {target} (k, a, b) SELECT k, a, b FROM {src} WHERE k IS NOT ?{returning}",
+            (draw(KEYS),),
+        )
     if kind == "select_join":  # fans out: RETURNING 1 gives an explosion
         sql = f"{lead}INSERT INTO {target} SELECT x.k, x.a, y.b FROM {src} AS x JOIN {src} AS y ON 1 WHERE 1 LIMIT 30{returning}"
         return kind, sql, ()
@@ -1158,7 +1189,11 @@ def write_statements(draw: Any, tables: tuple[Table, ...]) -> tuple[str, str, tu
         sql = f"{lead}INSERT INTO {target} (k, a, b) VALUES (?, ?, ?) ON CONFLICT DO NOTHING{returning}"
         return kind, sql, (draw(KEYS), draw(SCALARS), draw(SCALARS))
     if kind == "replace":
-        return kind, f"{lead}REPLACE INTO {target} (k, a, b) VALUES (?, ?, ?){returning}", (draw(KEYS), draw(SCALARS), draw(SCALARS))
+        return (
+            kind,
+            f"{lead}REPLACE INTO {target} (k, a, b) VALUES (?, ?, ?){returning}",
+            (draw(KEYS), draw(SCALARS), draw(SCALARS)),
+        )
     if kind == "read":  # a patchable query between writes: must see the uncommitted rows, and leave writes possible
         return kind, f"{lead}SELECT x.a FROM {target} AS x JOIN {src} AS y ON 1", ()
     return kind, "COMMIT", ()
@@ -1219,8 +1254,11 @@ def test_writes_take_effect_exactly_once(data: Any, tables: Any, guard: Any) -> 
 
 
 @settings(max_examples=60, deadline=None)
-@given(tables=databases(), mode=st.sampled_from(["observe", "patch"]),
-       sql=st.sampled_from(["SELECT nope FROM t0", "SELECT * FROM missing", "SELECT ? FROM t0", "SELEC 1"]))
+@given(
+    tables=databases(),
+    mode=st.sampled_from(["observe", "patch"]),
+    sql=st.sampled_from(["SELECT nope FROM t0", "SELECT * FROM missing", "SELECT ? FROM t0", "SELEC 1"]),
+)
 def test_execution_errors_are_reraised_and_reported(tables: Any, mode: str, sql: str) -> None:
     """Ordered rule, step 1: an execution error is re-raised unchanged and reported as exec_error."""
     con, raw = open_db(tables, mode)

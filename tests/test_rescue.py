@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -46,7 +46,9 @@ def test_llm_choice_over_http_replaces_the_selection() -> None:
     script = Script(answer="1")
     with chat_server(script) as api_base:
         con = guarded_with(llm(api_base, timeout=5))
-        cur = con.execute(EXPLODING_SQL, candidates=CANDIDATES, question="Which customers ordered?", hint="orders.customer_id")
+        cur = con.execute(
+            EXPLODING_SQL, candidates=CANDIDATES, question="Which customers ordered?", hint="orders.customer_id"
+        )
         rows = cur.fetchall()
     report = cur.guard_report
     assert rows == DISTINCT_NAMES
@@ -59,9 +61,15 @@ def test_llm_choice_over_http_replaces_the_selection() -> None:
     (request,) = script.requests
     assert request["temperature"] == 0 and request["max_tokens"] == 64
     prompt = request["messages"][0]["content"]
-    for expected in ["Which customers ordered?", "orders.customer_id", "customers(id, name, city)",
-                     "physical issue (cartesian_explosion)", "[2] SQL: " + EMPTY + " Result: EMPTY",
-                     "[3] SQL: " + BROKEN + " Result: ERROR", "(0-4)"]:
+    for expected in [
+        "Which customers ordered?",
+        "orders.customer_id",
+        "customers(id, name, city)",
+        "physical issue (cartesian_explosion)",
+        "[2] SQL: " + EMPTY + " Result: EMPTY",
+        "[3] SQL: " + BROKEN + " Result: ERROR",
+        "(0-4)",
+    ]:
         assert expected in prompt
     assert "dup_ratio" not in prompt  # the paper's prompt does not show it
 
@@ -101,7 +109,11 @@ def test_a_slow_server_times_out_and_falls_back() -> None:
         elapsed = time.perf_counter() - started
     rescue = cur.guard_report.rescue
     assert elapsed < 2.5
-    assert rescue.chosen_index is None and "LLM call failed" in rescue.fallback_reason and "Timeout" in rescue.fallback_reason
+    assert (
+        rescue.chosen_index is None
+        and "LLM call failed" in rescue.fallback_reason
+        and "Timeout" in rescue.fallback_reason
+    )
     assert cur.fetchall() == DISTINCT_NAMES
 
 
@@ -198,7 +210,7 @@ def test_dup_ratio_selector_picks_the_healthiest_candidate() -> None:
     assert cur.guard_report.rescue.chosen_index == 1 and cur.guard_report.rescue.cost_usd is None
 
 
-def _preview(index: int, rows: Optional[int], unique: Optional[int], error: Optional[str] = None) -> CandidatePreview:
+def _preview(index: int, rows: int | None, unique: int | None, error: str | None = None) -> CandidatePreview:
     return CandidatePreview(index, f"SELECT {index}", rows, unique, (), error, 0.0)
 
 
@@ -263,8 +275,12 @@ def test_rescue_call_budget_stops_rescues() -> None:
 
 
 def test_rescue_spend_budget_stops_rescues() -> None:
-    rescue = LLMRescue(model="openai/x", completion_kwargs={"mock_response": "1"}, input_cost_per_token=0.01,
-                       output_cost_per_token=0.01)
+    rescue = LLMRescue(
+        model="openai/x",
+        completion_kwargs={"mock_response": "1"},
+        input_cost_per_token=0.01,
+        output_cost_per_token=0.01,
+    )
     con = guarded_with(rescue, max_rescue_cost=0.05)
     assert con.execute(EXPLODING_SQL, candidates=CANDIDATES).guard_report.rescue.cost_usd > 0.05
     report = con.execute(EXPLODING_SQL, candidates=CANDIDATES).guard_report
@@ -319,17 +335,32 @@ def test_candidates_must_be_sql_strings(guarded) -> None:
 
 @pytest.mark.parametrize(
     "answer, count, expected",
-    [("3", 5, 3), (" 0\n", 1, 0), ("Candidate 2 is best", 5, 2), ("-1", 5, None), ("5", 5, None), (None, 5, None),
-     ("twelve", 12, None), ("11", 12, 11)],
+    [
+        ("3", 5, 3),
+        (" 0\n", 1, 0),
+        ("Candidate 2 is best", 5, 2),
+        ("-1", 5, None),
+        ("5", 5, None),
+        (None, 5, None),
+        ("twelve", 12, None),
+        ("11", 12, 11),
+    ],
 )
-def test_parse_answer_takes_the_first_integer_in_range(answer: Optional[str], count: int, expected: Optional[int]) -> None:
+def test_parse_answer_takes_the_first_integer_in_range(answer: str | None, count: int, expected: int | None) -> None:
     assert parse_answer(answer, count)[0] == expected
 
 
 def test_prompt_truncates_long_sql_and_schema() -> None:
     long_sql = "SELECT " + "x, " * 400 + "1"
-    request = RescueRequest(_preview(-1, 0, 0), "empty_result",
-                            (CandidatePreview(0, long_sql, 0, 0, (), None, 0.0),), "q", None, "s" * 5000, 0.8)
+    request = RescueRequest(
+        _preview(-1, 0, 0),
+        "empty_result",
+        (CandidatePreview(0, long_sql, 0, 0, (), None, 0.0),),
+        "q",
+        None,
+        "s" * 5000,
+        0.8,
+    )
     prompt = build_prompt(request)
     assert f"[0] SQL: {long_sql[:600]} Result: EMPTY" in prompt
     assert "s" * 1500 in prompt and "s" * 1501 not in prompt

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import pytest
 
@@ -14,8 +14,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 class Case(NamedTuple):
     sql: str
-    expected: Optional[str]  # rewritten SQL, or None for a no-op case
-    reason_fragment: Optional[str]
+    expected: str | None  # rewritten SQL, or None for a no-op case
+    reason_fragment: str | None
     line: int
 
 

@@ -30,45 +30,45 @@ if TYPE_CHECKING:
     from .thresholds import PlotUnavailable, sweep
 
 __all__ = [
-    "evaluate",
-    "sweep",
-    "EvalReport",
-    "SweepReport",
-    "PairRecord",
     "DatabaseCopy",
-    "RescueStats",
-    "InputError",
-    "PlotUnavailable",
+    "EvalReport",
     "GoldItem",
-    "Prediction",
+    "InputError",
     "Pair",
+    "PairRecord",
+    "PlotUnavailable",
+    "Prediction",
+    "RescueStats",
+    "SweepReport",
+    "evaluate",
     "load_gold",
     "load_predictions",
+    "sweep",
 ]
 
 
 def evaluate(
-    db_root: "PathLike",
+    db_root: PathLike,
     gold: Any,
     pred: Any,
-    guard: "GuardSpec" = "patch",
-    timeout: Optional[float] = 5.0,
-    workers: Optional[int] = None,
+    guard: GuardSpec = "patch",
+    timeout: float | None = 5.0,
+    workers: int | None = None,
     exclude_db: Iterable[str] = (),
-    progress: Optional[bool] = None,
+    progress: bool | None = None,
     engine: str = "sqlite",
-    pg_dsn: Optional[str] = None,
-    cache_dir: Optional["PathLike"] = None,
+    pg_dsn: str | None = None,
+    cache_dir: PathLike | None = None,
     pg_schema_prefix: str = "spider_",
     *,
     candidates: Any = None,
-    order: Optional[str] = None,
+    order: str | None = None,
     rescue: Any = None,
-    llm_model: Optional[str] = None,
-    llm_api_base: Optional[str] = None,
-    llm_api_key: Optional[str] = None,
-    llm_timeout: Optional[float] = None,
-) -> "EvalReport":
+    llm_model: str | None = None,
+    llm_api_base: str | None = None,
+    llm_api_key: str | None = None,
+    llm_timeout: float | None = None,
+) -> EvalReport:
     """Score predictions against gold SQL, raw and through the guard, on ``<db_root>/<db_id>/<db_id>.sqlite``.
 
     ``gold``: a gold file (BIRD or Spider ``dev.json``, or ``SQL<TAB>db_id`` lines) or a sequence of
@@ -102,10 +102,27 @@ def evaluate(
     from .runner import resolve_engine, run
 
     spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)
-    rescue_options = {"rescue": rescue, "order": order, "llm_model": llm_model, "llm_api_base": llm_api_base,
-                      "llm_api_key": llm_api_key, "llm_timeout": llm_timeout}
-    report, _ = run(db_root, gold, pred, guard, timeout, workers, exclude_db, progress, engine=spec,
-                    candidates=candidates, rescue_options=rescue_options)
+    rescue_options = {
+        "rescue": rescue,
+        "order": order,
+        "llm_model": llm_model,
+        "llm_api_base": llm_api_base,
+        "llm_api_key": llm_api_key,
+        "llm_timeout": llm_timeout,
+    }
+    report, _ = run(
+        db_root,
+        gold,
+        pred,
+        guard,
+        timeout,
+        workers,
+        exclude_db,
+        progress,
+        engine=spec,
+        candidates=candidates,
+        rescue_options=rescue_options,
+    )
     return report
 
 

@@ -67,7 +67,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .loaders import InputError, PathLike, open_read_only
 from .report import DatabaseCopy
@@ -112,7 +112,7 @@ class ColumnPlan:
     kind: str
     """The chosen type: ``"integer"``, ``"real"``, ``"text"`` or ``"blob"``."""
 
-    note: Optional[str]
+    note: str | None
     """Why the copy is not exactly the stored values, when it is not."""
 
 
@@ -166,7 +166,7 @@ def _kind_from_declaration(column_affinity: str, declared: str) -> str:
     return "real"
 
 
-def choose_kind(column_affinity: str, declared: str, counts: Sequence[int]) -> tuple[str, Optional[str]]:
+def choose_kind(column_affinity: str, declared: str, counts: Sequence[int]) -> tuple[str, str | None]:
     """The engine type for a column holding ``counts`` integer/real/text/blob values, and a note
     when the copy changes some values' type."""
     integers, reals, texts, blobs = counts
@@ -178,7 +178,10 @@ def choose_kind(column_affinity: str, declared: str, counts: Sequence[int]) -> t
     if held == {"real"}:
         return "real", None
     if held == {"integer", "real"}:
-        return "real", f"{integers} integer value(s) widened to floating point (the column also holds {reals} real value(s))"
+        return (
+            "real",
+            f"{integers} integer value(s) widened to floating point (the column also holds {reals} real value(s))",
+        )
     if held == {"text"}:
         return "text", None
     if held == {"blob"}:
@@ -278,8 +281,12 @@ def _read_batches(con: sqlite3.Connection, table: TablePlan) -> Iterator[list[tu
 def _source_key(path: PathLike) -> dict[str, Any]:
     resolved = Path(path).resolve()
     stat = resolved.stat()
-    return {"source_path": str(resolved), "source_size": stat.st_size, "source_mtime_ns": stat.st_mtime_ns,
-            "loader_version": LOADER_VERSION}
+    return {
+        "source_path": str(resolved),
+        "source_size": stat.st_size,
+        "source_mtime_ns": stat.st_mtime_ns,
+        "loader_version": LOADER_VERSION,
+    }
 
 
 def _plan_notes(plan: SourcePlan) -> list[str]:
@@ -311,7 +318,7 @@ def duckdb_copy_path(path: PathLike, db_id: str, cache_dir: PathLike) -> Path:
     return Path(cache_dir) / f"{safe}-{digest}.duckdb"
 
 
-def copy_to_duckdb(path: PathLike, db_id: str, cache_dir: Optional[PathLike] = None) -> DatabaseCopy:
+def copy_to_duckdb(path: PathLike, db_id: str, cache_dir: PathLike | None = None) -> DatabaseCopy:
     """Copy a SQLite database into a DuckDB file in ``cache_dir``, unless an up-to-date copy exists."""
     import duckdb
 
@@ -323,8 +330,16 @@ def copy_to_duckdb(path: PathLike, db_id: str, cache_dir: Optional[PathLike] = N
     key = {**_source_key(path), "duckdb_version": duckdb.__version__}
     recorded = _read_json(sidecar)
     if recorded is not None and target.is_file() and all(recorded.get(name) == value for name, value in key.items()):
-        return DatabaseCopy(db_id, "duckdb", str(target), "reused", round(time.perf_counter() - started, 4),
-                            int(recorded.get("tables", 0)), int(recorded.get("rows", 0)), tuple(recorded.get("notes", ())))
+        return DatabaseCopy(
+            db_id,
+            "duckdb",
+            str(target),
+            "reused",
+            round(time.perf_counter() - started, 4),
+            int(recorded.get("tables", 0)),
+            int(recorded.get("rows", 0)),
+            tuple(recorded.get("notes", ())),
+        )
 
     plan = plan_sqlite(path)
     notes = _plan_notes(plan)
@@ -364,12 +379,22 @@ def copy_to_duckdb(path: PathLike, db_id: str, cache_dir: Optional[PathLike] = N
         notes.append(f"{decoder.replaced} text value(s) were not valid UTF-8; invalid bytes replaced by U+FFFD")
     os.replace(building, target)
     seconds = round(time.perf_counter() - started, 4)
-    _write_json(sidecar, {**key, "db_id": db_id, "tables": len(plan.tables), "rows": rows, "notes": notes,
-                          "seconds": seconds, "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    _write_json(
+        sidecar,
+        {
+            **key,
+            "db_id": db_id,
+            "tables": len(plan.tables),
+            "rows": rows,
+            "notes": notes,
+            "seconds": seconds,
+            "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+    )
     return DatabaseCopy(db_id, "duckdb", str(target), "copied", seconds, len(plan.tables), rows, tuple(notes))
 
 
-def _read_json(path: Path) -> Optional[dict[str, Any]]:
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -456,8 +481,16 @@ def _copy_to_postgres_locked(con: Any, path: PathLike, db_id: str, prefix: str) 
         (schema, _quote(schema)),
     ).fetchone()
     if recorded is not None and tuple(recorded[:4]) == tuple(key.values()):
-        return DatabaseCopy(db_id, "postgres", schema, "reused", round(time.perf_counter() - started, 4),
-                            int(recorded[4]), int(recorded[5]), tuple(recorded[6]))
+        return DatabaseCopy(
+            db_id,
+            "postgres",
+            schema,
+            "reused",
+            round(time.perf_counter() - started, 4),
+            int(recorded[4]),
+            int(recorded[5]),
+            tuple(recorded[6]),
+        )
 
     plan = plan_sqlite(path)
     notes = _plan_notes(plan)
@@ -494,7 +527,9 @@ def _copy_to_postgres_locked(con: Any, path: PathLike, db_id: str, prefix: str) 
                         with con.transaction():
                             con.execute(f"ALTER TABLE {target} ADD PRIMARY KEY ({keys})")
                     except Exception as error:  # NULLs or duplicates that SQLite allowed
-                        notes.append(f"{table.name}: primary key ({', '.join(table.primary_key)}) not created: {_one_line(error)}")
+                        notes.append(
+                            f"{table.name}: primary key ({', '.join(table.primary_key)}) not created: {_one_line(error)}"
+                        )
             con.execute(f"SET LOCAL search_path TO {quoted_schema}")
             for name, create in plan.views:
                 try:
@@ -531,8 +566,8 @@ def _copy_to_postgres_locked(con: Any, path: PathLike, db_id: str, prefix: str) 
 def prepare_copies(
     engine: str,
     paths: Mapping[str, PathLike],
-    pg_dsn: Optional[str] = None,
-    cache_dir: Optional[PathLike] = None,
+    pg_dsn: str | None = None,
+    cache_dir: PathLike | None = None,
     pg_schema_prefix: str = DEFAULT_PG_SCHEMA_PREFIX,
 ) -> dict[str, DatabaseCopy]:
     """Make sure every database in ``paths`` (db_id -> SQLite file) has an up-to-date copy on ``engine``."""

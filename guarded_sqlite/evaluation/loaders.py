@@ -26,7 +26,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 BIRD_MARKER = "\t----- bird -----\t"
 """What BIRD's prediction JSON puts between a predicted SQL and its db_id."""
@@ -48,13 +48,13 @@ class GoldItem:
     db_id: str
     """The database, found at ``<db_root>/<db_id>/<db_id>.sqlite``."""
 
-    difficulty: Optional[str] = None
+    difficulty: str | None = None
     """BIRD's difficulty label (``simple``/``moderate``/``challenging``) when the gold file has one."""
 
-    question: Optional[str] = None
+    question: str | None = None
     """The natural-language question (BIRD and Spider ``question``), given to a rescuer."""
 
-    hint: Optional[str] = None
+    hint: str | None = None
     """BIRD's ``evidence``, given to a rescuer as the hint."""
 
 
@@ -68,7 +68,7 @@ class Prediction:
     where: str
     """Where it came from, for error messages: ``"line 12"`` or ``"index 11"``."""
 
-    db_id: Optional[str] = None
+    db_id: str | None = None
     """The db_id the file itself names (BIRD's JSON format), checked against the gold."""
 
 
@@ -88,13 +88,13 @@ class Pair:
     pred_sql: str
     """The predicted SQL."""
 
-    difficulty: Optional[str] = None
+    difficulty: str | None = None
     """The gold's difficulty label, if any."""
 
-    question: Optional[str] = None
+    question: str | None = None
     """The gold's question, if any (passed to the rescuer)."""
 
-    hint: Optional[str] = None
+    hint: str | None = None
     """The gold's hint (BIRD ``evidence``), if any (passed to the rescuer)."""
 
     candidates: tuple[str, ...] = ()
@@ -143,14 +143,20 @@ def gold_from_json(data: Any, source: str = "gold") -> list[GoldItem]:
         sql = entry.get("SQL", entry.get("query"))
         db_id = entry.get("db_id")
         if not isinstance(sql, str) or not isinstance(db_id, str):
-            raise InputError(f"{source}: index {index} needs a string 'SQL' (BIRD) or 'query' (Spider) and a string 'db_id'")
+            raise InputError(
+                f"{source}: index {index} needs a string 'SQL' (BIRD) or 'query' (Spider) and a string 'db_id'"
+            )
         difficulty = entry.get("difficulty")
         question, hint = entry.get("question"), entry.get("evidence")
-        items.append(GoldItem(
-            sql, db_id, None if difficulty is None else str(difficulty),
-            question if isinstance(question, str) and question else None,
-            hint if isinstance(hint, str) and hint else None,
-        ))
+        items.append(
+            GoldItem(
+                sql,
+                db_id,
+                None if difficulty is None else str(difficulty),
+                question if isinstance(question, str) and question else None,
+                hint if isinstance(hint, str) and hint else None,
+            )
+        )
     return items
 
 
@@ -214,12 +220,16 @@ def predictions_from_json(data: Any, expected: int, source: str = "predictions")
             except (TypeError, ValueError):
                 raise InputError(f"{source}: key {key!r} is not an index") from None
             if not 0 <= index < expected:
-                raise InputError(f"{source}: index {index} has no gold query (the gold has {expected}, indices 0..{expected - 1})")
+                raise InputError(
+                    f"{source}: index {index} has no gold query (the gold has {expected}, indices 0..{expected - 1})"
+                )
             by_index[index] = value
         missing = [index for index in range(expected) if index not in by_index]
         if missing:
             shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
-            raise InputError(f"{source}: {len(by_index)} predictions but the gold has {expected} queries; missing index {shown}")
+            raise InputError(
+                f"{source}: {len(by_index)} predictions but the gold has {expected} queries; missing index {shown}"
+            )
         entries = sorted(by_index.items())
     else:
         raise InputError(f"{source}: predictions JSON must be a list or an object, not a {type(data).__name__}")
@@ -300,12 +310,16 @@ def candidates_from_json(data: Any, expected: int, source: str = "candidates") -
                 raise InputError(f"{source}: key {key!r} is not an index") from None
             entries.append((index, value))
     else:
-        raise InputError(f"{source}: candidates JSON must be a list or an object of index -> list of SQL, "
-                         f"not a {type(data).__name__}")
+        raise InputError(
+            f"{source}: candidates JSON must be a list or an object of index -> list of SQL, "
+            f"not a {type(data).__name__}"
+        )
     result: dict[int, tuple[str, ...]] = {}
     for index, value in entries:
         if not 0 <= index < expected:
-            raise InputError(f"{source}: index {index} has no gold query (the gold has {expected}, indices 0..{expected - 1})")
+            raise InputError(
+                f"{source}: index {index} has no gold query (the gold has {expected}, indices 0..{expected - 1})"
+            )
         if index in result:
             raise InputError(f"{source}: index {index} is given twice")
         if value is None:
@@ -314,7 +328,9 @@ def candidates_from_json(data: Any, expected: int, source: str = "candidates") -
             raise InputError(f"{source}: index {index} is a {type(value).__name__}, not a list of SQL strings")
         for position, sql in enumerate(value):
             if not isinstance(sql, str):
-                raise InputError(f"{source}: index {index}, candidate {position} is a {type(sql).__name__}, not an SQL string")
+                raise InputError(
+                    f"{source}: index {index}, candidate {position} is a {type(sql).__name__}, not an SQL string"
+                )
         result[index] = tuple(value)
     return result
 
@@ -326,7 +342,8 @@ def load_candidates(candidates: Any, expected: int) -> dict[int, tuple[str, ...]
     if isinstance(candidates, (Mapping, list, tuple)):
         data = list(candidates) if isinstance(candidates, tuple) else candidates
         return candidates_from_json(
-            {k: (list(v) if isinstance(v, tuple) else v) for k, v in data.items()} if isinstance(data, Mapping)
+            {k: (list(v) if isinstance(v, tuple) else v) for k, v in data.items()}
+            if isinstance(data, Mapping)
             else [list(v) if isinstance(v, tuple) else v for v in data],
             expected,
         )

@@ -12,12 +12,12 @@ multiplicities with ``collections.Counter`` (order-insensitive). Nothing here to
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from functools import cached_property
-import re
-from typing import Any, Optional
+from typing import Any
 
 from .report import (
     DetectorStats,
@@ -73,12 +73,12 @@ class GoldRows:
         return True, Counter(pred_rows) == self.as_counter
 
 
-def percent(count: int, total: int) -> Optional[float]:
+def percent(count: int, total: int) -> float | None:
     """``100 * count / total`` rounded to 4 decimals; None when ``total`` is 0."""
     return None if total == 0 else round(100.0 * count / total, 4)
 
 
-def ratio(part: int, whole: int) -> Optional[float]:
+def ratio(part: int, whole: int) -> float | None:
     """``part / whole`` rounded to 4 decimals; None when ``whole`` is 0."""
     return None if whole == 0 else round(part / whole, 4)
 
@@ -133,7 +133,9 @@ def fix_break(outcomes: Iterable[tuple[bool, bool, bool, bool]]) -> dict[str, in
 def rule_stats(records: Sequence[PairRecord], rule: str) -> RuleStats:
     """Fired/fix/break of one patch rule, comparing guarded to baseline verdicts where it fired."""
     fired = [r for r in records if r.action == ACTIONS[rule]]
-    return RuleStats(rule=rule, **fix_break((r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for r in fired))
+    return RuleStats(
+        rule=rule, **fix_break((r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for r in fired)
+    )
 
 
 def trigger_precision(records: Sequence[PairRecord]) -> TriggerPrecision:
@@ -164,12 +166,12 @@ def difficulty_breakdown(records: Sequence[PairRecord]) -> tuple[DifficultyScore
     return tuple(rows)
 
 
-def median(values: Sequence[float]) -> Optional[float]:
+def median(values: Sequence[float]) -> float | None:
     """The median, rounded to 4 decimals; None for no values."""
     return None if not values else round(statistics.median(values), 4)
 
 
-def quantile(values: Sequence[float], q: float) -> Optional[float]:
+def quantile(values: Sequence[float], q: float) -> float | None:
     """Nearest-rank quantile (``q`` in [0, 1]), rounded to 4 decimals; None for no values."""
     if not values:
         return None

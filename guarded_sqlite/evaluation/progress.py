@@ -7,7 +7,7 @@ by default when the stream is a terminal, so logs and CI output stay free of car
 from __future__ import annotations
 
 import time
-from typing import Optional, TextIO
+from typing import TextIO
 
 
 class ProgressBar:
@@ -17,8 +17,8 @@ class ProgressBar:
         self,
         total: int,
         label: str = "",
-        stream: Optional[TextIO] = None,
-        enabled: Optional[bool] = None,
+        stream: TextIO | None = None,
+        enabled: bool | None = None,
         width: int = 30,
         min_interval: float = 0.1,
     ) -> None:

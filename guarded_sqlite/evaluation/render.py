@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 from .report import CrossValidation, EvalReport, RescueStats, Scores, SweepReport, SweepRow
 
@@ -29,11 +28,11 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _pct(value: Optional[float]) -> str:
+def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}%"
 
 
-def _ratio(value: Optional[float]) -> str:
+def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
@@ -99,7 +98,12 @@ def format_eval(report: EvalReport) -> str:
     headers = ["", "N", "Set-EX", "Multiset-EX", "gap pp", "set ok", "multiset ok", "errors", "timeouts"]
     if transpiled:
         headers.append("of errors: transpile")
-    out.append(table(headers, [_score_row("baseline", report.baseline, transpiled), _score_row("guarded", report.guarded, transpiled)]))
+    out.append(
+        table(
+            headers,
+            [_score_row("baseline", report.baseline, transpiled), _score_row("guarded", report.guarded, transpiled)],
+        )
+    )
     f = report.flagged
     out += [
         "",
@@ -122,9 +126,20 @@ def format_eval(report: EvalReport) -> str:
         rows = []
         for stratum in report.difficulty:
             b, g = stratum.baseline, stratum.guarded
-            rows.append([stratum.difficulty, b.n, _pct(b.set_ex), _pct(b.multiset_ex), _pct(g.set_ex), _pct(g.multiset_ex),
-                         g.multiset_correct - b.multiset_correct])
-        out.append(table(["difficulty", "N", "Set-EX", "Multiset-EX", "guarded Set-EX", "guarded Multiset-EX", "gain"], rows))
+            rows.append(
+                [
+                    stratum.difficulty,
+                    b.n,
+                    _pct(b.set_ex),
+                    _pct(b.multiset_ex),
+                    _pct(g.set_ex),
+                    _pct(g.multiset_ex),
+                    g.multiset_correct - b.multiset_correct,
+                ]
+            )
+        out.append(
+            table(["difficulty", "N", "Set-EX", "Multiset-EX", "guarded Set-EX", "guarded Multiset-EX", "gain"], rows)
+        )
     if report.rescue is not None:
         out += ["", *_rescue_text(report.rescue)]
     out += [
@@ -145,8 +160,16 @@ def _rescue_text(r: RescueStats) -> list[str]:
         + f"; {r.rescues_run} rescues run, candidate chosen {r.candidate_chosen}, fallbacks {r.fallbacks}",
         table(
             ["served from a candidate", "fix", "break", "net", "set fix", "set break"],
-            [[r.candidate_chosen, r.multiset_fix, r.multiset_break, f"{r.multiset_fix - r.multiset_break:+d}",
-              r.set_fix, r.set_break]],
+            [
+                [
+                    r.candidate_chosen,
+                    r.multiset_fix,
+                    r.multiset_break,
+                    f"{r.multiset_fix - r.multiset_break:+d}",
+                    r.set_fix,
+                    r.set_break,
+                ]
+            ],
         ),
         f"Rescue cost {cost}; tokens {r.prompt_tokens} prompt + {r.completion_tokens} completion; "
         f"median latency {_num(r.latency_ms_median)} ms",
@@ -156,7 +179,7 @@ def _rescue_text(r: RescueStats) -> list[str]:
     return lines
 
 
-def _num(value: Optional[float]) -> str:
+def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 PairStatus = str
 """``"ok"``, ``"error"`` or ``"timeout"``."""
@@ -37,7 +37,7 @@ class _JsonMixin:
         result: dict[str, Any] = plain(self)
         return result
 
-    def to_json(self, indent: Optional[int] = 2) -> str:
+    def to_json(self, indent: int | None = 2) -> str:
         """The report as a JSON document."""
         return json.dumps(self.as_dict(), indent=indent, ensure_ascii=False)
 
@@ -52,7 +52,7 @@ class PairRecord(_JsonMixin):
     db_id: str
     """The database the pair ran on."""
 
-    difficulty: Optional[str]
+    difficulty: str | None
     """The gold's difficulty label, when it has one."""
 
     pred_sql: str
@@ -61,10 +61,10 @@ class PairRecord(_JsonMixin):
     status: PairStatus
     """How the prediction executed: ``"ok"``, ``"error"`` or ``"timeout"`` (the last two score 0)."""
 
-    error: Optional[str]
+    error: str | None
     """``"ExceptionClass: message"`` when the prediction failed."""
 
-    trigger: Optional[str]
+    trigger: str | None
     """The guard's probe verdict: None, ``"exec_error"``, ``"empty_result"`` or ``"cartesian_explosion"``."""
 
     action: str
@@ -73,13 +73,13 @@ class PairRecord(_JsonMixin):
     final_sql: str
     """The SQL whose rows the guarded connection served."""
 
-    rows: Optional[int]
+    rows: int | None
     """Rows the prediction returned (before any patch); None when it failed."""
 
-    unique_rows: Optional[int]
+    unique_rows: int | None
     """Distinct rows among them."""
 
-    dup_ratio: Optional[float]
+    dup_ratio: float | None
     """``(rows - unique_rows) / rows``; None when failed or empty."""
 
     gold_rows: int
@@ -100,13 +100,13 @@ class PairRecord(_JsonMixin):
     exec_ms: float
     """Wall time of the guarded execution and fetch, patches included, in milliseconds."""
 
-    detect_us: Optional[float]
+    detect_us: float | None
     """Time the guard's probe took, in microseconds."""
 
-    patch_ms: Optional[float]
+    patch_ms: float | None
     """Time the guard spent on patch rules, in milliseconds; None when none was considered."""
 
-    engine_sql: Optional[str] = None
+    engine_sql: str | None = None
     """The prediction as sent to a non-SQLite engine (transpiled from SQLite by sqlglot); None on
     SQLite, and when transpiling failed."""
 
@@ -120,19 +120,19 @@ class PairRecord(_JsonMixin):
     rescue_ran: bool = False
     """Whether the policy's rescuer ran on the pair (it was flagged and had candidates)."""
 
-    rescue_chosen_index: Optional[int] = None
+    rescue_chosen_index: int | None = None
     """Index (in the candidates file's list for this pair) of the candidate whose rows were served;
     None when no rescue ran or it kept the selection."""
 
-    rescue_fallback: Optional[str] = None
+    rescue_fallback: str | None = None
     """Why a rescue that ran kept the selection; None otherwise."""
 
-    rescue_latency_ms: Optional[float] = None
+    rescue_latency_ms: float | None = None
     """The rescue's whole time (candidates plus judge), in milliseconds."""
 
-    rescue_prompt_tokens: Optional[int] = None
-    rescue_completion_tokens: Optional[int] = None
-    rescue_cost_usd: Optional[float] = None
+    rescue_prompt_tokens: int | None = None
+    rescue_completion_tokens: int | None = None
+    rescue_cost_usd: float | None = None
     """The rescue's cost in US dollars (0 for ``DupRatioSelector``); None when unknown or no rescue ran."""
 
     @property
@@ -176,13 +176,13 @@ class Scores(_JsonMixin):
     n: int
     """Evaluable pairs scored."""
 
-    set_ex: Optional[float]
+    set_ex: float | None
     """Set-EX, percent: rows equal as sets (BIRD's official evaluator)."""
 
-    multiset_ex: Optional[float]
+    multiset_ex: float | None
     """Multiset-EX, percent: rows equal as multisets (order ignored, duplicates counted)."""
 
-    gap_pp: Optional[float]
+    gap_pp: float | None
     """``set_ex - multiset_ex`` in percentage points: the Multiplicity Blind Spot."""
 
     set_correct: int
@@ -259,7 +259,7 @@ class TriggerPrecision(_JsonMixin):
     true_positives: int
     """Flagged predictions that fail baseline Multiset-EX."""
 
-    precision: Optional[float]
+    precision: float | None
     """``true_positives / flagged``; None when nothing was flagged."""
 
 
@@ -279,7 +279,7 @@ class DetectorStats(_JsonMixin):
     mbs_flagged: int
     """MBS cases the probe flagged."""
 
-    mbs_recall: Optional[float]
+    mbs_recall: float | None
     """``mbs_flagged / mbs``; None when there is no MBS case."""
 
 
@@ -319,16 +319,16 @@ class Timings(_JsonMixin):
     rerun_s: float
     """Time re-running patched predictions raw to get their baseline rows, summed."""
 
-    detect_us_median: Optional[float]
+    detect_us_median: float | None
     """Median time of the guard's probe per probed prediction, in microseconds."""
 
     detect_us_total: float
     """Total probe time, in microseconds."""
 
-    patch_ms_median: Optional[float]
+    patch_ms_median: float | None
     """Median time spent on patch rules, over predictions where a rule was considered, in ms."""
 
-    patch_ms_p90: Optional[float]
+    patch_ms_p90: float | None
     """90th percentile of the same, in ms."""
 
     patch_ms_total: float
@@ -395,7 +395,7 @@ class RescueStats(_JsonMixin):
     completion_tokens: int
     """Completion tokens over all rescues (those that reported them)."""
 
-    latency_ms_median: Optional[float]
+    latency_ms_median: float | None
     """Median rescue latency (candidates plus judge), in ms; None when no rescue ran."""
 
 
@@ -406,7 +406,7 @@ class EvalReport(_JsonMixin):
     n: int
     """Evaluable pairs: the pairs in scope whose gold query ran."""
 
-    inputs: Mapping[str, Optional[str]]
+    inputs: Mapping[str, str | None]
     """``db_root``, ``gold`` and ``pred`` as given (None for in-memory sequences), so that two saved
     reports can be told apart."""
 
@@ -419,7 +419,7 @@ class EvalReport(_JsonMixin):
     tau_remove: float
     """The policy's P2 threshold."""
 
-    timeout_s: Optional[float]
+    timeout_s: float | None
     """Per-query timeout, in seconds; None for none."""
 
     baseline: Scores
@@ -463,7 +463,7 @@ class EvalReport(_JsonMixin):
     """For DuckDB and PostgreSQL: each database's copy, whether it was made or reused, and what could
     not be copied faithfully."""
 
-    rescue: Optional[RescueStats] = None
+    rescue: RescueStats | None = None
     """Candidate rescue's effect; None when the evaluation was given no candidates."""
 
 
@@ -570,7 +570,7 @@ class CrossValidation(_JsonMixin):
     nonnegative_folds: int
     """Folds whose held-out net is >= 0."""
 
-    worst_fold_net: Optional[int]
+    worst_fold_net: int | None
     """Smallest held-out net; None without folds."""
 
     no_threshold_net: int
@@ -609,5 +609,5 @@ class SweepReport(_JsonMixin):
     """Every (threshold, prediction) where a rule rewrote the query, with verdicts before and after:
     the rows behind the sweep tables, for diffing and further analysis."""
 
-    plot: Optional[str]
+    plot: str | None
     """The PNG written, if one was asked for."""

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple
 
 from ..api import wrap
 from ..policy import GuardPolicy, GuardSpec
@@ -85,10 +85,10 @@ class EngineSpec:
     name: str = "sqlite"
     """``"sqlite"``, ``"duckdb"`` or ``"postgres"``."""
 
-    pg_dsn: Optional[str] = None
+    pg_dsn: str | None = None
     """PostgreSQL: the libpq connection string or URI of the server holding the copies."""
 
-    cache_dir: Optional[str] = None
+    cache_dir: str | None = None
     """DuckDB: the folder of the ``.duckdb`` copies (None: ``copy.default_cache_dir()``)."""
 
     pg_schema_prefix: str = DEFAULT_PG_SCHEMA_PREFIX
@@ -100,8 +100,8 @@ SQLITE_ENGINE = EngineSpec()
 
 def resolve_engine(
     engine: str = "sqlite",
-    pg_dsn: Optional[str] = None,
-    cache_dir: Optional[PathLike] = None,
+    pg_dsn: str | None = None,
+    cache_dir: PathLike | None = None,
     pg_schema_prefix: str = DEFAULT_PG_SCHEMA_PREFIX,
 ) -> EngineSpec:
     """Check the engine options (``InputError`` for unusable ones)."""
@@ -132,16 +132,16 @@ class Task:
     policy: GuardPolicy
     """The guard policy of the evaluation."""
 
-    timeout: Optional[float]
+    timeout: float | None
     """Per-query timeout in seconds; None for none."""
 
-    grid: Optional[SweepGrid]
+    grid: SweepGrid | None
     """Sweep thresholds, or None for a plain evaluation."""
 
     engine: EngineSpec = SQLITE_ENGINE
     """The engine the queries run on."""
 
-    target: Optional[str] = None
+    target: str | None = None
     """DuckDB: the copy's file; PostgreSQL: the copy's schema; None on SQLite."""
 
     names: frozenset[str] = frozenset()
@@ -181,7 +181,7 @@ class _Deadline:
             return 1
         return 0
 
-    def arm(self, timeout: Optional[float]) -> None:
+    def arm(self, timeout: float | None) -> None:
         self.at = math.inf if timeout is None else time.perf_counter() + timeout
         self.fired = False
 
@@ -190,11 +190,11 @@ class _Deadline:
 
 
 class _Run(NamedTuple):
-    rows: Optional[list[Any]]
+    rows: list[Any] | None
     status: str
-    error: Optional[str]
+    error: str | None
     seconds: float
-    report: Optional[GuardReport]
+    report: GuardReport | None
     transpile_failed: bool = False
 
 
@@ -232,7 +232,7 @@ class _Session:
     def _wrap(self, policy: GuardPolicy) -> Any:
         return wrap(self.raw, guard=policy)
 
-    def run(self, con: Any, sql: str, timeout: Optional[float], rescue: Optional[dict[str, Any]] = None) -> _Run:
+    def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> _Run:
         """Execute and fetch ``sql`` on ``con`` (raw or guarded) within the timeout; ``rescue``: the
         ``candidates``/``question``/``hint`` keywords for a guarded ``execute``."""
         raise NotImplementedError
@@ -258,8 +258,11 @@ class _SQLiteSession(_Session):
         return con
 
     def run(
-        self, con: Union[sqlite3.Connection, GuardedConnection], sql: str, timeout: Optional[float],
-        rescue: Optional[dict[str, Any]] = None,
+        self,
+        con: sqlite3.Connection | GuardedConnection,
+        sql: str,
+        timeout: float | None,
+        rescue: dict[str, Any] | None = None,
     ) -> _Run:
         if not sql.strip():
             return _EMPTY_PREDICTION
@@ -268,7 +271,7 @@ class _SQLiteSession(_Session):
         self.deadline.arm(timeout)
         try:
             cursor.execute(sql, **(rescue or {}))
-            rows: Optional[list[Any]] = cursor.fetchall()
+            rows: list[Any] | None = cursor.fetchall()
             status, error = "ok", None
         except Exception as exc:  # any failure of predicted SQL scores 0; it must not stop the run
             rows = None
@@ -304,14 +307,14 @@ class _Watchdog:
     def __init__(self, interrupt: Callable[[], None]) -> None:
         self._interrupt = interrupt
         self._condition = threading.Condition()
-        self._deadline: Optional[float] = None
-        self._period: Optional[float] = None
-        self._wake_at: Optional[float] = None
+        self._deadline: float | None = None
+        self._period: float | None = None
+        self._wake_at: float | None = None
         self._closed = False
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self.fired = False
 
-    def arm(self, timeout: Optional[float]) -> None:
+    def arm(self, timeout: float | None) -> None:
         with self._condition:
             self.fired = False
             if timeout is None:
@@ -368,7 +371,7 @@ class _DuckDBSession(_Session):
         self.raw = duckdb.connect(path, read_only=True, config={"threads": 1})
         self.watchdog = _Watchdog(self.raw.interrupt)
 
-    def run(self, con: Any, sql: str, timeout: Optional[float], rescue: Optional[dict[str, Any]] = None) -> _Run:
+    def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> _Run:
         if not sql.strip():
             return _EMPTY_PREDICTION
         raw = self.raw
@@ -376,7 +379,7 @@ class _DuckDBSession(_Session):
         self.watchdog.arm(timeout)
         try:
             con.execute(sql, **(rescue or {}))  # a guarded DuckDB connection is its own cursor, as DuckDB's is
-            rows: Optional[list[Any]] = con.fetchall()
+            rows: list[Any] | None = con.fetchall()
             status, error = "ok", None
         except Exception as exc:
             rows = None
@@ -414,7 +417,7 @@ class _PostgresSession(_Session):
         self.raw = psycopg.connect(dsn, autocommit=True)
         self.raw.execute("SET default_transaction_read_only = on")
         self._canceled = psycopg.errors.QueryCanceled
-        self._schema: Optional[str] = None
+        self._schema: str | None = None
         self._timeout: Any = object()
 
     def enter(self, task: Task) -> None:
@@ -424,10 +427,12 @@ class _PostgresSession(_Session):
             self._timeout = task.timeout
         if task.target != self._schema:
             assert task.target is not None
-            self.raw.execute("SELECT set_config('search_path', %s, false)", ('"' + task.target.replace('"', '""') + '"',))
+            self.raw.execute(
+                "SELECT set_config('search_path', %s, false)", ('"' + task.target.replace('"', '""') + '"',)
+            )
             self._schema = task.target
 
-    def run(self, con: Any, sql: str, timeout: Optional[float], rescue: Optional[dict[str, Any]] = None) -> _Run:
+    def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> _Run:
         if not sql.strip():
             return _EMPTY_PREDICTION
         from psycopg.pq import TransactionStatus
@@ -436,7 +441,7 @@ class _PostgresSession(_Session):
         started = time.perf_counter()
         try:
             cursor.execute(sql, **(rescue or {}))
-            rows: Optional[list[Any]] = cursor.fetchall()
+            rows: list[Any] | None = cursor.fetchall()
             status, error = "ok", None
         except self._canceled as exc:
             rows = None
@@ -495,8 +500,8 @@ def close_sessions() -> None:
 class _Prepared(NamedTuple):
     """A query ready for the engine, or why it is not."""
 
-    sql: Optional[str]
-    failure: Optional[_Run]
+    sql: str | None
+    failure: _Run | None
 
 
 class _Transpiler:
@@ -536,7 +541,7 @@ def run_task(task: Task) -> TaskResult:
     result = TaskResult()
     prepare = _Transpiler(task, result)
     on_sqlite = task.engine.name == "sqlite"
-    gold_cache: dict[str, Union[metrics.GoldRows, _Run]] = {}
+    gold_cache: dict[str, metrics.GoldRows | _Run] = {}
     sweep_policies = _sweep_policies(task.grid) if task.grid is not None else None
     for pair in task.pairs:
         gold = gold_cache.get(pair.gold_sql)
@@ -550,7 +555,9 @@ def run_task(task: Task) -> TaskResult:
                 result.queries += 1
                 result.gold_s += executed.seconds
             # A failed gold is cached too, so its other pairs are excluded without running it again.
-            gold = gold_cache[pair.gold_sql] = metrics.GoldRows(executed.rows) if executed.rows is not None else executed
+            gold = gold_cache[pair.gold_sql] = (
+                metrics.GoldRows(executed.rows) if executed.rows is not None else executed
+            )
         if isinstance(gold, _Run):
             reason = gold.error or "failed"
             result.gold_failures.append(
@@ -626,7 +633,7 @@ def run_task(task: Task) -> TaskResult:
     return result
 
 
-def _rescue_fields(report: Optional[GuardReport], origin: Sequence[int]) -> dict[str, Any]:
+def _rescue_fields(report: GuardReport | None, origin: Sequence[int]) -> dict[str, Any]:
     """The ``PairRecord`` rescue fields from the guard's report; indexes mapped back to the file's list."""
     rescue = None if report is None else report.rescue
     if rescue is None:
@@ -645,7 +652,7 @@ def _rescue_fields(report: Optional[GuardReport], origin: Sequence[int]) -> dict
     }
 
 
-def _row_count(report: Optional[GuardReport], rows: Optional[list[Any]]) -> Optional[int]:
+def _row_count(report: GuardReport | None, rows: list[Any] | None) -> int | None:
     """Rows of the original result: the guard's count when it probed, else the baseline's length."""
     if report is not None and report.rows is not None:
         return report.rows
@@ -689,7 +696,16 @@ def _replay_for_sweep(
                 continue
             new_set, new_multiset = gold.verdicts(replay.rows)
             result.outcomes.append(
-                SweepOutcome(rule, tau, pair.index, pair.db_id, record.baseline_set, record.baseline_multiset, new_set, new_multiset)
+                SweepOutcome(
+                    rule,
+                    tau,
+                    pair.index,
+                    pair.db_id,
+                    record.baseline_set,
+                    record.baseline_multiset,
+                    new_set,
+                    new_multiset,
+                )
             )
 
 
@@ -697,11 +713,11 @@ def plan_tasks(
     pairs: Sequence[Pair],
     paths: dict[str, Any],
     policy: GuardPolicy,
-    timeout: Optional[float],
-    grid: Optional[SweepGrid],
+    timeout: float | None,
+    grid: SweepGrid | None,
     workers: int,
     engine: EngineSpec = SQLITE_ENGINE,
-    targets: Optional[dict[str, tuple[str, frozenset[str]]]] = None,
+    targets: dict[str, tuple[str, frozenset[str]]] | None = None,
 ) -> list[Task]:
     """Cut the pairs into per-database chunks, largest first (so the pool finishes evenly).
 
@@ -788,11 +804,11 @@ def resolve_rescue_policy(
     policy: GuardPolicy,
     candidates: Any,
     rescue: Any = None,
-    order: Optional[str] = None,
-    llm_model: Optional[str] = None,
-    llm_api_base: Optional[str] = None,
-    llm_api_key: Optional[str] = None,
-    llm_timeout: Optional[float] = None,
+    order: str | None = None,
+    llm_model: str | None = None,
+    llm_api_base: str | None = None,
+    llm_api_key: str | None = None,
+    llm_timeout: float | None = None,
 ) -> GuardPolicy:
     """The policy with the evaluation's rescuer and order (``InputError`` for unusable options).
 
@@ -803,7 +819,9 @@ def resolve_rescue_policy(
     llm_given = any(value is not None for value in (llm_model, llm_api_base, llm_api_key, llm_timeout))
     if candidates is None:
         if rescue is not None or order is not None or llm_given:
-            raise InputError("--rescue/--order/--llm-* (rescue=/order=/llm_*=) only apply with --candidates (candidates=)")
+            raise InputError(
+                "--rescue/--order/--llm-* (rescue=/order=/llm_*=) only apply with --candidates (candidates=)"
+            )
         return policy
     order = "rescue_first" if order is None else order
     if order not in ("rescue_first", "patch_first"):
@@ -828,7 +846,10 @@ def resolve_rescue_policy(
 
             key = llm_api_key if llm_api_key is not None else os.environ.get("OPENAI_API_KEY")
             rescuer = LLMRescue(
-                model=llm_model, api_base=llm_api_base, api_key=key, timeout=10.0 if llm_timeout is None else float(llm_timeout)
+                model=llm_model,
+                api_base=llm_api_base,
+                api_key=key,
+                timeout=10.0 if llm_timeout is None else float(llm_timeout),
             )
     else:
         if llm_given:
@@ -839,7 +860,7 @@ def resolve_rescue_policy(
     return dataclasses.replace(policy, rescue=rescuer, order=order)  # type: ignore[arg-type]  # checked above
 
 
-def resolve_workers(workers: Optional[int]) -> int:
+def resolve_workers(workers: int | None) -> int:
     """``workers`` or, when None, the number of CPUs."""
     if workers is None:
         return os.cpu_count() or 1
@@ -848,7 +869,7 @@ def resolve_workers(workers: Optional[int]) -> int:
     return workers
 
 
-def resolve_timeout(timeout: Optional[float]) -> Optional[float]:
+def resolve_timeout(timeout: float | None) -> float | None:
     """A positive number of seconds, or None for no timeout."""
     if timeout is None:
         return None
@@ -862,14 +883,14 @@ def run(
     gold: Any,
     pred: Any,
     guard: GuardSpec = "patch",
-    timeout: Optional[float] = 5.0,
-    workers: Optional[int] = None,
+    timeout: float | None = 5.0,
+    workers: int | None = None,
     exclude_db: Iterable[str] = (),
-    progress: Optional[bool] = None,
-    grid: Optional[SweepGrid] = None,
+    progress: bool | None = None,
+    grid: SweepGrid | None = None,
     engine: EngineSpec = SQLITE_ENGINE,
     candidates: Any = None,
-    rescue_options: Optional[dict[str, Any]] = None,
+    rescue_options: dict[str, Any] | None = None,
 ) -> tuple[EvalReport, list[TaskResult]]:
     """Load, check, copy if needed, execute and summarise: the shared engine of ``evaluate`` and ``sweep``.
 
@@ -886,7 +907,7 @@ def run(
     pairs, excluded_pairs = exclude_databases(pairs, excluded)
     paths = locate_databases(db_root, (pair.db_id for pair in pairs))
     copies: dict[str, DatabaseCopy] = {}
-    targets: Optional[dict[str, tuple[str, frozenset[str]]]] = None
+    targets: dict[str, tuple[str, frozenset[str]]] | None = None
     copy_started = time.perf_counter()
     if engine.name != "sqlite":
         from .copy import prepare_copies, schema_names
@@ -905,26 +926,35 @@ def run(
     if candidates is not None:
         inputs["candidates"] = _describe_input(candidates)
     report = summarise(
-        results, policy, timeout, excluded, excluded_pairs, used_workers, time.perf_counter() - started, inputs,
-        engine=engine.name, copies=tuple(copies[db_id] for db_id in sorted(copies)), copy_s=copy_s,
+        results,
+        policy,
+        timeout,
+        excluded,
+        excluded_pairs,
+        used_workers,
+        time.perf_counter() - started,
+        inputs,
+        engine=engine.name,
+        copies=tuple(copies[db_id] for db_id in sorted(copies)),
+        copy_s=copy_s,
         with_rescue=candidates is not None,
     )
     return report, results
 
 
-def _describe_input(value: Any) -> Optional[str]:
+def _describe_input(value: Any) -> str | None:
     return str(value) if isinstance(value, (str, os.PathLike)) else None
 
 
 def summarise(
     results: Sequence[TaskResult],
     policy: GuardPolicy,
-    timeout: Optional[float],
+    timeout: float | None,
     excluded_db_ids: tuple[str, ...],
     excluded_pairs: int,
     workers: int,
     wall_s: float,
-    inputs: Optional[dict[str, Optional[str]]] = None,
+    inputs: dict[str, str | None] | None = None,
     engine: str = "sqlite",
     copies: tuple[DatabaseCopy, ...] = (),
     copy_s: float = 0.0,
@@ -970,7 +1000,7 @@ def summarise(
         pairs=tuple(records),
         engine=engine,
         copies=copies,
-        rescue=metrics.rescue_stats(
-            records, policy, sum(result.candidates_dropped for result in results)
-        ) if with_rescue else None,
+        rescue=metrics.rescue_stats(records, policy, sum(result.candidates_dropped for result in results))
+        if with_rescue
+        else None,
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..policy import DEFAULT_POLICY
 from . import metrics
@@ -82,7 +82,9 @@ def loo_cv(outcomes: Iterable[SweepOutcome], taus: Sequence[float], rule: str) -
         train = {tau: total[tau] - net(db_id, tau) for tau in taus}
         # max() keeps the first of equal values: scanning strictest first breaks ties conservatively.
         chosen = max(ordered, key=lambda tau: train[tau])
-        folds.append(Fold(db_id, chosen, train[chosen], fixes[db_id, chosen], breaks[db_id, chosen], net(db_id, chosen)))
+        folds.append(
+            Fold(db_id, chosen, train[chosen], fixes[db_id, chosen], breaks[db_id, chosen], net(db_id, chosen))
+        )
     nets = [fold.net for fold in folds]
     return CrossValidation(
         folds=tuple(folds),
@@ -97,16 +99,16 @@ def sweep(
     db_root: PathLike,
     gold: Any,
     pred: Any,
-    timeout: Optional[float] = 5.0,
-    workers: Optional[int] = None,
+    timeout: float | None = 5.0,
+    workers: int | None = None,
     exclude_db: Iterable[str] = (),
     p1_taus: Iterable[float] = DEFAULT_P1_TAUS,
     p2_taus: Iterable[float] = DEFAULT_P2_TAUS,
-    plot: Optional[PathLike] = None,
-    progress: Optional[bool] = None,
+    plot: PathLike | None = None,
+    progress: bool | None = None,
     engine: str = "sqlite",
-    pg_dsn: Optional[str] = None,
-    cache_dir: Optional[PathLike] = None,
+    pg_dsn: str | None = None,
+    cache_dir: PathLike | None = None,
     pg_schema_prefix: str = "spider_",
 ) -> SweepReport:
     """Sweep P1's ``tau_inject`` and P2's ``tau_remove``, cross-validate both, optionally plot.
@@ -148,7 +150,7 @@ def require_matplotlib() -> None:
         raise PlotUnavailable(PLOT_HINT) from error
 
 
-def plot_sweep(report: SweepReport, path: PathLike, title: Optional[str] = None) -> None:
+def plot_sweep(report: SweepReport, path: PathLike, title: str | None = None) -> None:
     """Write a PNG with net gain (and fix, break) against the threshold, one panel per rule.
 
     Uses matplotlib's object API with the Agg canvas, so it never touches pyplot's global state or

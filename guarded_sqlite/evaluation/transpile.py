@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -79,7 +79,9 @@ def transpile(sql: str, engine: str, names: Iterable[str] = ()) -> str:
         raise NotOneStatement(f"{len(statements)} statements; exactly one statement is evaluated")
     tree = statements[0]
     double_quoted = {
-        fold(token.text) for token in tokens if token.token_type == TokenType.IDENTIFIER and sql[token.start : token.start + 1] == '"'
+        fold(token.text)
+        for token in tokens
+        if token.token_type == TokenType.IDENTIFIER and sql[token.start : token.start + 1] == '"'
     }
     try:
         tree = _sqlite_string_fallback(tree, double_quoted, {fold(name) for name in names})
@@ -90,7 +92,9 @@ def transpile(sql: str, engine: str, names: Iterable[str] = ()) -> str:
     except SqlglotError as error:
         raise TranspileError(f"sqlglot cannot write it for {engine}: {_first_line(error)}") from None
     except Exception as error:
-        raise TranspileError(f"sqlglot failed to write it for {engine}: {type(error).__name__}: {_first_line(error)}") from None
+        raise TranspileError(
+            f"sqlglot failed to write it for {engine}: {type(error).__name__}: {_first_line(error)}"
+        ) from None
 
 
 def _first_line(error: Exception) -> str:
@@ -105,7 +109,7 @@ def _sqlite_dialect() -> Any:
     return SQLite()
 
 
-def _sqlite_string_fallback(tree: "exp.Expression", double_quoted: set[str], known: set[str]) -> "exp.Expression":
+def _sqlite_string_fallback(tree: exp.Expression, double_quoted: set[str], known: set[str]) -> exp.Expression:
     """Turn unresolvable double-quoted column references into string literals, as SQLite does."""
     if not double_quoted:
         return tree
@@ -118,7 +122,7 @@ def _sqlite_string_fallback(tree: "exp.Expression", double_quoted: set[str], kno
 
     def replace(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column) and not node.table:
-            identifier: Optional[exp.Expression] = node.this
+            identifier: exp.Expression | None = node.this
             if (
                 isinstance(identifier, exp.Identifier)
                 and identifier.quoted

@@ -1,0 +1,106 @@
+"""Time limits for statements, enforced from outside the statement by one watchdog thread.
+
+Both SQLite and DuckDB can stop a running statement from another thread (``interrupt()``, a C call
+that needs no lock). A Python progress handler would also work for SQLite, but it runs inside
+SQLite with the connection's mutex held and then waits for the GIL: on a connection shared between
+threads that can deadlock, and it replaces the caller's own handler. So every time limit, the
+library's and the evaluator's, is a ``Deadline`` on one process-wide watchdog thread that calls the
+connection's ``interrupt`` once the deadline passes.
+
+Scheduling costs a heap push and, only when the new deadline is the earliest, one notify; a
+``threading.Timer`` per statement would start a thread each time. ``Deadline.cancel()`` is final:
+once it returns, the watchdog can no longer call that deadline's ``interrupt``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["Deadline", "interrupt_after"]
+
+
+class Deadline:
+    """One scheduled interrupt; ``fired`` tells whether it ran."""
+
+    __slots__ = ("_at", "_interrupt", "_pending", "fired")
+
+    def __init__(self, at: float, interrupt: Callable[[], None]) -> None:
+        self._at = at
+        self._interrupt = interrupt
+        self._pending = True
+        self.fired = False
+        """True once the watchdog called ``interrupt``."""
+
+    def cancel(self) -> None:
+        """Make sure ``interrupt`` is not called from now on (it may already have been: see ``fired``)."""
+        with _WATCHDOG.condition:
+            self._pending = False
+
+    def __enter__(self) -> Deadline:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cancel()
+
+
+class _Watchdog:
+    """The thread behind every ``Deadline``: sleeps until the earliest one, fires what is due."""
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self._heap: list[tuple[float, int, Deadline]] = []
+        self._sequence = itertools.count()
+        self._wake_at: float | None = None  # when the thread plans to wake; None while it waits for work
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, seconds: float, interrupt: Callable[[], None]) -> Deadline:
+        at = time.monotonic() + seconds
+        deadline = Deadline(at, interrupt)
+        with self.condition:
+            heapq.heappush(self._heap, (at, next(self._sequence), deadline))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="guarded-sqlite-deadlines", daemon=True)
+                self._thread.start()
+            elif self._wake_at is None or at < self._wake_at:
+                self.condition.notify()
+        return deadline
+
+    def _watch(self) -> None:
+        heap = self._heap
+        with self.condition:
+            while True:
+                now = time.monotonic()
+                while heap and (not heap[0][2]._pending or heap[0][0] <= now):
+                    _, _, deadline = heapq.heappop(heap)
+                    if deadline._pending:
+                        deadline._pending = False
+                        deadline.fired = True
+                        try:
+                            deadline._interrupt()
+                        except Exception:  # a closed connection cannot be interrupted; nothing to stop
+                            pass
+                self._wake_at = heap[0][0] if heap else None
+                self.condition.wait(None if self._wake_at is None else self._wake_at - now)
+
+    def reset_after_fork(self) -> None:
+        # The thread does not survive fork(); the child starts its own on first use.
+        self.condition = threading.Condition()
+        self._heap = []
+        self._wake_at = None
+        self._thread = None
+
+
+_WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WATCHDOG.reset_after_fork)
+
+
+def interrupt_after(seconds: float, interrupt: Callable[[], None]) -> Deadline:
+    """Call ``interrupt()`` (e.g. ``connection.interrupt``) once ``seconds`` have passed, unless the
+    returned deadline is cancelled first. Use it as a context manager around the statement."""
+    return _WATCHDOG.schedule(seconds, interrupt)

@@ -1,0 +1,22 @@
+"""The package's own exceptions and the one way it turns an exception into a line of text."""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = ["TransactionLost", "describe_error"]
+
+
+class TransactionLost(sqlite3.OperationalError):
+    """The database rolled back the caller's open transaction while the guard ran a statement of its
+    own (a re-execution or a rescue candidate failed with an error such as SQLITE_FULL or SQLITE_NOMEM).
+
+    Raised instead of serving rows, so that the loss of uncommitted writes cannot go unnoticed; the
+    original error is the ``__cause__``.
+    """
+
+
+def describe_error(error: BaseException) -> str:
+    """``"ExceptionClass: first line of the message"``, for reports and logs."""
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__

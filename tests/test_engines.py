@@ -1,5 +1,7 @@
-"""The guard on DuckDB and PostgreSQL: the SQLite multiplicity cases on all three engines, then what is
-specific to each engine (transactions, read-only re-execution, driver features).
+"""The guard on SQLite, DuckDB and PostgreSQL: the multiplicity cases (explosion, observe, healthy,
+empty, errors, exemptions, P2, writes with RETURNING) on all three engines (this is their only copy:
+test_guard.py keeps what is specific to SQLite), then what is specific to each engine (transactions,
+read-only re-execution, driver features).
 
 PostgreSQL runs on one throwaway server per test session (``tests/pg_server.py``); each test gets its
 own schema. Without the server binaries the PostgreSQL tests skip, unless
@@ -193,7 +195,7 @@ def _exploding_with_parameter(db: EngineDB) -> str:
     return f"{EXPLODING_SQL} WHERE o.amount >= {db.param}"
 
 
-# --- the multiplicity cases of the SQLite suite, on every engine ----------------------------------
+# --- the multiplicity cases, on every engine (SQLite included) -------------------------------------
 
 
 def test_explosion_is_flagged_and_patched_with_distinct(db: EngineDB) -> None:
@@ -211,6 +213,8 @@ def test_explosion_is_flagged_and_patched_with_distinct(db: EngineDB) -> None:
     assert (report.rows, report.unique_rows, report.final_rows) == (24, 4, 4)
     assert report.dup_ratio == pytest.approx(20 / 24)
     assert [(d.rule, d.applied) for d in report.decisions] == [("P1", True)]
+    assert report.detect_us is not None and report.detect_us >= 0
+    assert report.patch_ms is not None and report.patch_ms > 0
 
 
 def test_observe_mode_reports_but_changes_nothing(db: EngineDB) -> None:
@@ -662,7 +666,10 @@ def test_duckdb_rescue_inside_an_explicit_transaction_is_refused_with_a_reason(d
     assert duck_db.raw.cursor().execute("SELECT count(*) FROM customers").fetchall() == [(5,)]
 
 
-DF_SQL = "SELECT c.name, c.city FROM customers AS c JOIN orders AS o ON o.customer_id = c.id WHERE o.amount >= ? ORDER BY c.name"
+DF_SQL = (
+    "SELECT c.name, c.city FROM customers AS c JOIN orders AS o ON o.customer_id = c.id"
+    " WHERE o.amount >= ? ORDER BY c.name"
+)
 
 
 @pytest.mark.parametrize("method", ["df", "fetchdf"])

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite import GuardPolicy
+from guarded_sqlite import GuardPolicy, GuardReport, RuleDecision
+from guarded_sqlite.report import ReportState
 
 from .conftest import EXPLODING_SQL, fill_fanout
 
@@ -23,36 +24,11 @@ def test_report_is_none_before_the_first_execute(guarded: guarded_sqlite.Guarded
     assert guarded.cursor().guard_report is None
 
 
-def test_explosion_is_flagged_and_patched_with_distinct(guarded, raw) -> None:
-    cur = guarded.execute(EXPLODING_SQL)
-    rows = cur.fetchall()
-    raw_rows = raw.execute(EXPLODING_SQL).fetchall()
-    report = cur.guard_report
-    assert Counter(rows) == Counter(set(raw_rows))
-    assert report.trigger == "cartesian_explosion" and report.flagged
-    assert report.action == "distinct_injected" and report.patched
-    assert report.final_sql == EXPLODING_SQL.replace("SELECT", "SELECT DISTINCT", 1)
-    assert (report.rows, report.unique_rows, report.final_rows) == (24, 4, 4)
-    assert report.dup_ratio == pytest.approx(20 / 24)
-    assert [(d.rule, d.applied) for d in report.decisions] == [("P1", True)]
-    assert report.detect_us is not None and report.detect_us >= 0
-    assert report.patch_ms is not None and report.patch_ms > 0
-
-
 def test_a_patch_emits_a_log_record(guarded, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="guarded_sqlite"):
         guarded.execute(EXPLODING_SQL).fetchall()
     records = [r for r in caplog.records if r.name == "guarded_sqlite"]
     assert len(records) == 1 and "distinct_injected" in records[0].getMessage()
-
-
-def test_observe_mode_reports_but_changes_nothing(raw) -> None:
-    con = guarded_sqlite.connect(":memory:", guard="observe")
-    fill_fanout(con)
-    cur = con.execute(EXPLODING_SQL)
-    assert cur.fetchall() == raw.execute(EXPLODING_SQL).fetchall()
-    assert cur.guard_report.trigger == "cartesian_explosion"
-    assert cur.guard_report.action == "none" and cur.guard_report.decisions == ()
 
 
 def test_off_mode_neither_probes_nor_patches(raw) -> None:
@@ -64,62 +40,15 @@ def test_off_mode_neither_probes_nor_patches(raw) -> None:
     assert not report.probed and report.trigger is None and report.note == "guard is off"
 
 
-def test_healthy_query_is_untouched(guarded, raw) -> None:
-    sql = "SELECT id, name FROM customers ORDER BY id"
-    cur = guarded.execute(sql)
-    assert cur.fetchall() == raw.execute(sql).fetchall()
-    report = cur.guard_report
-    assert report.trigger is None and not report.flagged and report.action == "none"
-    assert report.decisions == () and report.patch_ms is None and report.dup_ratio == 0.0
-
-
-def test_empty_result_is_flagged_but_not_patched(guarded) -> None:
-    cur = guarded.execute("SELECT name FROM customers WHERE id < 0")
-    assert cur.fetchall() == []
-    report = cur.guard_report
-    assert report.trigger == "empty_result" and report.action == "none"
-    assert report.rows == 0 and report.dup_ratio is None and report.decisions == ()
-
-
-@pytest.mark.parametrize(
-    "sql, message",
-    [
-        ("SELECT * FROM missing", "no such table: missing"),
-        ("SELEC 1", 'near "SELEC": syntax error'),
-    ],
-)
-def test_execution_error_is_reraised_unchanged_with_the_report_set(guarded, raw, sql: str, message: str) -> None:
-    with pytest.raises(sqlite3.OperationalError) as raw_error:
-        raw.execute(sql)
-    cur = guarded.cursor()
-    with pytest.raises(sqlite3.OperationalError) as guarded_error:
-        cur.execute(sql)
-    assert str(guarded_error.value) == str(raw_error.value) == message
-    assert cur.guard_report.trigger == "exec_error"
-    assert cur.guard_report.error == f"OperationalError: {message}"
-
-
-@pytest.mark.parametrize(
-    "sql, reason",
-    [
-        (EXPLODING_SQL + " LIMIT 20", "LIMIT"),
-        ("SELECT count(*) FROM orders GROUP BY id", "GROUP BY"),
-        (
-            "SELECT name FROM customers UNION ALL SELECT name FROM customers UNION ALL SELECT name FROM customers"
-            " UNION ALL SELECT name FROM customers UNION ALL SELECT name FROM customers",
-            "UNION ALL",
-        ),
-        ("SELECT c.name FROM customers AS c JOIN orders AS o ON o.customer_id = ?1", "could not parse"),
-    ],
-)
-def test_flagged_but_exempt_queries_keep_their_rows_and_say_why(guarded, raw, sql: str, reason: str) -> None:
-    parameters = (1,) if "?1" in sql else ()
-    cur = guarded.execute(sql, parameters)
-    assert cur.fetchall() == raw.execute(sql, parameters).fetchall()
+def test_a_flagged_query_sqlglot_cannot_parse_keeps_its_rows_and_says_why(guarded, raw) -> None:
+    # SQLite's ?NNN parameters; the other exemptions (LIMIT, GROUP BY, UNION ALL) are in test_engines.py.
+    sql = "SELECT c.name FROM customers AS c JOIN orders AS o ON o.customer_id = ?1"
+    cur = guarded.execute(sql, (1,))
+    assert cur.fetchall() == raw.execute(sql, (1,)).fetchall()
     report = cur.guard_report
     assert report.trigger == "cartesian_explosion" and report.action == "none"
     (decision,) = report.decisions
-    assert decision.rule == "P1" and not decision.applied and reason in decision.reason
+    assert decision.rule == "P1" and not decision.applied and "could not parse" in decision.reason
 
 
 def test_p1_can_be_disabled_while_the_probe_still_flags(raw) -> None:
@@ -185,46 +114,11 @@ def _names_table(con: sqlite3.Connection, names: list[str]) -> None:
     con.executemany("INSERT INTO people VALUES (?)", [(n,) for n in names])
 
 
-def test_p2_removes_a_distinct_that_hides_legitimate_duplicates() -> None:
-    names = [f"person{i}" for i in range(10)] + ["person0"]  # 11 rows, 10 distinct: dup_ratio 1/11
-    con = guarded_sqlite.connect(":memory:")
-    _names_table(con, names)
-    cur = con.execute("SELECT DISTINCT name FROM people")
-    rows = cur.fetchall()
-    assert Counter(rows) == Counter((n,) for n in names)
-    report = cur.guard_report
-    assert report.trigger is None and report.action == "distinct_removed"
-    assert report.final_sql == "SELECT name FROM people" and (report.rows, report.final_rows) == (10, 11)
-
-
-def test_p2_keeps_the_distinct_when_removal_adds_too_many_duplicates() -> None:
-    names = [f"person{i}" for i in range(10)] + ["person0", "person1"]  # dup_ratio 2/12 > 0.10
-    con = guarded_sqlite.connect(":memory:")
-    _names_table(con, names)
-    cur = con.execute("SELECT DISTINCT name FROM people")
-    assert len(cur.fetchall()) == 10
-    (decision,) = cur.guard_report.decisions
-    assert decision.rule == "P2" and not decision.applied and "tau_remove" in decision.reason
-
-
 def test_p2_is_not_considered_on_results_too_small_to_ever_qualify() -> None:
     con = guarded_sqlite.connect(":memory:")
     _names_table(con, ["a", "a", "b"])
     cur = con.execute("SELECT DISTINCT name FROM people")
     assert len(cur.fetchall()) == 2 and cur.guard_report.decisions == ()
-
-
-def test_writes_returning_duplicate_rows_run_once_and_are_never_rewritten() -> None:
-    con = guarded_sqlite.connect(":memory:")
-    con.execute("CREATE TABLE t (x)")
-    cur = con.execute(
-        "INSERT INTO t SELECT 1 FROM (SELECT 1 UNION ALL SELECT 2) AS a, (SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5) AS b RETURNING x"
-    )
-    assert cur.fetchall() == [(1,)] * 10
-    report = cur.guard_report
-    assert report.trigger == "cartesian_explosion" and report.action == "none"
-    assert "not a SELECT" in report.decisions[0].reason
-    assert con.execute("SELECT count(*) FROM t").fetchone() == (10,)
 
 
 def test_patch_rerun_is_read_only_even_for_a_writing_user_function() -> None:
@@ -303,10 +197,73 @@ def test_report_is_frozen_and_renders_for_jupyter(guarded) -> None:
     assert report.summary().startswith("cartesian_explosion: rows=24 unique=4")
 
 
-def test_report_built_from_state_has_exactly_the_dataclass_fields(guarded) -> None:
+def test_report_built_from_state_equals_the_regular_constructors(guarded) -> None:
     report = guarded.execute(EXPLODING_SQL).guard_report
     assert list(vars(report)) == [f.name for f in dataclasses.fields(report)]
-    assert report == dataclasses.replace(report)  # the regular constructor agrees with the fast path
+    # The same report written out field by field from what this query is known to give: only the
+    # timings and the wording of the decision are taken from the report under test.
+    (decision,) = report.decisions
+    expected = GuardReport(
+        sql=EXPLODING_SQL,
+        final_sql=EXPLODING_SQL.replace("SELECT", "SELECT DISTINCT", 1),
+        mode="patch",
+        trigger="cartesian_explosion",
+        flagged=True,
+        action="distinct_injected",
+        probed=True,
+        rows=24,
+        unique_rows=4,
+        dup_ratio=20 / 24,
+        final_rows=4,
+        decisions=(RuleDecision("P1", True, decision.reason),),
+        note=None,
+        error=None,
+        detect_us=report.detect_us,
+        patch_ms=report.patch_ms,
+        rescue=None,
+    )
+    assert report == expected and hash(report) == hash(expected)
+
+
+def test_report_fast_path_derives_its_fields_like_the_definitions() -> None:
+    # 10 rows, 4 distinct, probed in 2.5 µs, no rule considered; then a statement without rows.
+    state = ReportState("observe", "SELECT 1", "SELECT 1", None, "none", 10, 4, 10, None, None, (), 2_500, None)
+    assert GuardReport.from_state(state) == GuardReport(
+        sql="SELECT 1",
+        final_sql="SELECT 1",
+        mode="observe",
+        trigger=None,
+        flagged=False,
+        action="none",
+        probed=True,
+        rows=10,
+        unique_rows=4,
+        dup_ratio=0.6,
+        final_rows=10,
+        decisions=(),
+        note=None,
+        error=None,
+        detect_us=2.5,
+        patch_ms=None,
+    )
+    unprobed = ReportState(
+        "patch",
+        "UPDATE t SET x = 1",
+        "UPDATE t SET x = 1",
+        None,
+        "none",
+        None,
+        None,
+        None,
+        "statement returns no rows",
+        None,
+        (),
+        None,
+        3_000_000,
+    )
+    report = GuardReport.from_state(unprobed)
+    assert not report.probed and not report.flagged and report.dup_ratio is None and report.unique_rows is None
+    assert report.patch_ms == 3.0 and report.note == "statement returns no rows"
 
 
 def test_statements_without_rows_are_not_probed(guarded) -> None:

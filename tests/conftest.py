@@ -1,35 +1,21 @@
-"""Shared fixtures: in-memory databases with a join that fans out."""
+"""Shared fixtures: in-memory databases with a join that fans out, the items table in each guard mode,
+optional extras, and one PostgreSQL server per session. Plain constants and helpers are in helpers.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sqlite3
+import warnings
 from collections.abc import Iterator
 
 import pytest
 
 import guarded_sqlite
 
-FANOUT_SCHEMA = """
-CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);
-CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, amount INTEGER);
-"""
+from .helpers import EXPLODING_SQL, FANOUT_SCHEMA, MODES, fill_fanout, fill_items, guarded_connect
 
-
-def fill_fanout(con: sqlite3.Connection, customers: int = 4, orders_per_customer: int = 6) -> None:
-    """Customers with many orders each: joining them repeats every customer per order."""
-    con.executescript(FANOUT_SCHEMA)
-    con.executemany(
-        "INSERT INTO customers VALUES (?, ?, ?)", [(i, f"name{i}", f"city{i % 2}") for i in range(customers)]
-    )
-    con.executemany(
-        "INSERT INTO orders VALUES (?, ?, ?)",
-        [(c * orders_per_customer + k, c, 10 * k) for c in range(customers) for k in range(orders_per_customer)],
-    )
-    con.commit()
-
-
-EXPLODING_SQL = "SELECT c.name FROM customers AS c JOIN orders AS o ON o.customer_id = c.id"
+__all__ = ["EXPLODING_SQL", "FANOUT_SCHEMA", "fill_fanout"]  # still importable from here, as they used to be
 
 
 @pytest.fixture
@@ -46,6 +32,48 @@ def raw() -> Iterator[sqlite3.Connection]:
     fill_fanout(con)
     yield con
     con.close()
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """Each guard mode that must give sqlite3's results on queries that are not flagged."""
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def raw_items() -> Iterator[sqlite3.Connection]:
+    """A plain sqlite3 connection holding the items table."""
+    con = sqlite3.connect(":memory:")
+    fill_items(con)
+    yield con
+    con.close()
+
+
+@pytest.fixture
+def guarded_items(mode: str) -> Iterator[guarded_sqlite.GuardedConnection]:
+    """A guarded connection holding the items table, in each of ``mode``'s modes."""
+    con = guarded_connect(mode)
+    yield con
+    con.close()
+
+
+@pytest.fixture
+def observe_items() -> Iterator[guarded_sqlite.GuardedConnection]:
+    """A guarded connection in observe mode holding the items table."""
+    con = guarded_connect("observe")
+    yield con
+    con.close()
+
+
+@pytest.fixture
+def needs_litellm() -> None:
+    """Skip unless litellm (the ``[llm]`` extra) is installed.
+
+    Looked up without importing it: imported here, before the library sets LITELLM_LOCAL_MODEL_COST_MAP,
+    litellm would fetch its price map from the network.
+    """
+    if importlib.util.find_spec("litellm") is None:
+        pytest.skip("litellm is not installed (extra [llm])")
 
 
 REQUIRE_POSTGRES = os.environ.get("GUARDED_SQLITE_REQUIRE_POSTGRES") == "1"
@@ -73,3 +101,12 @@ def pg_dsn() -> Iterator[str]:
         pytest.skip(f"{missing}; set GUARDED_SQLITE_REQUIRE_POSTGRES=1 to make this a failure")
     with postgres_server() as dsn:
         yield dsn
+
+
+@pytest.fixture
+def no_warnings() -> Iterator[list[warnings.WarningMessage]]:
+    """Record every warning raised in the test (even ones filtered elsewhere) and fail on any."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+    assert [str(w.message) for w in caught] == []

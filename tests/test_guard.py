@@ -17,7 +17,7 @@ import guarded_sqlite
 from guarded_sqlite import GuardPolicy, GuardReport, RuleDecision
 from guarded_sqlite.report import ReportState
 
-from .conftest import EXPLODING_SQL, fill_fanout
+from .helpers import EXPLODING_SQL, fill_fanout
 
 
 def test_report_is_none_before_the_first_execute(guarded: guarded_sqlite.GuardedConnection) -> None:
@@ -291,9 +291,9 @@ def test_policy_validation() -> None:
 def test_unflagged_queries_never_import_sqlglot_or_litellm() -> None:
     script = f"""
 import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
 import guarded_sqlite
-from conftest import fill_fanout
+from tests.helpers import fill_fanout
 con = guarded_sqlite.connect(":memory:")
 fill_fanout(con)
 for sql in ["SELECT * FROM customers", "SELECT DISTINCT city FROM customers", "SELECT * FROM orders WHERE id < 0",

@@ -1,5 +1,7 @@
 """Candidate-aware rescue: the LLM judge over real HTTP (loopback), the zero-cost selector, orders,
-budgets, and every failure path falling back to a correct, unrescued result."""
+budgets, and every failure path falling back to a correct, unrescued result.
+
+Tests that call the judge through litellm skip when litellm (the ``[llm]`` extra) is not installed."""
 
 from __future__ import annotations
 
@@ -18,15 +20,8 @@ import guarded_sqlite
 from guarded_sqlite import DupRatioSelector, GuardPolicy, LLMRescue, RescueRequest
 from guarded_sqlite.rescue import CandidatePreview, RescueChoice, build_prompt, parse_answer
 
-from .conftest import EXPLODING_SQL, fill_fanout
+from .helpers import BROKEN, CANDIDATES, DISTINCT_NAMES, EMPTY, EXPLODING_SQL, GOOD, fill_fanout
 from .llm_server import Script, chat_server, closed_port_url
-
-GOOD = "SELECT name FROM customers WHERE id IN (SELECT customer_id FROM orders) ORDER BY name"
-EMPTY = "SELECT name FROM customers WHERE id < 0"
-BROKEN = "SELECT name FROM no_such_table"
-WRITE = "DELETE FROM orders"
-CANDIDATES = [EXPLODING_SQL, GOOD, EMPTY, BROKEN, WRITE]
-DISTINCT_NAMES = [(f"name{i}",) for i in range(4)]
 
 
 def guarded_with(rescue: Any, **policy: Any) -> guarded_sqlite.GuardedConnection:
@@ -42,6 +37,7 @@ def llm(api_base: str, **kwargs: Any) -> LLMRescue:
 # --- the LLM judge through litellm's real client path -------------------------------------------
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_llm_choice_over_http_replaces_the_selection() -> None:
     script = Script(answer="1")
     with chat_server(script) as api_base:
@@ -74,6 +70,7 @@ def test_llm_choice_over_http_replaces_the_selection() -> None:
     assert "dup_ratio" not in prompt  # the paper's prompt does not show it
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_user_prices_give_a_cost() -> None:
     with chat_server(Script(answer="1")) as api_base:
         con = guarded_with(llm(api_base, input_cost_per_token=1e-6, output_cost_per_token=2e-6))
@@ -81,6 +78,7 @@ def test_user_prices_give_a_cost() -> None:
     assert rescue.cost_usd == pytest.approx(321e-6 + 4e-6)
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_dup_ratio_prompt_variant_shows_each_candidates_ratio() -> None:
     script = Script(answer="1")
     with chat_server(script) as api_base:
@@ -93,6 +91,7 @@ def test_dup_ratio_prompt_variant_shows_each_candidates_ratio() -> None:
     "answer, reason",
     [("I would pick the second one", "no integer"), ("17", "out of range"), ("", "empty answer")],
 )
+@pytest.mark.usefixtures("needs_litellm")
 def test_unusable_answers_keep_the_patched_selection(answer: str, reason: str) -> None:
     with chat_server(Script(answer=answer)) as api_base:
         cur = guarded_with(llm(api_base)).execute(EXPLODING_SQL, candidates=CANDIDATES)
@@ -102,6 +101,7 @@ def test_unusable_answers_keep_the_patched_selection(answer: str, reason: str) -
     assert report.rescue.chosen_index is None and reason in report.rescue.fallback_reason
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_a_slow_server_times_out_and_falls_back() -> None:
     with chat_server(Script(answer="1", delay=3.0)) as api_base:
         started = time.perf_counter()
@@ -117,6 +117,7 @@ def test_a_slow_server_times_out_and_falls_back() -> None:
     assert cur.fetchall() == DISTINCT_NAMES
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_a_server_that_is_down_falls_back() -> None:
     cur = guarded_with(llm(closed_port_url(), timeout=5)).execute(EXPLODING_SQL, candidates=CANDIDATES)
     rescue = cur.guard_report.rescue
@@ -124,6 +125,7 @@ def test_a_server_that_is_down_falls_back() -> None:
     assert cur.fetchall() == DISTINCT_NAMES
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_a_provider_error_falls_back() -> None:
     with chat_server(Script(status=500)) as api_base:
         cur = guarded_with(llm(api_base)).execute(EXPLODING_SQL, candidates=CANDIDATES)
@@ -131,6 +133,7 @@ def test_a_provider_error_falls_back() -> None:
     assert cur.guard_report.action == "distinct_injected"
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_a_write_candidate_chosen_by_the_judge_is_never_executed() -> None:
     with chat_server(Script(answer="4")) as api_base:
         con = guarded_with(llm(api_base))
@@ -141,6 +144,7 @@ def test_a_write_candidate_chosen_by_the_judge_is_never_executed() -> None:
     assert con.execute("SELECT count(*) FROM orders").fetchone() == (24,)
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_mock_response_needs_no_server() -> None:
     rescue = LLMRescue(model="openai/x", completion_kwargs={"mock_response": "Answer: 1"})
     report = guarded_with(rescue).execute(EXPLODING_SQL, candidates=CANDIDATES).guard_report
@@ -274,6 +278,7 @@ def test_rescue_call_budget_stops_rescues() -> None:
     assert any(d.rule == "rescue" and "budget exhausted" in d.reason for d in second.decisions)
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_rescue_spend_budget_stops_rescues() -> None:
     rescue = LLMRescue(
         model="openai/x",
@@ -367,12 +372,13 @@ def test_prompt_truncates_long_sql_and_schema() -> None:
     assert "Respond with ONLY the candidate number (0-0)" in prompt
 
 
+@pytest.mark.usefixtures("needs_litellm")
 def test_litellm_is_imported_only_when_an_llm_rescue_runs() -> None:
     script = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
 import guarded_sqlite
-from tests.conftest import fill_fanout, EXPLODING_SQL
+from tests.helpers import fill_fanout, EXPLODING_SQL
 con = guarded_sqlite.connect(":memory:", guard=guarded_sqlite.GuardPolicy(
     rescue=guarded_sqlite.LLMRescue(model="openai/x", completion_kwargs={{"mock_response": "0"}})))
 fill_fanout(con)

@@ -16,6 +16,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from .engines import ENGINE_NAMES
+
 
 def _positive_float(text: str) -> float:
     try:
@@ -88,7 +90,7 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
     )
     engines.add_argument(
         "--engine",
-        choices=("sqlite", "duckdb", "postgres"),
+        choices=ENGINE_NAMES,
         default="sqlite",
         help="where the queries run (default: sqlite, the files themselves)",
     )
@@ -113,6 +115,8 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .evaluation.options import ORDERS, RESCUERS
+
     parser = argparse.ArgumentParser(
         prog="guarded-sqlite", description="Runtime guardrail for machine-written SQL on SQLite."
     )
@@ -146,13 +150,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     rescue.add_argument(
         "--order",
-        choices=("rescue_first", "patch_first"),
+        choices=ORDERS,
         default=None,
         help="rescue_first: rescue, then patch the chosen candidate (default); patch_first: the reverse",
     )
     rescue.add_argument(
         "--rescue",
-        choices=("dup_ratio", "llm"),
+        choices=RESCUERS,
         default=None,
         help="dup_ratio: DupRatioSelector, no model (default); llm: the paper's LLM judge via litellm",
     )
@@ -210,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
     from .evaluation.loaders import InputError
+    from .evaluation.options import RescueOptions
     from .evaluation.render import format_eval, format_sweep
     from .evaluation.report import EvalReport, SweepReport
     from .evaluation.thresholds import DEFAULT_P1_TAUS, DEFAULT_P2_TAUS, PlotUnavailable, sweep
@@ -233,12 +238,14 @@ def _evaluate(args: argparse.Namespace) -> int:
                 exclude_db=args.exclude_db,
                 **engine,
                 candidates=args.candidates,
-                order=args.order,
-                rescue=args.rescue,
-                llm_model=args.llm_model,
-                llm_api_base=args.llm_api_base,
-                llm_api_key=args.llm_api_key,
-                llm_timeout=args.llm_timeout,
+                rescue_options=RescueOptions(
+                    rescue=args.rescue,
+                    order=args.order,
+                    llm_model=args.llm_model,
+                    llm_api_base=args.llm_api_base,
+                    llm_api_key=args.llm_api_key,
+                    llm_timeout=args.llm_timeout,
+                ),
             )
             text = format_eval(report)
         else:

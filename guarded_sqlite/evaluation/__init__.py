@@ -8,8 +8,11 @@ precision and MBS recall; ``sweep`` adds the threshold sweeps and their cross-va
 Both run on the SQLite files themselves or, with ``engine="duckdb"``/``"postgres"``, on copies of
 them in DuckDB or PostgreSQL, with every query transpiled from SQLite by sqlglot.
 
-Modules: ``loaders`` (input formats and checks), ``metrics`` (pure scoring functions), ``runner``
-(execution in worker processes), ``copy`` (SQLite databases copied into DuckDB and PostgreSQL),
+Modules: ``loaders`` (input formats and checks), ``options`` (engine, workers, timeout, policy and
+rescue options, checked), ``metrics`` (pure scoring functions), ``runner`` (from inputs to report),
+``plan`` (tasks and the process pool), ``tasks`` (what a worker gets and returns), ``pairs`` (one
+task's pairs, gold and guarded prediction), ``sessions`` (database connections and time limits),
+``replay`` (sweep replays), ``copy`` (SQLite databases copied into DuckDB and PostgreSQL),
 ``transpile`` (SQLite SQL for the other engines), ``thresholds`` (sweeps, cross-validation, plot),
 ``report`` (the frozen result dataclasses), ``render`` and ``progress`` (terminal output).
 
@@ -21,11 +24,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..policy import GuardSpec
     from .loaders import GoldItem, InputError, Pair, PathLike, Prediction, load_gold, load_predictions
+    from .options import RescueOptions
     from .report import DatabaseCopy, EvalReport, PairRecord, RescueStats, SweepReport
     from .thresholds import PlotUnavailable, sweep
 
@@ -38,6 +42,7 @@ __all__ = [
     "PairRecord",
     "PlotUnavailable",
     "Prediction",
+    "RescueOptions",
     "RescueStats",
     "SweepReport",
     "evaluate",
@@ -68,6 +73,7 @@ def evaluate(
     llm_api_base: str | None = None,
     llm_api_key: str | None = None,
     llm_timeout: float | None = None,
+    rescue_options: RescueOptions | None = None,
 ) -> EvalReport:
     """Score predictions against gold SQL, raw and through the guard, on ``<db_root>/<db_id>/<db_id>.sqlite``.
 
@@ -94,22 +100,21 @@ def evaluate(
     llm_api_key or $OPENAI_API_KEY, llm_timeout)``) or a rescuer object; ``order``: ``"rescue_first"``
     (default) or ``"patch_first"``. These apply only with ``candidates``; the report's ``rescue``
     section and each pair's ``rescue_*`` fields say what happened. A rescuer object must pickle when
-    ``workers`` > 1.
+    ``workers`` > 1. ``rescue_options``: the same options as one ``RescueOptions`` (then leave
+    ``rescue``, ``order`` and ``llm_*`` out).
 
     Databases are opened read-only. Gold queries that fail or time out (or cannot be transpiled) are
     excluded from N and listed in ``gold_failures``; failing predictions score 0 and are counted.
     """
-    from .runner import resolve_engine, run
+    from .options import RescueOptions, resolve_engine
+    from .runner import run
 
+    options = RescueOptions(rescue, order, llm_model, llm_api_base, llm_api_key, llm_timeout)
+    if rescue_options is not None:
+        if options.given:
+            raise TypeError("give the rescue options either as rescue_options= or as keywords, not both")
+        options = rescue_options
     spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)
-    rescue_options = {
-        "rescue": rescue,
-        "order": order,
-        "llm_model": llm_model,
-        "llm_api_base": llm_api_base,
-        "llm_api_key": llm_api_key,
-        "llm_timeout": llm_timeout,
-    }
     report, _ = run(
         db_root,
         gold,
@@ -121,7 +126,7 @@ def evaluate(
         progress,
         engine=spec,
         candidates=candidates,
-        rescue_options=rescue_options,
+        rescue=options,
     )
     return report
 
@@ -134,6 +139,7 @@ _LAZY = {
     "PairRecord": "report",
     "DatabaseCopy": "report",
     "RescueStats": "report",
+    "RescueOptions": "options",
     "InputError": "loaders",
     "GoldItem": "loaders",
     "Prediction": "loaders",

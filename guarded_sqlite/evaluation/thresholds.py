@@ -22,8 +22,9 @@ from typing import Any
 from ..policy import DEFAULT_POLICY
 from . import metrics
 from .loaders import InputError, PathLike
+from .options import SweepGrid, resolve_engine
 from .report import CrossValidation, Fold, SweepOutcome, SweepReport, SweepRow
-from .runner import SweepGrid, resolve_engine, run
+from .runner import run
 
 DEFAULT_P1_TAUS: tuple[float, ...] = tuple(round(0.05 * step, 2) for step in range(20))
 """0.00, 0.05, ..., 0.95 (the deployed 0.80 included); 0.00 means "any duplicate row"."""
@@ -114,8 +115,9 @@ def sweep(
     """Sweep P1's ``tau_inject`` and P2's ``tau_remove``, cross-validate both, optionally plot.
 
     Takes the same inputs as ``evaluate`` (engine options included); the returned report also holds
-    the ordinary evaluation at the default operating point, from the same run. ``plot`` writes a PNG of net gain against the
-    threshold (needs matplotlib: ``pip install 'guarded-sqlite[plot]'``; checked before any query runs).
+    the ordinary evaluation at the default operating point, from the same run. ``plot`` writes a PNG of
+    net gain against the threshold (needs matplotlib: ``pip install 'guarded-sqlite[plot]'``; checked
+    before any query runs).
     """
     grid = SweepGrid(check_grid(p1_taus, "P1"), check_grid(p2_taus, "P2"))
     spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)

@@ -22,19 +22,27 @@ Everything else — division, ``LIKE``'s case sensitivity, ``GROUP BY`` strictne
 functions — is left to sqlglot; the evaluation reports what still differs. Constructs sqlglot cannot
 express in the target dialect raise ``TranspileError`` (``unsupported_level=RAISE``) rather than being
 written approximately, so they are counted as transpile errors.
+
+``Preparer`` applies ``transpile`` to one database's queries during an evaluation and adds up the
+time it takes; a query it cannot transpile comes back with the reason instead of SQL.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..engines import ENGINE_NAMES
+from ..errors import describe_error
 
 if TYPE_CHECKING:
     from sqlglot import exp
 
-ENGINE_DIALECTS = {"duckdb": "duckdb", "postgres": "postgres"}
-"""sqlglot's dialect for each engine the evaluation can target (SQLite needs no transpiling)."""
+ENGINE_DIALECTS = {name: name for name in ENGINE_NAMES if name != "sqlite"}
+"""sqlglot's dialect for each engine the evaluation can target (SQLite needs no transpiling): the
+engine names are sqlglot's dialect names."""
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -60,9 +68,8 @@ def transpile(sql: str, engine: str, names: Iterable[str] = ()) -> str:
     the query as SQLite or cannot write part of it in the engine's dialect, and ``NotOneStatement``
     when it is not exactly one statement (an error, as in ``sqlite3``, not a transpile failure).
     """
-    from sqlglot import exp
+    from sqlglot import TokenType, exp
     from sqlglot.errors import ErrorLevel, SqlglotError
-    from sqlglot.tokens import TokenType
 
     dialect = ENGINE_DIALECTS.get(engine)
     if dialect is None:
@@ -72,9 +79,9 @@ def transpile(sql: str, engine: str, names: Iterable[str] = ()) -> str:
         tokens = sqlite.tokenize(sql)  # once, for the parser and for the double-quoted names
         statements = [tree for tree in sqlite.parser().parse(tokens, sql) if tree is not None]
     except SqlglotError as error:
-        raise TranspileError(f"sqlglot cannot parse it as SQLite: {_first_line(error)}") from None
+        raise TranspileError(f"sqlglot cannot parse it as SQLite: {describe_error(error)}") from None
     except Exception as error:  # a failure inside sqlglot must score this query 0, not stop the run
-        raise TranspileError(f"sqlglot failed to parse it: {type(error).__name__}: {_first_line(error)}") from None
+        raise TranspileError(f"sqlglot failed to parse it: {describe_error(error)}") from None
     if len(statements) != 1:
         raise NotOneStatement(f"{len(statements)} statements; exactly one statement is evaluated")
     tree = statements[0]
@@ -90,16 +97,45 @@ def transpile(sql: str, engine: str, names: Iterable[str] = ()) -> str:
             identifier.set("quoted", True)
         return tree.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as error:
-        raise TranspileError(f"sqlglot cannot write it for {engine}: {_first_line(error)}") from None
+        raise TranspileError(f"sqlglot cannot write it for {engine}: {describe_error(error)}") from None
     except Exception as error:
-        raise TranspileError(
-            f"sqlglot failed to write it for {engine}: {type(error).__name__}: {_first_line(error)}"
-        ) from None
+        raise TranspileError(f"sqlglot failed to write it for {engine}: {describe_error(error)}") from None
 
 
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+class Prepared(NamedTuple):
+    """A query ready for the engine, or why it cannot run there."""
+
+    sql: str | None
+    """The query in the engine's dialect; None when it cannot be run."""
+
+    error: str | None = None
+    """Why not: ``"TranspileError: ..."`` or ``"NotOneStatement: ..."``."""
+
+    transpile_failed: bool = False
+    """sqlglot could not transpile it (a ``NotOneStatement`` is an error of the query instead)."""
+
+
+class Preparer:
+    """Transpiles one database's queries for an engine (none on SQLite), adding up the time it takes."""
+
+    def __init__(self, engine: str, names: Iterable[str] = ()) -> None:
+        self.engine = engine
+        self.names = frozenset(names)
+        self.seconds = 0.0
+        """Time spent transpiling so far."""
+
+    def __call__(self, sql: str) -> Prepared:
+        if self.engine == "sqlite" or not sql.strip():
+            return Prepared(sql)
+        started = time.perf_counter()
+        try:
+            return Prepared(transpile(sql, self.engine, self.names))
+        except TranspileError as error:
+            return Prepared(None, describe_error(error), transpile_failed=True)
+        except NotOneStatement as error:
+            return Prepared(None, describe_error(error))
+        finally:
+            self.seconds += time.perf_counter() - started
 
 
 @functools.lru_cache(maxsize=1)

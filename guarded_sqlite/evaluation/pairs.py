@@ -1,0 +1,175 @@
+"""One task's pairs, executed in a worker: gold once, each prediction through the library's own guard.
+
+Per pair:
+
+1. the gold query runs on the raw connection (once per distinct gold SQL in a task);
+2. the prediction runs through ``guarded_sqlite.wrap(raw, guard=policy)``: its rows are what the
+   guard served, and its ``guard_report`` gives trigger, action, dup_ratio and timings; the pair's
+   candidates, question and hint go along to ``execute`` when there are candidates;
+3. when the guard changed nothing, those rows *are* the baseline; only rewritten predictions are
+   re-run raw to get the baseline rows;
+4. for a sweep, ``replay`` re-runs the prediction at the thresholds that could change it.
+
+On DuckDB and PostgreSQL every gold, predicted and candidate query is transpiled from SQLite first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..report import GuardReport
+from . import metrics
+from .loaders import Pair
+from .replay import replay_for_sweep, sweep_policies
+from .report import GoldFailure, PairRecord
+from .sessions import Run, open_session
+from .tasks import Task, TaskResult
+from .transpile import Prepared, Preparer
+
+
+def run_task(task: Task) -> TaskResult:
+    """Evaluate one chunk of pairs (runs in a worker process, or inline for ``workers=1``)."""
+    return _TaskRun(task).run()
+
+
+class _TaskRun:
+    """One task's execution: its session, guarded connection, transpiler and accumulating result."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.session = open_session(task.engine, task.db_path, task.target, task.timeout)
+        self.guarded = self.session.guarded(task.policy)
+        self.prepare = Preparer(task.engine.name, task.names)
+        self.sweep_policies = sweep_policies(task.grid) if task.grid is not None else None
+        self.result = TaskResult()
+
+    def run(self) -> TaskResult:
+        result = self.result
+        gold_cache: dict[str, metrics.GoldRows | Run] = {}
+        try:
+            for pair in self.task.pairs:
+                gold = gold_cache.get(pair.gold_sql)
+                if gold is None:
+                    # A failed gold is cached too, so its other pairs are excluded without running it again.
+                    gold = gold_cache[pair.gold_sql] = self.run_gold(pair.gold_sql)
+                if isinstance(gold, Run):
+                    reason = gold.error or "failed"
+                    result.gold_failures.append(
+                        GoldFailure(pair.index, pair.db_id, gold.status, reason, pair.gold_sql, gold.transpile_failed)
+                    )
+                    continue
+                self.run_prediction(pair, gold)
+        finally:
+            result.transpile_s += self.prepare.seconds
+        return result
+
+    def run_gold(self, sql: str) -> metrics.GoldRows | Run:
+        """The gold result, or the failed ``Run`` that excludes its pairs."""
+        prepared = self.prepare(sql)
+        if prepared.sql is None:
+            executed = _failure(prepared)
+        else:
+            executed = self.session.run(self.session.raw, prepared.sql, self.task.timeout)
+            self.result.queries += 1
+            self.result.gold_s += executed.seconds
+        return metrics.GoldRows(executed.rows) if executed.rows is not None else executed
+
+    def run_prediction(self, pair: Pair, gold: metrics.GoldRows) -> None:
+        """Run one prediction guarded (and raw when the guard rewrote it), record it, replay it for a sweep."""
+        session, task, result = self.session, self.task, self.result
+        pred = self.prepare(pair.pred_sql)
+        engine_sql = pred.sql
+        # Candidates go through the same transpile path; one that fails is dropped (and counted).
+        candidate_sqls: list[str] = []
+        candidate_origin: list[int] = []
+        for position, candidate in enumerate(pair.candidates):
+            prepared = self.prepare(candidate) if candidate.strip() else Prepared(candidate)
+            if prepared.sql is None:
+                result.candidates_dropped += 1
+                continue
+            candidate_sqls.append(prepared.sql)
+            candidate_origin.append(position)
+        rescue_kwargs = (
+            {"candidates": candidate_sqls, "question": pair.question, "hint": pair.hint} if candidate_sqls else None
+        )
+        if engine_sql is None:
+            served = _failure(pred)
+        else:
+            served = session.run(self.guarded, engine_sql, task.timeout, rescue_kwargs)
+            result.queries += 1
+            result.pred_s += served.seconds
+        report = served.report
+        baseline_rows = served.rows
+        guarded_verdicts = (False, False)
+        baseline_verdicts = (False, False)
+        if served.rows is not None:
+            guarded_verdicts = baseline_verdicts = gold.verdicts(served.rows)
+            if report is not None and report.action != "none":
+                # The guard served rewritten rows; the baseline is what the raw engine returns.
+                assert engine_sql is not None
+                raw = session.run(session.raw, engine_sql, task.timeout)
+                result.queries += 1
+                result.rerun_s += raw.seconds
+                baseline_rows = raw.rows
+                baseline_verdicts = gold.verdicts(raw.rows) if raw.rows is not None else (False, False)
+        record = PairRecord(
+            index=pair.index,
+            db_id=pair.db_id,
+            difficulty=pair.difficulty,
+            pred_sql=pair.pred_sql,
+            status=served.status,
+            error=served.error,
+            trigger=report.trigger if report is not None else None,
+            action=report.action if report is not None else "none",
+            final_sql=report.final_sql if report is not None else pair.pred_sql,
+            rows=_row_count(report, baseline_rows),
+            unique_rows=report.unique_rows if report is not None else None,
+            dup_ratio=None if report is None or report.dup_ratio is None else round(report.dup_ratio, 6),
+            gold_rows=len(gold.rows),
+            baseline_set=baseline_verdicts[0],
+            baseline_multiset=baseline_verdicts[1],
+            guarded_set=guarded_verdicts[0],
+            guarded_multiset=guarded_verdicts[1],
+            exec_ms=round(served.seconds * 1000, 4),
+            detect_us=None if report is None or report.detect_us is None else round(report.detect_us, 3),
+            patch_ms=None if report is None or report.patch_ms is None else round(report.patch_ms, 4),
+            engine_sql=None if task.engine.name == "sqlite" else engine_sql,
+            transpile_failed=served.transpile_failed,
+            candidates=len(candidate_sqls),
+            **_rescue_fields(report, candidate_origin),
+        )
+        result.records.append(record)
+        if self.sweep_policies is not None and served.rows is not None and engine_sql is not None:
+            replay_for_sweep(session, task, pair, engine_sql, record, gold, self.sweep_policies, result)
+
+
+def _failure(prepared: Prepared) -> Run:
+    """The ``Run`` of a query that could not be prepared for the engine (it never ran)."""
+    return Run(None, "error", prepared.error, 0.0, None, prepared.transpile_failed)
+
+
+def _rescue_fields(report: GuardReport | None, origin: Sequence[int]) -> dict[str, Any]:
+    """The ``PairRecord`` rescue fields from the guard's report; indexes mapped back to the file's list."""
+    rescue = None if report is None else report.rescue
+    if rescue is None:
+        return {}
+    cost = rescue.cost_usd
+    if cost is None and rescue.rescuer == "DupRatioSelector":
+        cost = 0.0  # no model, nothing spent
+    return {
+        "rescue_ran": True,
+        "rescue_chosen_index": None if rescue.chosen_index is None else origin[rescue.chosen_index],
+        "rescue_fallback": (rescue.fallback_reason or "no reason given") if rescue.chosen_index is None else None,
+        "rescue_latency_ms": round(rescue.latency_ms, 4),
+        "rescue_prompt_tokens": rescue.prompt_tokens,
+        "rescue_completion_tokens": rescue.completion_tokens,
+        "rescue_cost_usd": cost,
+    }
+
+
+def _row_count(report: GuardReport | None, rows: list[Any] | None) -> int | None:
+    """Rows of the original result: the guard's count when it probed, else the baseline's length."""
+    if report is not None and report.rows is not None:
+        return report.rows
+    return None if rows is None else len(rows)

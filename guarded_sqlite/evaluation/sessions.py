@@ -1,0 +1,281 @@
+"""Database sessions in a worker: one connection per database (or server), and timed execution on it.
+
+Timeouts are enforced by the engine, never by abandoning a thread:
+
+- SQLite and DuckDB: a ``guarded_sqlite.deadlines`` deadline calls the connection's ``interrupt()``
+  from the shared watchdog thread once the timeout passes (``sqlite3_interrupt`` and DuckDB's
+  ``interrupt`` are safe to call from another thread). The statement fails and is reported as
+  ``"timeout"``. ``Deadline.cancel()`` is final, so an interrupt can only land while the query, or
+  the guard's work for it, is still running. One that lands just after the statement finished
+  cannot reach the next query: SQLite clears the flag when a statement starts with no other
+  statement active, and DuckDB ignores an interrupt that arrives between statements.
+- PostgreSQL: the session's ``statement_timeout``, which the server enforces on every statement.
+
+The guard's own re-executions (a patch's re-run, rescue candidates) are bounded by the policy's
+``rerun_timeout`` on every engine. On SQLite they run on the same connection, so the evaluation's
+interrupt reaches them as well. On PostgreSQL the guard sets a local ``statement_timeout`` of its own
+for them, and on DuckDB they run on a duplicate cursor, which the connection's ``interrupt()`` does
+not reach: there ``rerun_timeout`` alone bounds them.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from ..api import wrap
+from ..deadlines import interrupt_after
+from ..errors import describe_error
+from ..policy import GuardPolicy
+from ..proxy import GuardedConnection, GuardedCursor
+from ..report import GuardReport
+from .loaders import open_read_only
+from .options import EngineSpec
+
+
+class Run(NamedTuple):
+    """One query's execution: its rows, or why there are none."""
+
+    rows: list[Any] | None
+    """The fetched rows; None when the query failed or timed out."""
+
+    status: str
+    """``"ok"``, ``"error"`` or ``"timeout"``."""
+
+    error: str | None
+    """``"ExceptionClass: first line of the message"``, or the timeout's description."""
+
+    seconds: float
+    """Wall time of execute and fetch."""
+
+    report: GuardReport | None
+    """The guard's report, when the query ran on a guarded connection."""
+
+    transpile_failed: bool = False
+    """The query never ran: sqlglot could not transpile it for the engine."""
+
+
+EMPTY_PREDICTION = Run(None, "error", "empty prediction", 0.0, None)
+"""sqlite3 "runs" a blank statement and returns no rows, which would pass against an empty gold
+result; no SQL is never a correct answer."""
+
+
+class Session:
+    """One connection in a worker: the raw connection, guarded views of it, and timed execution."""
+
+    raw: Any
+
+    def __init__(self) -> None:
+        self._guarded: dict[GuardPolicy, Any] = {}
+        # Policies that cannot be hashed, because their rescuer is a user's object that does not hash.
+        self._unhashable: list[tuple[GuardPolicy, Any]] = []
+
+    def enter(self, target: str | None, timeout: float | None) -> None:
+        """Prepare the connection for a task's database (PostgreSQL switches schema and timeout)."""
+
+    def guarded(self, policy: GuardPolicy) -> Any:
+        """The raw connection wrapped with ``policy``, made once per policy."""
+        try:
+            con = self._guarded.get(policy)
+        except TypeError:
+            for known, con in self._unhashable:
+                if known == policy:
+                    return con
+            con = wrap(self.raw, guard=policy)
+            self._unhashable.append((policy, con))
+            return con
+        if con is None:
+            con = self._guarded[policy] = wrap(self.raw, guard=policy)
+        return con
+
+    def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> Run:
+        """Execute and fetch ``sql`` on ``con`` (raw or guarded) within the timeout; ``rescue``: the
+        ``candidates``/``question``/``hint`` keywords for a guarded ``execute``."""
+        raise NotImplementedError
+
+    def _interruptible(
+        self, fetch: Callable[[], list[Any]], timeout: float | None
+    ) -> tuple[list[Any] | None, str, str | None]:
+        """``(rows, status, error)`` of ``fetch()``, interrupting the connection past ``timeout``."""
+        if timeout is None:
+            try:
+                return fetch(), "ok", None
+            except Exception as exc:  # any failure of predicted SQL scores 0; it must not stop the run
+                return None, "error", describe_error(exc)
+        deadline = interrupt_after(timeout, self.raw.interrupt)
+        try:
+            return fetch(), "ok", None
+        except Exception as exc:
+            deadline.cancel()
+            if deadline.fired:
+                return None, "timeout", f"interrupted at the {timeout:g} s timeout"
+            return None, "error", describe_error(exc)
+        finally:
+            deadline.cancel()
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class SQLiteSession(Session):
+    """One read-only SQLite database."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.raw = open_read_only(path)
+
+    def run(
+        self,
+        con: sqlite3.Connection | GuardedConnection,
+        sql: str,
+        timeout: float | None,
+        rescue: dict[str, Any] | None = None,
+    ) -> Run:
+        if not sql.strip():
+            return EMPTY_PREDICTION
+        cursor = con.cursor()
+
+        def fetch() -> list[Any]:
+            cursor.execute(sql, **(rescue or {}))
+            return cursor.fetchall()
+
+        started = time.perf_counter()
+        rows, status, error = self._interruptible(fetch, timeout)
+        seconds = time.perf_counter() - started
+        report = cursor.guard_report if isinstance(cursor, GuardedCursor) else None
+        cursor.close()
+        if self.raw.in_transaction:  # a predicted BEGIN must not leak into the next query
+            self.raw.rollback()
+        return Run(rows, status, error, seconds, report)
+
+
+_MENTIONS_TRANSACTION = re.compile(r"\b(begin|transaction)\b", re.IGNORECASE)
+
+
+class DuckDBSession(Session):
+    """One DuckDB copy, opened read-only.
+
+    The connection runs one thread: the pool's processes are the parallelism, and a single thread
+    keeps DuckDB's row order deterministic.
+    """
+
+    def __init__(self, path: str) -> None:
+        import duckdb
+
+        super().__init__()
+        self.raw = duckdb.connect(path, read_only=True, config={"threads": 1})
+
+    def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> Run:
+        if not sql.strip():
+            return EMPTY_PREDICTION
+        raw = self.raw
+
+        def fetch() -> list[Any]:
+            con.execute(sql, **(rescue or {}))  # a guarded DuckDB connection is its own cursor, as DuckDB's is
+            rows: list[Any] = con.fetchall()
+            return rows
+
+        started = time.perf_counter()
+        rows, status, error = self._interruptible(fetch, timeout)
+        seconds = time.perf_counter() - started
+        report = None if con is raw else con.guard_report
+        if _MENTIONS_TRANSACTION.search(sql):
+            from ..engines import DUCKDB
+
+            if DUCKDB.in_explicit_transaction(raw):  # a predicted BEGIN must not leak
+                raw.execute("ROLLBACK")
+        return Run(rows, status, error, seconds, report)
+
+
+class PostgresSession(Session):
+    """One PostgreSQL connection per worker, moved between the copies' schemas.
+
+    Autocommit, ``default_transaction_read_only = on`` and the evaluation's ``statement_timeout`` for
+    the whole session: the server cancels any statement past it (the guard's re-runs set their own).
+    """
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg
+
+        super().__init__()
+        self.raw = psycopg.connect(dsn, autocommit=True)
+        self.raw.execute("SET default_transaction_read_only = on")
+        self._canceled = psycopg.errors.QueryCanceled
+        self._schema: str | None = None
+        self._timeout: Any = object()
+
+    def enter(self, target: str | None, timeout: float | None) -> None:
+        if timeout != self._timeout:
+            value = "0" if timeout is None else f"{max(1, round(timeout * 1000))}ms"
+            self.raw.execute("SELECT set_config('statement_timeout', %s, false)", (value,))
+            self._timeout = timeout
+        if target != self._schema:
+            assert target is not None
+            self.raw.execute("SELECT set_config('search_path', %s, false)", ('"' + target.replace('"', '""') + '"',))
+            self._schema = target
+
+    def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> Run:
+        if not sql.strip():
+            return EMPTY_PREDICTION
+        from psycopg.pq import TransactionStatus
+
+        cursor = con.cursor()
+        started = time.perf_counter()
+        try:
+            cursor.execute(sql, **(rescue or {}))
+            rows: list[Any] | None = cursor.fetchall()
+            status, error = "ok", None
+        except self._canceled as exc:
+            rows = None
+            if "statement timeout" in str(exc):
+                status, error = "timeout", f"canceled at the {timeout:g} s statement_timeout"
+            else:
+                status, error = "error", describe_error(exc)
+        except Exception as exc:
+            rows, status, error = None, "error", describe_error(exc)
+        seconds = time.perf_counter() - started
+        report = cursor.guard_report if isinstance(cursor, GuardedCursor) else None
+        cursor.close()
+        if self.raw.info.transaction_status != TransactionStatus.IDLE:  # a predicted BEGIN must not leak
+            self.raw.rollback()
+        return Run(rows, status, error, seconds, report)
+
+
+# One session per database (SQLite, DuckDB) or per server (PostgreSQL) in this process. Worker
+# processes keep theirs until they exit; an in-process run closes them when it ends.
+_SESSIONS: dict[tuple[str, str], Session] = {}
+
+
+def open_session(engine: EngineSpec, db_path: str, target: str | None, timeout: float | None) -> Session:
+    """This process's session for a database (opened on first use), entered for ``target``/``timeout``.
+
+    ``db_path``: the SQLite file; ``target``: the DuckDB copy's file or the PostgreSQL copy's schema.
+    """
+    name = engine.name
+    if name == "sqlite":
+        key = (name, db_path)
+    elif name == "duckdb":
+        key = (name, str(target))
+    else:
+        key = (name, str(engine.pg_dsn))
+    session = _SESSIONS.get(key)
+    if session is None:
+        if name == "sqlite":
+            session = SQLiteSession(db_path)
+        elif name == "duckdb":
+            session = DuckDBSession(str(target))
+        else:
+            session = PostgresSession(str(engine.pg_dsn))
+        _SESSIONS[key] = session
+    session.enter(target, timeout)
+    return session
+
+
+def close_sessions() -> None:
+    """Close every database connection this process opened for evaluation."""
+    while _SESSIONS:
+        _, session = _SESSIONS.popitem()
+        session.close()

@@ -11,9 +11,9 @@ interleaved per repetition, and the tables give medians over repetitions of per-
 
 Part B replays the steps the guarded hot path (``GuardedCursor.execute`` -> ``_execute_and_probe``,
 ``GuardedConnection.cursor``, ``GuardedCursor.fetchall``) performs on top of the raw calls, one step
-at a time with ``timeit`` (minimum over many ~0.5 ms repeats), so their costs can be added up and compared with the overhead measured in
-part A. The replay mirrors guarded_sqlite/proxy.py as of this writing; if proxy.py changes, update
-``STEPS`` below.
+at a time with ``timeit`` (minimum over many ~0.5 ms repeats), so their costs can be added up and compared
+with the overhead measured in part A. The replay mirrors guarded_sqlite/proxy.py as of this writing; if
+proxy.py changes, update ``STEPS`` below.
 
 ``--profile`` adds a cProfile listing of the guarded loop (cProfile inflates small functions, so read
 it for call counts and relative weight, not absolute times).
@@ -71,7 +71,7 @@ def segments(con: Any, params: list[tuple[int]], guarded: bool) -> dict[str, flo
             cur.execute(POINT_SQL, p)
             cur.fetchall()
             t0 = perf_ns()
-            cur.guard_report
+            cur.guard_report  # noqa: B018  (the attribute access is what is timed)
             t_report += perf_ns() - t0
             del cur
     n = len(params)

@@ -681,14 +681,16 @@ def render(result: dict[str, Any]) -> str:
         name = f"{w['label']}, {w['access']}, {w['mode']}"
         lines.append(
             f"| {name} | {fmt_time(w['raw_median_ns'], w['unit'])} | {fmt_time(w['guarded_median_ns'], w['unit'])} "
-            f"| {w['ratio_median']:.3f} | {fmt_us(w['overhead_us'])} | {w['target']} | {'yes' if w['met'] else '**NO**'} |"
+            f"| {w['ratio_median']:.3f} | {fmt_us(w['overhead_us'])} | {w['target']} |"
+            f" {'yes' if w['met'] else '**NO**'} |"
         )
     j = result["join"]
     for v in j["variants"]:
         extra = f"{v['action']}, {v['rows_served']:,} rows served"
         lines.append(
             f"| 4. 1M-row join explosion, {v['access']}, {v['mode']} ({extra}) | {fmt_time(v['raw_median_ns'], 'ms')} "
-            f"| {fmt_time(v['guarded_median_ns'], 'ms')} | {v['ratio_median']:.3f} | {fmt_us(v['overhead_us'])} | (report only) | - |"
+            f"| {fmt_time(v['guarded_median_ns'], 'ms')} | {v['ratio_median']:.3f} | {fmt_us(v['overhead_us'])} |"
+            " (report only) | - |"
         )
     scan = {(w["access"], w["mode"]): w for w in result["workloads"] if w["workload"] == "scan100k"}
     if ("fetchall", "patch") in scan and ("iterate", "patch") in scan:
@@ -697,7 +699,8 @@ def render(result: dict[str, Any]) -> str:
         guarded_iterate = scan[("iterate", "patch")]["cpu"]["guarded_median_ns"]
         lines += [
             "",
-            f"Fetch-once floor for workload 3 (CPU-time medians): raw fetchall / raw iterate = {raw_fetchall / raw_iterate:.3f};"
+            "Fetch-once floor for workload 3 (CPU-time medians): raw fetchall / raw iterate ="
+            f" {raw_fetchall / raw_iterate:.3f};"
             f" guarded iterate (patch) / raw fetchall = {guarded_iterate / raw_fetchall:.3f}. The guard materialises"
             " every row before serving the first, so guarded iteration cannot be cheaper than raw fetchall.",
         ]
@@ -738,14 +741,16 @@ def render(result: dict[str, Any]) -> str:
         c = v["cpu"]
         lines.append(
             f"| 4. 1M-row join explosion, {v['access']}, {v['mode']} | {fmt_time(c['raw_median_ns'], 'ms')} "
-            f"| {fmt_time(c['guarded_median_ns'], 'ms')} | {c['ratio_median']:.3f} | {fmt_us(c['overhead_us'])} | (report only) | - |"
+            f"| {fmt_time(c['guarded_median_ns'], 'ms')} | {c['ratio_median']:.3f} | {fmt_us(c['overhead_us'])} |"
+            " (report only) | - |"
         )
     cold = j["cold_first_patch"]
     lines += [
         "",
         f"## 4. Join explosion detail (`{j['sql']}`: {j['rows_raw']:,} rows, {j['distinct_rows']} distinct)",
         "",
-        "| access | mode | raw | guarded total | detect (`detect_us`) | patch (`patch_ms`) | rest: buffering 1M rows, freeing them, proxy | action | rows served |",
+        "| access | mode | raw | guarded total | detect (`detect_us`) | patch (`patch_ms`) | rest: buffering 1M rows,"
+        " freeing them, proxy | action | rows served |",
         "|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for v in j["variants"]:
@@ -753,15 +758,18 @@ def render(result: dict[str, Any]) -> str:
         patch_ms = v["patch_ms_median"] or 0.0
         rest = v["guarded_median_ns"] / 1e6 - detect_ms - patch_ms
         lines.append(
-            f"| {v['access']} | {v['mode']} | {fmt_time(v['raw_median_ns'], 'ms')} | {fmt_time(v['guarded_median_ns'], 'ms')} "
+            f"| {v['access']} | {v['mode']} | {fmt_time(v['raw_median_ns'], 'ms')} |"
+            f" {fmt_time(v['guarded_median_ns'], 'ms')} "
             f"| {detect_ms:.1f} ms | {'-' if v['patch_ms_median'] is None else f'{patch_ms:.1f} ms'} | {rest:.1f} ms "
             f"| {v['action']} | {v['rows_served']:,} |"
         )
     lines += [
         "",
-        f"First patch in the process (cold{', sqlglot not yet imported' if not cold['sqlglot_imported_before'] else ''}):"
+        "First patch in the process"
+        f" (cold{', sqlglot not yet imported' if not cold['sqlglot_imported_before'] else ''}):"
         f" {cold['total_ns'] / 1e6:.1f} ms total, of which patch {cold['patch_ms']:.1f} ms and detect"
-        f" {cold['detect_us'] / 1000:.1f} ms (`patch_ms` does not include the sqlglot import, which happens before its clock starts).",
+        f" {cold['detect_us'] / 1000:.1f} ms (`patch_ms` does not include the sqlglot import, which happens before its"
+        " clock starts).",
         "",
     ]
     mem = result["memory"]
@@ -783,12 +791,14 @@ def render(result: dict[str, Any]) -> str:
         tm = "-" if traced is None else f"{traced['tracemalloc_peak_bytes'] / 2**20:.2f} MiB"
         lines.append(
             f"| {name} | {r['rows']:,} | {r['rows_counted']:,} ({'yes' if r['sum_ok'] else 'NO'}) "
-            f"| {r['peak_above_baseline_kb'] / 1024:.1f} MiB | {r['peak_rss_kb'] / 1024:.1f} MiB | {tm} | {r['seconds']:.2f} s |"
+            f"| {r['peak_above_baseline_kb'] / 1024:.1f} MiB | {r['peak_rss_kb'] / 1024:.1f} MiB | {tm} |"
+            f" {r['seconds']:.2f} s |"
         )
     v = result["memory_verdict"]
     lines += [
         "",
-        f"Peak measured as {mem[0]['method']}. Guarded extra peak over raw: {v['guarded_extra_kb_cap100k'] / 1024:.1f} MiB at"
+        f"Peak measured as {mem[0]['method']}. Guarded extra peak over raw: {v['guarded_extra_kb_cap100k'] / 1024:.1f}"
+        " MiB at"
         f" row_cap=100,000 (~{v['bytes_per_buffered_row_cap100k']:.0f} bytes per buffered row),"
         f" {v['guarded_extra_kb_cap10k'] / 1024:.1f} MiB at row_cap=10,000."
         f" Flat in result size: {'yes' if v['flat_in_result_size'] else 'NO'};"

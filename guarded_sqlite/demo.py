@@ -32,8 +32,14 @@ PRODUCTS = [
 SCHEMA = """
 CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, points INTEGER NOT NULL);
 CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, price REAL NOT NULL);
-CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), ordered_on TEXT NOT NULL);
-CREATE TABLE order_items (order_id INTEGER NOT NULL REFERENCES orders(id), product_id INTEGER NOT NULL REFERENCES products(id), quantity INTEGER NOT NULL);
+CREATE TABLE orders (
+    id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), ordered_on TEXT NOT NULL
+);
+CREATE TABLE order_items (
+    order_id INTEGER NOT NULL REFERENCES orders(id),
+    product_id INTEGER NOT NULL REFERENCES products(id),
+    quantity INTEGER NOT NULL
+);
 """
 
 QUESTION = "What is the total loyalty balance of the customers who bought books?"
@@ -87,7 +93,8 @@ def run(path: str | Path, out: Callable[[str], None] = print) -> int:
     out("")
     out(f"guard_report: {report.summary()}")
     out(
-        f"  trigger     {report.trigger}  (dup_ratio {report.dup_ratio:.3f} >= tau_inject {con.guard_policy.tau_inject})"
+        f"  trigger     {report.trigger}  (dup_ratio {report.dup_ratio:.3f} >= tau_inject"
+        f" {con.guard_policy.tau_inject})"
     )
     out(f"  action      {report.action}")
     for decision in report.decisions:
@@ -108,7 +115,8 @@ def run(path: str | Path, out: Callable[[str], None] = print) -> int:
     assert observed_report is not None
     out("")
     out(
-        f"guard='observe' reports without changing anything: {len(observed.fetchall())} rows; {observed_report.summary()}"
+        f"guard='observe' reports without changing anything: {len(observed.fetchall())} rows;"
+        f" {observed_report.summary()}"
     )
     con.close()
     return 0 if report.action == "distinct_injected" and len(rows) < len(raw_rows) else 1

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import describe_error
 from .loaders import InputError, PathLike, open_read_only
 from .report import DatabaseCopy
 from .transpile import NotOneStatement, TranspileError, fold, transpile
@@ -169,7 +170,7 @@ def _kind_from_declaration(column_affinity: str, declared: str) -> str:
 def choose_kind(column_affinity: str, declared: str, counts: Sequence[int]) -> tuple[str, str | None]:
     """The engine type for a column holding ``counts`` integer/real/text/blob values, and a note
     when the copy changes some values' type."""
-    integers, reals, texts, blobs = counts
+    integers, reals, _texts, _blobs = counts
     held = {name for name, count in zip(_STORAGE_CLASSES, counts) if count}
     if not held:
         return _kind_from_declaration(column_affinity, declared), None
@@ -263,7 +264,7 @@ def _read_batches(con: sqlite3.Connection, table: TablePlan) -> Iterator[list[tu
     expressions = []
     for column in table.columns:
         quoted = _quote(column.name)
-        integers, reals, texts, blobs = column.counts
+        integers, reals, _texts, blobs = column.counts
         if column.kind == "real" and integers:
             expressions.append(f"CAST({quoted} AS REAL)")
         elif column.kind == "text" and (integers or reals or blobs):
@@ -365,7 +366,7 @@ def copy_to_duckdb(path: PathLike, db_id: str, cache_dir: PathLike | None = None
             try:
                 con.execute(transpile(create, "duckdb", names))
             except (TranspileError, NotOneStatement, duckdb.Error) as error:
-                notes.append(f"view {name} not copied: {_one_line(error)}")
+                notes.append(f"view {name} not copied: {describe_error(error)}")
         con.execute("CHECKPOINT")
     except BaseException:
         con.close()
@@ -408,11 +409,6 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 # --------------------------------------------------------------------------------------------------
 # PostgreSQL
 
@@ -438,7 +434,7 @@ def connect_postgres(dsn: str) -> Any:
     try:
         return psycopg.connect(dsn, autocommit=True)
     except psycopg.Error as error:
-        raise InputError(f"cannot connect to PostgreSQL with the given DSN: {_one_line(error)}") from None
+        raise InputError(f"cannot connect to PostgreSQL with the given DSN: {describe_error(error)}") from None
 
 
 def _ensure_meta(con: Any) -> None:
@@ -527,9 +523,8 @@ def _copy_to_postgres_locked(con: Any, path: PathLike, db_id: str, prefix: str) 
                         with con.transaction():
                             con.execute(f"ALTER TABLE {target} ADD PRIMARY KEY ({keys})")
                     except Exception as error:  # NULLs or duplicates that SQLite allowed
-                        notes.append(
-                            f"{table.name}: primary key ({', '.join(table.primary_key)}) not created: {_one_line(error)}"
-                        )
+                        columns = ", ".join(table.primary_key)
+                        notes.append(f"{table.name}: primary key ({columns}) not created: {describe_error(error)}")
             con.execute(f"SET LOCAL search_path TO {quoted_schema}")
             for name, create in plan.views:
                 try:
@@ -537,7 +532,7 @@ def _copy_to_postgres_locked(con: Any, path: PathLike, db_id: str, prefix: str) 
                     with con.transaction():
                         con.execute(statement)
                 except Exception as error:  # not transpilable, or refused by PostgreSQL
-                    notes.append(f"view {name} not copied: {_one_line(error)}")
+                    notes.append(f"view {name} not copied: {describe_error(error)}")
             if decoder.replaced:
                 notes.append(f"{decoder.replaced} text value(s) were not valid UTF-8; invalid bytes replaced by U+FFFD")
             if nul_stripped:
@@ -547,7 +542,8 @@ def _copy_to_postgres_locked(con: Any, path: PathLike, db_id: str, prefix: str) 
             seconds = round(time.perf_counter() - started, 4)
             con.execute(
                 f"INSERT INTO {PG_META_SCHEMA}.{PG_META_TABLE} (schema_name, db_id, source_path, source_size, "
-                "source_mtime_ns, loader_version, tables, rows, notes, seconds) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "source_mtime_ns, loader_version, tables, rows, notes, seconds) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (schema_name) DO UPDATE SET db_id = EXCLUDED.db_id, source_path = EXCLUDED.source_path, "
                 "source_size = EXCLUDED.source_size, source_mtime_ns = EXCLUDED.source_mtime_ns, "
                 "loader_version = EXCLUDED.loader_version, tables = EXCLUDED.tables, rows = EXCLUDED.rows, "
@@ -581,7 +577,7 @@ def prepare_copies(
             try:
                 copies[db_id] = copy_to_duckdb(path, db_id, cache_dir)
             except (duckdb.Error, OSError, sqlite3.Error) as error:
-                raise InputError(f"cannot copy {db_id} into DuckDB: {_one_line(error)}") from error
+                raise InputError(f"cannot copy {db_id} into DuckDB: {describe_error(error)}") from error
     elif engine == "postgres":
         if not pg_dsn:
             raise InputError("--engine postgres needs --pg-dsn (a libpq connection string or URI)")
@@ -593,7 +589,7 @@ def prepare_copies(
                 try:
                     copies[db_id] = copy_to_postgres(path, db_id, con, pg_schema_prefix)
                 except (psycopg.Error, sqlite3.Error) as error:
-                    raise InputError(f"cannot copy {db_id} into PostgreSQL: {_one_line(error)}") from error
+                    raise InputError(f"cannot copy {db_id} into PostgreSQL: {describe_error(error)}") from error
         finally:
             con.close()
     else:

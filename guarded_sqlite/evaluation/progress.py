@@ -55,7 +55,7 @@ class ProgressBar:
     def render(self, elapsed: float) -> str:
         """The bar's text for the current count."""
         fraction = 1.0 if self.total == 0 else self.done / self.total
-        filled = int(round(fraction * self.width))
+        filled = round(fraction * self.width)
         bar = "#" * filled + "." * (self.width - filled)
         prefix = f"{self.label} " if self.label else ""
         return f"{prefix}[{bar}] {self.done}/{self.total} {fraction:4.0%} {elapsed:5.1f}s"

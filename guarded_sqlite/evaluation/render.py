@@ -89,7 +89,8 @@ def format_eval(report: EvalReport) -> str:
         if transpiled:
             untranspiled = sum(1 for f in failures if f.transpile_failed)
             timeouts = sum(1 for f in failures if f.status == "timeout")
-            detail = f" ({untranspiled} not transpiled, {len(failures) - untranspiled - timeouts} errors, {timeouts} timeouts)"
+            errors = len(failures) - untranspiled - timeouts
+            detail = f" ({untranspiled} not transpiled, {errors} errors, {timeouts} timeouts)"
         out.append(f"Gold queries that failed and are excluded from N: {len(failures)}{detail}")
         for failure in failures:
             status = "transpile" if failure.transpile_failed else failure.status

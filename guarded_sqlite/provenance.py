@@ -41,9 +41,9 @@ Verdicts (the analysis ignores the outermost DISTINCT flag: it describes the que
   (``fanning`` non-empty; e.g. an ORM filter across a multi-valued relation that selects the key), and
   impossible otherwise (data that keeps its declared keys has no duplicates there).
 * ``value_repeats``: nothing fans out under ``reference`` (one table, N:1 lookups, keys pinned by
-  constants, semi-joins via IN/EXISTS, which are not in the FROM clause), or the select list is computed values (no column read
-  outside window functions: constants, ``count(*) OVER ()``), or each row is a group (GROUP BY or an
-  aggregate): duplicates repeat values and are legitimate.
+  constants, semi-joins via IN/EXISTS, which are not in the FROM clause), or the select list is
+  computed values (no column read outside window functions: constants, ``count(*) OVER ()``), or each
+  row is a group (GROUP BY or an aggregate): duplicates repeat values and are legitimate.
 * ``unknown``: the analysis cannot see it, and ``evidence`` says why: unparseable SQL, compound
   queries, RIGHT/FULL joins, nested join groups, a view, derived table, table function or unknown table
   whose keys are unknown and which is not determined, an unresolvable column, or a statement too large

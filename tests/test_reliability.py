@@ -247,3 +247,267 @@ def test_p1_refused_when_the_query_itself_says_collate() -> None:
     apart, so P1 is refused even when the values happen not to collide."""
     raw, con = _collation_db("", [f"name{i}" for i in range(1, 21)])
     _assert_p1_refused(raw, con, "SELECT t.name COLLATE NOCASE FROM t JOIN u ON u.t_id = t.id")
+
+
+# --- 2. P2 and rescue candidates: a separate read-only connection, or query_only on the caller's ---
+
+P2_TABLE = """
+    CREATE TABLE p2 (name TEXT);
+    INSERT INTO p2 VALUES ('a1'), ('a1'), ('a2'), ('a3'), ('a4'), ('a5'), ('a6'), ('a7'), ('a8'), ('a9'), ('a10'),
+        ('a11'), ('a12'), ('a13'), ('a14'), ('a15'), ('a16'), ('a17'), ('a18'), ('a19'), ('a20');
+"""
+P2_SQL = "SELECT DISTINCT name FROM p2"  # 20 rows; without DISTINCT 21 (dup_ratio 0.048): P2 commits
+P2_NAMES = {(f"a{i}",) for i in range(1, 21)}
+
+
+def _p2_db(tmp_path: Path, name: str = "p2.db") -> str:
+    path = make_db(tmp_path / name)
+    con = sqlite3.connect(path)
+    con.executescript(P2_TABLE)
+    con.commit()
+    con.close()
+    return path
+
+
+def _p2(cur: Any) -> Any:
+    found = [d for d in cur.guard_report.decisions if d.rule == "P2"]
+    assert found, cur.guard_report.decisions
+    return found[0]
+
+
+def test_r09_p2_without_transaction_leaves_the_callers_connection_untouched(tmp_path: Path) -> None:
+    """r09: on a file database with no open transaction, P2's rerun runs on a separate read-only
+    connection: the caller's trace callback and authorizer see only the caller's statement, as with
+    plain sqlite3, and the patch still applies."""
+    path = _p2_db(tmp_path)
+    seen = {}
+    for label, connect in [("raw", sqlite3.connect), ("guarded", guarded_sqlite.connect)]:
+        con = connect(path)
+        traced: list[str] = []
+        auth: list[tuple[Any, ...]] = []
+        con.set_trace_callback(traced.append)
+        con.set_authorizer(lambda action, a1, a2, db, trig, auth=auth: auth.append((action, a1, a2)) or sqlite3.SQLITE_OK)
+        cur = con.execute(P2_SQL)
+        rows = cur.fetchall()
+        con.set_trace_callback(None)
+        con.set_authorizer(None)
+        seen[label] = (traced, auth, rows, cur)
+        assert not con.in_transaction
+        con.close()
+    traced, auth, rows, cur = seen["guarded"]
+    assert cur.guard_report.action == "distinct_removed" and _p2(cur).applied
+    assert sorted(rows) == sorted(sqlite3.connect(path).execute("SELECT name FROM p2").fetchall())
+    assert traced == seen["raw"][0] == [P2_SQL]
+    assert auth == seen["raw"][1]
+
+
+def test_r09_rescue_candidates_without_transaction_are_not_seen_by_the_caller(tmp_path: Path) -> None:
+    """r09: rescue candidates on a file database with no open transaction run on a separate read-only
+    connection: no candidate SQL and no PRAGMA reach the caller's trace callback or authorizer."""
+    path = _p2_db(tmp_path)
+    con = guarded_sqlite.connect(path, guard=GuardPolicy(rescue=DupRatioSelector()))
+    traced: list[str] = []
+    auth: list[tuple[Any, ...]] = []
+    con.set_trace_callback(traced.append)
+    con.set_authorizer(lambda action, a1, a2, db, trig: auth.append((action, a1, a2)) or sqlite3.SQLITE_OK)
+    candidates = [EXPLODE, "SELECT name FROM t ORDER BY id"]
+    cur = con.execute("SELECT name FROM t WHERE 0", candidates=candidates)
+    rows = cur.fetchall()
+    con.set_trace_callback(None)
+    con.set_authorizer(None)
+    assert cur.guard_report.action == "candidate_selected" and cur.guard_report.rescue.chosen_index == 1
+    assert rows == [(f"name{i}",) for i in range(1, 21)]
+    assert not [s for s in traced if s in candidates or s.lstrip().upper().startswith("PRAGMA")], traced
+    assert not [a for a in auth if a[0] == sqlite3.SQLITE_PRAGMA]
+    assert raw_query_only(con) == 0
+
+
+def test_p2_inside_a_transaction_sees_uncommitted_rows_and_restores_query_only(tmp_path: Path) -> None:
+    """r24/r09: inside an open transaction P2 runs on the caller's connection (it sees uncommitted
+    rows), under query_only, which is off again afterwards; the transaction stays open and rolls back."""
+    path = _p2_db(tmp_path)
+    con = guarded_sqlite.connect(path)
+    con.execute("INSERT INTO p2 VALUES ('a2'), ('uncommitted')")
+    cur = con.execute(P2_SQL)
+    rows = cur.fetchall()
+    assert cur.guard_report.action == "distinct_removed"
+    assert sorted(rows) == sorted([*P2_NAMES, ("a1",), ("a2",), ("uncommitted",)])
+    assert raw_query_only(con) == 0 and con.in_transaction
+    con.rollback()
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM p2").fetchone()[0] == 21
+
+
+def test_p2_on_a_memory_database_restores_query_only() -> None:
+    """r09: a :memory: database has no second connection: P2 runs on the caller's, and leaves
+    query_only off."""
+    con = guarded_sqlite.connect(":memory:")
+    con.executescript(P2_TABLE + "CREATE TABLE audit (x);")
+    cur = con.execute(P2_SQL)
+    assert len(cur.fetchall()) == 21 and cur.guard_report.action == "distinct_removed"
+    assert raw_query_only(con) == 0
+    writable(con)
+
+
+def test_r25_candidates_on_a_locked_database_fail_fast(tmp_path: Path) -> None:
+    """r25: the selection fails with "database is locked" after the caller's busy timeout; each
+    candidate used to wait the busy timeout again (8 s here). The guard's own statements give up at
+    once: the same error as sqlite3, in about the same time."""
+    path = make_db(tmp_path / "locked.db")
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        raw = sqlite3.connect(path, timeout=1.0)
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError) as raw_error:
+            raw.execute("SELECT name FROM t")
+        raw_time = time.monotonic() - started
+        con = guarded_sqlite.connect(
+            path, timeout=1.0, guard=GuardPolicy(rescue=DupRatioSelector(), rerun_timeout=0.2)
+        )
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError) as guarded_error:
+            con.execute("SELECT name FROM t", candidates=["SELECT name FROM t WHERE id < 5"] * 6)
+        elapsed = time.monotonic() - started
+    finally:
+        locker.execute("ROLLBACK")
+    assert type(guarded_error.value) is type(raw_error.value)
+    assert str(guarded_error.value) == str(raw_error.value) == "database is locked"
+    assert elapsed < raw_time + 0.7, f"guarded {elapsed:.2f}s vs sqlite3 {raw_time:.2f}s"
+
+
+def test_r25_guard_statement_gives_up_at_once_the_callers_next_statement_still_waits(tmp_path: Path) -> None:
+    """r25: another connection takes the write lock between the caller's DISTINCT query and P2's rerun:
+    the rerun (separate read-only connection, busy timeout 0) gives up at once and the original rows
+    are served; the caller's next statement still waits the caller's own busy timeout."""
+    path = _p2_db(tmp_path)
+    locker = sqlite3.connect(path, isolation_level=None, timeout=10, check_same_thread=False)
+    probe = sqlite3.connect(path, timeout=0)
+    locked = threading.Event()
+    marks: dict[str, float] = {}
+    calls = [0]
+
+    def take_lock() -> None:
+        locker.execute("BEGIN EXCLUSIVE")  # PENDING at once (blocks new readers), EXCLUSIVE when the caller is done
+
+    def progress() -> int:
+        calls[0] += 1
+        if calls[0] == 30 and not locked.is_set():  # well into the statement: its SHARED lock is held
+            locked.set()
+            threading.Thread(target=take_lock, daemon=True).start()
+            for _ in range(200):  # until the locker's PENDING lock keeps new readers out
+                try:
+                    probe.execute("SELECT count(*) FROM p2").fetchall()
+                except sqlite3.OperationalError:
+                    break
+                time.sleep(0.005)
+            marks["pending"] = time.monotonic()
+        return 0
+
+    con = guarded_sqlite.connect(path, timeout=1.0)
+    con.execute("SELECT count(*) FROM p2").fetchall()  # schema loaded: the handler's calls are the statement's
+    con.set_progress_handler(progress, 1)
+    try:
+        cur = con.execute(P2_SQL)
+        rows = cur.fetchall()
+        returned = time.monotonic() - marks["pending"]
+        con.set_progress_handler(None, 0)
+        assert sorted(rows) == sorted(P2_NAMES)  # the original rows
+        assert cur.guard_report.action == "none"
+        decision = _p2(cur)
+        assert not decision.applied and "locked" in decision.reason
+        assert returned < 0.5, f"P2 waited {returned:.2f}s on a locked database"
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+            con.execute("SELECT count(*) FROM p2")
+        assert time.monotonic() - started >= 0.8  # the caller's own busy timeout (1.0 s) still applies
+    finally:
+        if locker.in_transaction:
+            locker.execute("ROLLBACK")
+
+
+# --- 3. a transaction the engine rolls back during a guard statement raises TransactionLost --------
+
+_LOST_CHILD = """
+path = make_db({path!r})
+con = guarded_sqlite.connect(path, guard=GuardPolicy(rescue=DupRatioSelector()))
+{prepare}
+con.execute("INSERT INTO audit VALUES ('precious uncommitted row')")
+BIG = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 400000) "
+       "SELECT DISTINCT printf('%.100d', i) FROM n, t WHERE t.id = 1")
+lost_class = getattr(guarded_sqlite, "TransactionLost", None)
+res = dict(exported=lost_class is not None and getattr(guarded_sqlite.errors, "TransactionLost", None) is lost_class)
+# plain sqlite3 under the same fault: the statement fails and SQLite ends the transaction
+raw = sqlite3.connect(make_db(path + "-raw.db"))
+{prepare_raw}
+raw.execute("INSERT INTO audit VALUES (1)")
+try:
+    raw.execute(BIG).fetchall(); res["raw"] = "ok"
+except BaseException as e:
+    res["raw"] = type(e).__name__
+res["raw_in_tx"] = raw.in_transaction
+{arm}
+try:
+    cur = con.execute("SELECT name FROM t WHERE 0", candidates=[BIG, "SELECT name FROM t"])
+    res["outcome"] = "returned %d rows, action %s" % (len(cur.fetchall()), cur.guard_report.action)
+except BaseException as e:
+    res["outcome"] = type(e).__name__
+    res["lost"] = lost_class is not None and isinstance(e, lost_class)
+    res["operational"] = isinstance(e, sqlite3.OperationalError)
+    res["cause"] = type(e.__cause__).__name__ if e.__cause__ is not None else None
+{disarm}
+res["in_tx"] = con.in_transaction
+res["query_only"] = query_only(con)
+con.execute("INSERT INTO audit VALUES ('after')"); con.commit()
+res["audit"] = [r[0] for r in sqlite3.connect(path).execute("SELECT x FROM audit")]
+report(**res)
+"""
+
+
+def test_r02_nomem_in_a_rescue_candidate_raises_transaction_lost(tmp_path: Path) -> None:
+    """r02: a rescue candidate failing with SQLITE_NOMEM (hard_heap_limit) inside the caller's open
+    transaction makes SQLite roll it back: execute() raises guarded_sqlite.TransactionLost (an
+    OperationalError, the MemoryError as its __cause__) instead of serving rows as if nothing happened."""
+    result = run_child(
+        _LOST_CHILD.format(
+            path=str(tmp_path / "nomem.db"),
+            prepare='con.execute("PRAGMA temp_store = MEMORY")',
+            prepare_raw='raw.execute("PRAGMA temp_store = MEMORY"); raw.execute("PRAGMA hard_heap_limit = 20000000")',
+            arm='con.execute("PRAGMA hard_heap_limit = 20000000")',
+            disarm='con.execute("PRAGMA hard_heap_limit = 0")',
+        ),
+        timeout=60,
+    )
+    assert (result["raw"], result["raw_in_tx"]) == ("MemoryError", False), result  # the fault is real
+    assert result["exported"], "guarded_sqlite.TransactionLost (from guarded_sqlite.errors) is missing"
+    assert result.get("lost") and result["operational"], result
+    assert result["cause"] == "MemoryError"
+    assert result["in_tx"] is False and result["query_only"] == 0
+    assert result["audit"] == ["after"]  # the lost write is really gone; the connection still writes
+
+
+def test_r02b_disk_full_in_a_rescue_candidate_raises_transaction_lost(tmp_path: Path) -> None:
+    """r02b: a rescue candidate whose temp b-tree cannot be written (file size limit: SQLite reports an
+    I/O error, as it reports SQLITE_FULL for a full SQLITE_TMPDIR) rolls back the caller's transaction:
+    execute() raises TransactionLost with the OperationalError as its __cause__."""
+    arm = (
+        "import resource; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4_000_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))"
+    )
+    result = run_child(
+        _LOST_CHILD.format(
+            path=str(tmp_path / "full.db"),
+            prepare='con.execute("PRAGMA temp_store = FILE"); con.execute("PRAGMA cache_size = -200")',
+            prepare_raw=(
+                'raw.execute("PRAGMA temp_store = FILE"); raw.execute("PRAGMA cache_size = -200"); ' + arm
+            ),
+            arm="",
+            disarm="",
+        ),
+        timeout=60,
+    )
+    assert (result["raw"], result["raw_in_tx"]) == ("OperationalError", False), result
+    assert result["exported"]
+    assert result.get("lost") and result["operational"], result
+    assert result["cause"] == "OperationalError"
+    assert result["in_tx"] is False and result["query_only"] == 0
+    assert result["audit"] == ["after"]

@@ -61,7 +61,8 @@ def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -
 def unwrap(obj: T) -> T:
     """The raw sqlite3 object behind a guarded connection or cursor; anything else as it is."""
     if isinstance(obj, (GuardedConnection, GuardedCursor)):
-        return obj.__wrapped__
+        raw: T = obj.__wrapped__
+        return raw
     return obj
 
 

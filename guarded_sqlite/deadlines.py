@@ -14,14 +14,17 @@ once it returns, the watchdog can no longer call that deadline's ``interrupt``.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import FrameType
 
-__all__ = ["Deadline", "interrupt_after"]
+__all__ = ["Deadline", "defer_keyboard_interrupt", "interrupt_after"]
 
 
 class Deadline:
@@ -104,3 +107,38 @@ def interrupt_after(seconds: float, interrupt: Callable[[], None]) -> Deadline:
     """Call ``interrupt()`` (e.g. ``connection.interrupt``) once ``seconds`` have passed, unless the
     returned deadline is cancelled first. Use it as a context manager around the statement."""
     return _WATCHDOG.schedule(seconds, interrupt)
+
+
+@contextlib.contextmanager
+def defer_keyboard_interrupt(interrupt: Callable[[], None]) -> Iterator[None]:
+    """Hold Ctrl-C back until the block has undone its state changes, then deliver it.
+
+    A SIGINT that arrives inside the block calls ``interrupt()`` (stopping the guard's statement as
+    soon as Python runs again) and is re-delivered to the program's own handler when the block
+    exits, so the caller's KeyboardInterrupt is never swallowed and never lands half-way through a
+    ``finally`` that restores the connection. Signals reach Python only in the main thread, so
+    elsewhere (and when SIGINT is ignored or not handled by Python) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):
+        yield
+        return
+    received: list[FrameType | None] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.append(frame)
+        try:
+            interrupt()
+        except Exception:  # a closed connection has nothing left to stop
+            pass
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            previous(signal.SIGINT, received[0])

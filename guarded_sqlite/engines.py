@@ -20,12 +20,14 @@ Drivers are imported only to recognise their connections, never by ``import guar
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
+
+from .deadlines import defer_keyboard_interrupt, interrupt_after
+from .errors import TransactionLost, describe_error
 
 NO_PARAMETERS: Any = object()
 """Sentinel: the caller passed no parameters (sqlite3 treats that differently from ``()``)."""
@@ -41,10 +43,19 @@ class RerunRefused(Exception):
     """The engine cannot re-execute right now without risk to the caller's transaction."""
 
 
-class Engine:
-    """The driver-specific operations the guard needs. Subclasses override what differs."""
+class WritableNotRestored(Exception):
+    """``PRAGMA query_only`` could not be switched back off after a guard statement (the caller's own
+    progress handler or ``interrupt()`` kept aborting it); the connection must restore it before the
+    caller's next statement."""
 
-    name = "dbapi"
+
+class Engine:
+    """The driver-specific operations the guard needs. Subclasses override what differs.
+
+    Engines are stateless: every method receives the driver's connection (``raw``) it works on.
+    """
+
+    name: str = ""
     dialect = "sqlite"
     status_results = False
     """True when the driver answers statements without rows with a status row set (DuckDB)."""
@@ -54,18 +65,32 @@ class Engine:
         return False
 
     def read_only_fetch(
-        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: float | None
+        self,
+        raw: Any,
+        sql: str,
+        parameters: Any,
+        row_factory: Any,
+        max_rows: int,
+        time_limit: float | None,
+        description: list[Any] | None = None,
     ) -> list[Any] | None:
-        """Rows of ``sql`` run read-only on the guarded connection; None past ``row_cap``.
+        """Rows of ``sql`` run read-only on ``raw``; None when there are more than ``max_rows``.
 
-        Raises the driver's error if the query fails or is interrupted, ``RerunRefused`` if it
-        cannot run safely now.
+        ``description``, when given, receives the cursor's description. Raises the driver's error if
+        the query fails or is interrupted, ``RerunRefused`` if it
+        cannot run safely now, ``TransactionLost`` if the database rolled back the caller's open
+        transaction while it ran.
         """
         raise NotImplementedError
 
-    def schema_summary(self, guard: Any) -> str:
+    def may_collate_text(self, raw: Any) -> bool:
+        """Whether a DISTINCT on this connection could compare text with a collation other than
+        binary equality (then P1 cannot de-duplicate in Python)."""
+        return True
+
+    def schema_summary(self, raw: Any) -> str:
         """``table(col, col, ...)`` per table, one per line, for the rescue prompt."""
-        rows = self.read_only_fetch(guard, _SCHEMA_SQL, NO_PARAMETERS, None, 100_000, 5.0) or []
+        rows = self.read_only_fetch(raw, _SCHEMA_SQL, NO_PARAMETERS, None, 100_000, 5.0) or []
         tables: dict[str, list[str]] = {}
         for row in rows:
             table, column = row[0], row[1]
@@ -82,39 +107,97 @@ def execute_with(cursor: Any, sql: str, parameters: Any) -> None:
 
 
 class SQLiteEngine(Engine):
+    """Re-executes on the caller's own connection (so its uncommitted changes are seen) under
+    ``PRAGMA query_only``, with a C-level ``interrupt()`` deadline.
+
+    Every state change is undone on every path, KeyboardInterrupt included: SIGINT is deferred (and
+    turned into an ``interrupt()`` of the statement) while query_only is on, then re-raised. A failed
+    statement that made SQLite roll back the caller's transaction (SQLITE_FULL, SQLITE_NOMEM, ...)
+    raises ``TransactionLost`` instead of passing as an ordinary failed re-execution.
+    """
+
     name = "sqlite"
     dialect = "sqlite"
 
     def read_only_fetch(
-        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: float | None
+        self,
+        raw: Any,
+        sql: str,
+        parameters: Any,
+        row_factory: Any,
+        max_rows: int,
+        time_limit: float | None,
+        description: list[Any] | None = None,
     ) -> list[Any] | None:
-        # Same connection, so the caller's uncommitted changes are visible. Plain sqlite3.Cursors keep
-        # a factory= subclass's cursor hooks out of the guard's own work.
-        raw = guard.proxy.__wrapped__
-        limit = _SQLiteTimeLimit(raw, time_limit, guard.progress_handler) if time_limit is not None else None
-        pragma = sqlite3.Cursor(raw)
-        pragma.row_factory = None
-        was_query_only = pragma.execute("PRAGMA query_only").fetchone()[0]
-        if not was_query_only:
-            pragma.execute("PRAGMA query_only = ON")
-        try:
-            if limit is not None:
-                limit.start()
-            cursor = sqlite3.Cursor(raw)
-            cursor.row_factory = row_factory
-            execute_with(cursor, sql, parameters)
-            rows = cursor.fetchmany(row_cap + 1)
-            cursor.close()
-        finally:
-            if limit is not None:
-                limit.stop()
-            if not was_query_only:
-                pragma.execute("PRAGMA query_only = OFF")
-            pragma.close()
-        return None if len(rows) > row_cap else rows
+        was_in_transaction = raw.in_transaction
+        failure: BaseException | None = None
+        rows: list[Any] = []
+        with defer_keyboard_interrupt(raw.interrupt):
+            # Plain sqlite3.Cursors keep a factory= subclass's cursor hooks out of the guard's own work.
+            pragma = sqlite3.Cursor(raw)
+            pragma.row_factory = None
+            was_query_only: int | None = None
+            try:
+                was_query_only = pragma.execute("PRAGMA query_only").fetchone()[0]
+                if not was_query_only:
+                    pragma.execute("PRAGMA query_only = ON")
+                cursor = sqlite3.Cursor(raw)
+                cursor.row_factory = row_factory
+                try:
+                    with interrupt_after(time_limit, raw.interrupt) if time_limit is not None else _NO_DEADLINE:
+                        execute_with(cursor, sql, parameters)
+                        rows = cursor.fetchmany(max_rows + 1)
+                    if description is not None:
+                        description.append(cursor.description)
+                finally:
+                    cursor.close()
+            except Exception as error:
+                failure = error
+            finally:
+                restored = was_query_only != 0 or _switch_query_only_off(pragma)
+                pragma.close()
+        if was_in_transaction and not raw.in_transaction:
+            raise TransactionLost(
+                "the database rolled back the open transaction while the guard re-executed a query "
+                f"({describe_error(failure) if failure is not None else 'no error reported'}); "
+                "uncommitted changes are lost"
+            ) from failure
+        if not restored:
+            raise WritableNotRestored("PRAGMA query_only could not be switched off yet") from failure
+        if failure is not None:
+            raise failure
+        return None if len(rows) > max_rows else rows
 
-    def schema_summary(self, guard: Any) -> str:
-        cursor = sqlite3.Cursor(guard.proxy.__wrapped__)
+    def restore_writable(self, raw: Any) -> bool:
+        """Switch ``PRAGMA query_only`` off after a ``WritableNotRestored``; True once done."""
+        pragma = sqlite3.Cursor(raw)
+        try:
+            return _switch_query_only_off(pragma)
+        finally:
+            pragma.close()
+
+    def may_collate_text(self, raw: Any) -> bool:
+        # Only declared collations (NOCASE, RTRIM or the caller's own) make DISTINCT merge text that
+        # Python keeps apart; a COLLATE written in the query itself is refused before this is asked.
+        cursor = sqlite3.Cursor(raw)
+        cursor.row_factory = None
+        try:
+            schemas = [row[1] for row in cursor.execute("PRAGMA database_list").fetchall()]
+            for schema in schemas:
+                quoted = '"' + schema.replace('"', '""') + '"'
+                found = cursor.execute(
+                    f"SELECT 1 FROM {quoted}.sqlite_master WHERE sql LIKE '%collate%' LIMIT 1"
+                ).fetchone()
+                if found:
+                    return True
+            return False
+        except sqlite3.Error:
+            return True
+        finally:
+            cursor.close()
+
+    def schema_summary(self, raw: Any) -> str:
+        cursor = sqlite3.Cursor(raw)
         cursor.row_factory = None
         tables = cursor.execute(
             "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%' ORDER BY name"
@@ -127,25 +210,19 @@ class SQLiteEngine(Engine):
         return "\n".join(lines)
 
 
-class _SQLiteTimeLimit:
-    """Interrupt statements on ``raw`` after ``seconds``, still honouring the caller's own handler."""
+def _switch_query_only_off(pragma: sqlite3.Cursor, attempts: int = 3) -> bool:
+    """``PRAGMA query_only = OFF``, retried: a pending ``interrupt()`` or the caller's progress
+    handler may abort one attempt. False when every attempt failed."""
+    for _ in range(attempts):
+        try:
+            pragma.execute("PRAGMA query_only = OFF")
+            return True
+        except sqlite3.Error:
+            continue
+    return False
 
-    def __init__(self, raw: sqlite3.Connection, seconds: float, previous: tuple[Any, int]) -> None:
-        self._raw, self._seconds, self._previous = raw, seconds, previous
 
-    def start(self) -> None:
-        deadline = time.monotonic() + self._seconds
-        user_handler = self._previous[0]
-
-        def handler() -> int:
-            if time.monotonic() > deadline:
-                return 1
-            return user_handler() if user_handler is not None else 0
-
-        self._raw.set_progress_handler(handler, 1000)
-
-    def stop(self) -> None:
-        self._raw.set_progress_handler(*self._previous)
+_NO_DEADLINE = contextlib.nullcontext()
 
 
 class PostgresEngine(Engine):
@@ -153,12 +230,19 @@ class PostgresEngine(Engine):
     dialect = "postgres"
 
     def read_only_fetch(
-        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: float | None
+        self,
+        raw: Any,
+        sql: str,
+        parameters: Any,
+        row_factory: Any,
+        max_rows: int,
+        time_limit: float | None,
+        description: list[Any] | None = None,
     ) -> list[Any] | None:
         import psycopg
         from psycopg.pq import TransactionStatus
 
-        conn = guard.proxy.__wrapped__
+        conn = raw
         status = conn.info.transaction_status
         if status == TransactionStatus.INERROR:
             raise RerunRefused("the caller's transaction has failed; nothing can run in it until it is rolled back")
@@ -175,10 +259,12 @@ class PostgresEngine(Engine):
                         "SELECT set_config('statement_timeout', %s, true)", (f"{max(1, int(time_limit * 1000))}ms",)
                     )
                 execute_with(cursor, sql, parameters)
-                rows = cursor.fetchmany(row_cap + 1)
+                rows = cursor.fetchmany(max_rows + 1)
+                if description is not None:
+                    description.append(cursor.description)
         finally:
             cursor.close()
-        return None if len(rows) > row_cap else rows
+        return None if len(rows) > max_rows else rows
 
 
 class DuckDBEngine(Engine):
@@ -225,17 +311,23 @@ class DuckDBEngine(Engine):
             return True
 
     def read_only_fetch(
-        self, guard: Any, sql: str, parameters: Any, row_factory: Any, row_cap: int, time_limit: float | None
+        self,
+        raw: Any,
+        sql: str,
+        parameters: Any,
+        row_factory: Any,
+        max_rows: int,
+        time_limit: float | None,
+        description: list[Any] | None = None,
     ) -> list[Any] | None:
-        raw = guard.proxy.__wrapped__
         if self.in_explicit_transaction(raw):
             raise RerunRefused(
                 "an explicit transaction is open and DuckDB has no savepoints: a failing re-execution would abort it"
             )
         rows = self.on_read_only_duplicate(
-            raw, sql, parameters, time_limit, lambda cursor: cursor.fetchmany(row_cap + 1)
+            raw, sql, parameters, time_limit, lambda cursor: _fetch_described(cursor, max_rows + 1, description)
         )
-        return None if len(rows) > row_cap else rows
+        return None if len(rows) > max_rows else rows
 
     def on_read_only_duplicate(
         self, raw: Any, sql: str, parameters: Any, time_limit: float | None, consume: Callable[[Any], Any]
@@ -248,21 +340,23 @@ class DuckDBEngine(Engine):
         """
         cursor = raw.cursor()
         self.scan_callers_frames(cursor)  # a duplicate connection does not inherit the setting
-        timer = threading.Timer(time_limit, cursor.interrupt) if time_limit is not None else None
         try:
             cursor.execute("BEGIN TRANSACTION READ ONLY")
-            if timer is not None:
-                timer.start()
-            execute_with(cursor, sql, parameters)
-            return consume(cursor)
+            with interrupt_after(time_limit, cursor.interrupt) if time_limit is not None else _NO_DEADLINE:
+                execute_with(cursor, sql, parameters)
+                return consume(cursor)
         finally:
-            if timer is not None:
-                timer.cancel()
-                timer.join()
             try:
                 cursor.execute("ROLLBACK")
             finally:
                 cursor.close()
+
+
+def _fetch_described(cursor: Any, count: int, description: list[Any] | None) -> list[Any]:
+    rows: list[Any] = cursor.fetchmany(count)
+    if description is not None:
+        description.append(cursor.description)
+    return rows
 
 
 SQLITE = SQLiteEngine()

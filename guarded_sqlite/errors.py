@@ -17,6 +17,13 @@ class TransactionLost(sqlite3.OperationalError):
 
 
 def describe_error(error: BaseException) -> str:
-    """``"ExceptionClass: first line of the message"``, for reports and logs."""
-    message = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+    """``"ExceptionClass: message"`` on one line, for reports, logs and tables (DuckDB and PostgreSQL
+    messages carry context lines; their white space is folded into single spaces).
+
+    >>> describe_error(ValueError("bad\\n  value"))
+    'ValueError: bad value'
+    >>> describe_error(KeyboardInterrupt())
+    'KeyboardInterrupt'
+    """
+    message = " ".join(str(error).split())
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

@@ -1,31 +1,41 @@
 """Repairing one flagged (or DISTINCT) statement: rescue and patches, in the policy's order.
 
-The proxy hands over the original rows and a ``rerun`` callable that executes SQL read-only with the
-caller's parameters, plus a ``RescueContext`` when the caller passed candidates. This module picks the
-rule (P1 for explosions, P2 for DISTINCT results), asks ``rewrite`` for the new text, reruns it, and
-commits only if the new rows pass the rule's runtime checks; with candidates it runs the rescuer before
-the patches (``rescue_first``, the paper's v2) or after them (``patch_first``, v1). Every check that
-fails becomes a reason in the report; nothing here raises.
+The proxy hands over the original rows and a ``Connection`` (how to run SQL read-only with the
+caller's parameters, and what the engine knows about collations), plus a ``RescueContext`` when the
+caller passed candidates. This module picks the rule (P1 for explosions, P2 for DISTINCT results) and
+asks ``rewrite`` for the new text. P1 needs no re-execution: SQL's DISTINCT over the same rows can
+only give the original result's distinct rows, which are already fetched, so they are served in
+order of first occurrence. P2 re-executes and commits only if the new rows pass its runtime checks.
+With candidates the rescuer runs before the patches (``rescue_first``, the paper's v2) or after them
+(``patch_first``, v1). Every check that fails becomes a reason in the report; nothing here raises
+except ``TransactionLost`` and KeyboardInterrupt/SystemExit, which must reach the caller.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from .engines import RerunRefused
-from .policy import GuardPolicy
-from .probe import CARTESIAN_EXPLOSION, classify, count_unique, dup_ratio, mentions_distinct, row_set
+from .errors import TransactionLost, describe_error
+from .policy import GuardPolicy, removal_applies, removal_row_limit
+from .probe import CARTESIAN_EXPLOSION, classify, count_unique, distinct_in_order, dup_ratio, row_set
 from .report import Action, RuleDecision
 from .rescue import PREVIEW_ROWS, CandidatePreview, RescueReport, RescueRequest, rescuer_name, run_rescuer
 from .rewrite import inject_distinct, is_read_only_query, remove_distinct
 
 logger = logging.getLogger("guarded_sqlite")
 
-Rerun = Callable[[str], list[Any] | None]
-"""Executes SQL read-only with the caller's parameters; returns its rows, or None past the row cap."""
+Rerun = Callable[[str, int], list[Any] | None]
+"""Executes SQL read-only with the caller's parameters; returns its rows, or None past the given
+number of rows."""
+
+MayCollate = Callable[[], bool]
+"""Whether the engine may compare text with a non-binary collation in this database (asked only when
+the rows hold text that such a collation could merge)."""
 
 
 class RescueContext(Protocol):
@@ -37,6 +47,9 @@ class RescueContext(Protocol):
 
     def run_candidate(self, sql: str) -> list[Any] | None:
         """Rows of ``sql`` run read-only under the candidate time limit; None past the row cap."""
+
+    def candidate_description(self, sql: str) -> Any:
+        """The cursor description of the candidate last run as ``sql``."""
 
     def schema_summary(self) -> str:
         """The database's tables and columns, for the prompt."""
@@ -57,6 +70,8 @@ class PatchOutcome(NamedTuple):
     decisions: tuple[RuleDecision, ...]
     elapsed_ns: int
     rescue: RescueReport | None = None
+    description: Any = None
+    """The served candidate's cursor description when a rescue replaced the statement, else None."""
 
 
 def repair(
@@ -68,6 +83,7 @@ def repair(
     rerun: Rerun,
     dialect: str = "sqlite",
     context: RescueContext | None = None,
+    may_collate: MayCollate = lambda: True,
 ) -> PatchOutcome:
     """Run the rescue (if the statement is flagged and came with candidates) and the patch rules.
 
@@ -89,7 +105,7 @@ def repair(
             new_unique = count_unique(new_rows)
             current = (new_sql, new_rows, new_unique, classify(len(new_rows), new_unique, policy.tau_inject))
 
-    patched_sql, patched_rows, patch_action = _patches(*current, policy, rerun, dialect, decisions)
+    patched_sql, patched_rows, patch_action = _patches(*current, policy, rerun, may_collate, dialect, decisions)
 
     if wants_rescue and policy.order == "patch_first":
         rescue_report, rescued, refusal = _rescue(sql, rows, unique_rows, trigger, policy, dialect, context)  # type: ignore[arg-type]
@@ -98,21 +114,24 @@ def repair(
             patched_sql, patched_rows = rescued
             patch_action = "none"
 
+    description = None
     if rescued is not None:
         action: Action = "candidate_selected" if patch_action == "none" else f"candidate_selected+{patch_action}"  # type: ignore[assignment]
+        description = context.candidate_description(rescued[0]) if context is not None else None
     else:
         action = patch_action
     elapsed = time.perf_counter_ns() - started
     if action != "none":
         logger.info("guarded_sqlite %s: %s -> %s", action, sql, patched_sql)
     return PatchOutcome(
-        patched_sql, patched_rows if patched_rows is not None else [], action, tuple(decisions), elapsed, rescue_report
+        patched_sql,
+        patched_rows if patched_rows is not None else [],
+        action,
+        tuple(decisions),
+        elapsed,
+        rescue_report,
+        description,
     )
-
-
-def removal_applies(sql: str, rows: int, unique_rows: int, policy: GuardPolicy) -> bool:
-    """Whether P2 is worth considering: a duplicate-free result, big enough, of SQL saying DISTINCT."""
-    return unique_rows == rows and rows >= policy._p2_min_rows and mentions_distinct(sql) is not None
 
 
 def _patches(
@@ -122,6 +141,7 @@ def _patches(
     trigger: str | None,
     policy: GuardPolicy,
     rerun: Rerun,
+    may_collate: MayCollate,
     dialect: str,
     decisions: list[RuleDecision],
 ) -> tuple[str, list[Any] | None, Action]:
@@ -129,7 +149,7 @@ def _patches(
     if rows is None or unique_rows is None:
         return sql, rows, "none"
     if trigger == CARTESIAN_EXPLOSION:
-        decision, new = _inject(sql, rows, unique_rows, policy, rerun, dialect)
+        decision, new = _inject(sql, rows, unique_rows, policy, may_collate, dialect)
     elif trigger is None and removal_applies(sql, len(rows), unique_rows, policy):
         decision, new = _remove(sql, rows, policy, rerun, dialect)
     else:
@@ -143,20 +163,62 @@ def _patches(
 _Result = tuple[RuleDecision, tuple[str, list[Any]] | None]
 
 
-def _inject(sql: str, rows: list[Any], unique_rows: int, policy: GuardPolicy, rerun: Rerun, dialect: str) -> _Result:
+def _inject(
+    sql: str, rows: list[Any], unique_rows: int, policy: GuardPolicy, may_collate: MayCollate, dialect: str
+) -> _Result:
     if not policy.inject_distinct:
         return RuleDecision("P1", False, "disabled by policy (inject_distinct=False)"), None
     rewrite = inject_distinct(sql, dialect)
     if rewrite.sql is None:
         return RuleDecision("P1", False, rewrite.reason), None
-    new_rows, failure = _run(rerun, rewrite.sql)
-    if new_rows is None:
-        return RuleDecision("P1", False, failure), None
-    if len(new_rows) != unique_rows or count_unique(new_rows) != len(new_rows) or not _same_set(new_rows, rows):
+    refusal = _collation_refusal(sql, rows, may_collate)
+    if refusal is not None:
+        return RuleDecision("P1", False, refusal), None
+    new_rows = distinct_in_order(rows)
+    if len(new_rows) != unique_rows:  # the probe and the de-duplication disagree: serve nothing new
         return RuleDecision("P1", False, _SET_CHANGED), None
     ratio = dup_ratio(len(rows), unique_rows)
-    reason = f"dup_ratio {ratio:.3f} >= tau_inject {policy.tau_inject}; {len(rows)} -> {len(new_rows)} rows"
+    reason = (
+        f"dup_ratio {ratio:.3f} >= tau_inject {policy.tau_inject}; {len(rows)} -> {len(new_rows)} rows "
+        "(the fetched rows de-duplicated in order of first occurrence; nothing re-executed)"
+    )
     return RuleDecision("P1", True, reason), (rewrite.sql, new_rows)
+
+
+_COLLATE = re.compile(r"\bcollate\b", re.IGNORECASE)
+
+
+def _collation_refusal(sql: str, rows: Sequence[Any], may_collate: MayCollate) -> str | None:
+    """Why SQL's DISTINCT might merge rows that Python keeps apart, or None.
+
+    Python compares text by code points; a NOCASE or RTRIM collation (or a caller's own) also merges
+    text that differs in ASCII case or trailing spaces. Only then could serving the Python-distinct
+    rows differ from what ``SELECT DISTINCT`` returns, so the engine's collations are consulted only
+    for results holding such near-duplicate text.
+    """
+    if _COLLATE.search(sql):
+        return "the query names a COLLATE: SQL's DISTINCT may merge rows that differ in text"
+    if not _has_case_or_space_variants(rows):
+        return None
+    if may_collate():
+        return (
+            "text values differ only in case or trailing spaces and the database declares collations: "
+            "SQL's DISTINCT may merge them"
+        )
+    return None
+
+
+def _has_case_or_space_variants(rows: Sequence[Any]) -> bool:
+    folded: dict[tuple[int, str], str] = {}
+    for row in rows:
+        values = row.values() if isinstance(row, dict) else row
+        for position, value in enumerate(values):
+            if isinstance(value, str):
+                key = (position, value.rstrip(" ").lower())
+                seen = folded.setdefault(key, value)
+                if seen != value:
+                    return True
+    return False
 
 
 def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialect: str) -> _Result:
@@ -165,8 +227,16 @@ def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialec
     rewrite = remove_distinct(sql, dialect)
     if rewrite.sql is None:
         return RuleDecision("P2", False, rewrite.reason), None
-    new_rows, failure = _run(rerun, rewrite.sql)
+    can_commit_up_to = removal_row_limit(len(rows), policy.tau_remove)
+    new_rows, failure = _run(rerun, rewrite.sql, min(policy.row_cap, can_commit_up_to))
     if new_rows is None:
+        if not failure and can_commit_up_to <= policy.row_cap:
+            failure = (
+                f"without DISTINCT more than {can_commit_up_to} rows, so dup_ratio > tau_remove {policy.tau_remove} "
+                "(stopped fetching there)"
+            )
+        elif not failure:
+            failure = "re-execution exceeded row_cap"
         return RuleDecision("P2", False, failure), None
     if len(new_rows) <= len(rows):
         return RuleDecision("P2", False, "removing DISTINCT does not add rows"), None
@@ -186,15 +256,16 @@ def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialec
 _SET_CHANGED = "the rewritten query returns a different set of rows (a collation or non-deterministic function?)"
 
 
-def _run(rerun: Rerun, sql: str) -> tuple[list[Any] | None, str]:
+def _run(rerun: Rerun, sql: str, max_rows: int) -> tuple[list[Any] | None, str]:
+    """Rows of the re-execution, or None and why not ("" when it only passed ``max_rows``)."""
     try:
-        rows = rerun(sql)
+        rows = rerun(sql, max_rows)
     except RerunRefused as refusal:
         return None, f"not re-executed: {refusal}"
-    except Exception as error:  # the original result stands whatever the rerun does
-        return None, f"re-execution failed: {type(error).__name__}: {error}"
-    if rows is None:
-        return None, "re-execution exceeded row_cap"
+    except TransactionLost:
+        raise
+    except Exception as error:  # the original result stands whatever else the rerun does
+        return None, f"re-execution failed: {describe_error(error)}"
     return rows, ""
 
 
@@ -231,11 +302,24 @@ def _rescue(
         schema = f"(schema unavailable: {type(error).__name__})"
 
     previews: list[CandidatePreview] = []
+    # Candidates' rows are kept only while all of them together stay within row_cap; a chosen
+    # candidate whose rows were let go runs once more.
     results: list[list[Any] | None] = []
+    kept_rows = 0
+    locked: str | None = None
     for index, candidate_sql in enumerate(context.candidates):
+        if locked is not None:  # each candidate would wait out the busy timeout again
+            previews.append(CandidatePreview(index, candidate_sql, None, None, (), f"not run: {locked}", 0.0))
+            results.append(None)
+            continue
         preview, candidate_rows = _preview(index, candidate_sql, context, dialect)
         previews.append(preview)
+        if candidate_rows is not None and kept_rows + len(candidate_rows) > policy.row_cap:
+            candidate_rows = None
+        kept_rows += len(candidate_rows) if candidate_rows is not None else 0
         results.append(candidate_rows)
+        if preview.error is not None and "database is locked" in preview.error:
+            locked = "the database is locked"
     selected = CandidatePreview(
         -1,
         sql,
@@ -256,8 +340,11 @@ def _rescue(
     fallback = choice.reason
     if choice.index is not None:
         candidate_rows = results[choice.index]
+        if candidate_rows is None and previews[choice.index].error is None:
+            _, candidate_rows = _preview(choice.index, context.candidates[choice.index], context, dialect)
         if candidate_rows is None:
-            fallback = f"candidate {choice.index} cannot serve rows: {previews[choice.index].error}"
+            why = previews[choice.index].error or "it failed when run again"
+            fallback = f"candidate {choice.index} cannot serve rows: {why}"
         else:
             chosen = (context.candidates[choice.index], candidate_rows)
             fallback = None
@@ -286,9 +373,11 @@ def _preview(index: int, sql: str, context: RescueContext, dialect: str) -> tupl
         return CandidatePreview(index, sql, None, None, (), "not a read-only query: never executed", 0.0), None
     try:
         rows = context.run_candidate(sql)
+    except TransactionLost:
+        raise
     except Exception as error:  # failures and timeouts are part of the preview, not the caller's problem
         elapsed = (time.perf_counter() - started) * 1000
-        return CandidatePreview(index, sql, None, None, (), f"{type(error).__name__}: {error}", elapsed), None
+        return CandidatePreview(index, sql, None, None, (), describe_error(error), elapsed), None
     elapsed = (time.perf_counter() - started) * 1000
     if rows is None:
         return CandidatePreview(index, sql, None, None, (), "result exceeds row_cap", elapsed), None

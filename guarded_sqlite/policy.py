@@ -7,9 +7,9 @@ the package only ever sees one type. Defaults are the paper's operating points.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Union, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
-from .probe import min_rows_for_removal
+from .probe import mentions_distinct, min_rows_for_removal
 
 if TYPE_CHECKING:
     from .rescue import Rescuer
@@ -92,7 +92,22 @@ class GuardPolicy:
     """Smallest DISTINCT result P2 could ever commit on; smaller ones skip P2 without parsing."""
 
 
-GuardSpec = Union[GuardPolicy, GuardMode, None]
+def removal_applies(sql: str, rows: int, unique_rows: int, policy: GuardPolicy) -> bool:
+    """Whether P2 (DISTINCT removal) is worth considering for a result: duplicate-free, big enough to
+    ever commit, and of SQL that says DISTINCT somewhere. Decided without parsing; the rewrite then
+    checks that the DISTINCT is the outermost SELECT's."""
+    return unique_rows == rows and rows >= policy._p2_min_rows and mentions_distinct(sql) is not None
+
+
+def removal_row_limit(rows: int, tau_remove: float) -> int:
+    """Most rows the result without DISTINCT may have for P2 to commit on a DISTINCT result of ``rows``
+    rows: ``(m - rows) / m <= tau_remove`` means ``m <= rows / (1 - tau_remove)``. One row of slack
+    covers float rounding; the exact check runs on the rows afterwards. A re-execution stops fetching
+    past this limit, since nothing it could still return would let P2 commit."""
+    return int(rows / (1.0 - tau_remove)) + 1
+
+
+GuardSpec = GuardPolicy | GuardMode | None
 
 DEFAULT_POLICY = GuardPolicy()
 

@@ -29,7 +29,7 @@ def hashable_row(value: Any) -> Hashable:
     """
     try:
         hash(value)
-        return value
+        return value  # type: ignore[no-any-return]  # hashable: hash() just said so
     except TypeError:
         pass
     if isinstance(value, Mapping):
@@ -55,6 +55,26 @@ def row_set(rows: Sequence[Any]) -> set[Hashable]:
         return set(rows)
     except TypeError:
         return {hashable_row(row) for row in rows}
+
+
+def distinct_in_order(rows: Sequence[Any]) -> list[Any]:
+    """The distinct rows, each at its first occurrence: what ``SELECT DISTINCT`` returns for the same
+    rows when values compare as Python compares them (P1 serves this instead of re-executing).
+
+    >>> distinct_in_order([(2, "b"), (1, "a"), (2, "b"), (1, "a")])
+    [(2, 'b'), (1, 'a')]
+    """
+    try:
+        return list(dict.fromkeys(rows))
+    except TypeError:
+        seen: set[Hashable] = set()
+        kept = []
+        for row in rows:
+            key = hashable_row(row)
+            if key not in seen:
+                seen.add(key)
+                kept.append(row)
+        return kept
 
 
 class PartialCount:

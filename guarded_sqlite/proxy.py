@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import math
 import operator
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -27,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from .engines import NO_PARAMETERS, SQLITE, Engine, execute_with
+from .engines import DUCKDB, NO_PARAMETERS, SQLITE, Engine, WritableNotRestored, execute_with
+from .errors import TransactionLost, describe_error
 from .policy import GuardPolicy
 from .probe import CARTESIAN_EXPLOSION, EXEC_ERROR, PartialCount, classify, count_unique, mentions_distinct, probe_large
-from .report import GuardReport, ReportState, RuleDecision
+from .report import GuardReport, ReportState, RuleDecision, RuleName
 
 if TYPE_CHECKING:
     from .patching import PatchOutcome
@@ -43,6 +46,7 @@ _SMALL_RESULT = 2048
 _NOT_ROW_RETURNING = "statement returns no rows"
 _MANY_NOT_PROBED = "executemany/executescript results are not probed"
 _GUARD_OFF = "guard is off"
+_LOCKED = "database is locked"
 
 
 class ConnectionGuard:
@@ -54,10 +58,11 @@ class ConnectionGuard:
         "engine",
         "lock",
         "policy",
-        "progress_handler",
         "proxy",
+        "raw",
         "rescue_spend",
         "rescues",
+        "restore_writable",
         "status_results",
     )
 
@@ -72,14 +77,21 @@ class ConnectionGuard:
         # A connection sqlite3 itself keeps to one thread (check_same_thread=True) needs none.
         self.lock: threading.RLock | None = None if single_thread else threading.RLock()
         self.proxy = proxy
+        self.raw = proxy.__wrapped__
         self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
         self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
-        # The caller's SQLite progress handler (set through this proxy), restored after the time limit of
-        # a guard re-execution.
-        self.progress_handler: tuple[Any, int] = (None, 0)
+        # Set when a guard statement could not switch SQLite's query_only back off (the caller's
+        # progress handler or interrupt() kept aborting it): done before the caller's next statement.
+        self.restore_writable = False
 
 
-class GuardedConnection(wrapt.ObjectProxy):
+if TYPE_CHECKING:
+    _Proxy = wrapt.ObjectProxy[Any]
+else:
+    _Proxy = wrapt.ObjectProxy
+
+
+class GuardedConnection(_Proxy):
     """A ``sqlite3.Connection`` (or ``psycopg.Connection``) whose cursors probe, and in patch mode
     repair, every query result. ``executescript``, ``backup`` and ``set_progress_handler`` are
     sqlite3's and delegate to the driver like everything else."""
@@ -119,11 +131,6 @@ class GuardedConnection(wrapt.ObjectProxy):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.__wrapped__(*args, **kwargs)
 
-    def set_progress_handler(self, progress_handler: Any, n: int) -> None:
-        # Remembered so that the time limit of a guard re-execution can put it back afterwards.
-        self.__wrapped__.set_progress_handler(progress_handler, n)
-        self._self_guard.progress_handler = (progress_handler, n)
-
     def __enter__(self) -> GuardedConnection:
         self.__wrapped__.__enter__()
         return self
@@ -142,7 +149,49 @@ _FINAL_ROWS = ReportState._fields.index("final_rows")
 _LIST_ITERATOR: type = type(iter([]))
 
 
-class GuardedCursor(wrapt.ObjectProxy):
+class _Streaming:
+    """Serves a result past ``row_cap``: the buffered head, then the rest straight from the driver.
+
+    A class rather than ``itertools.chain`` so that re-executing the cursor inside ``for row in cur``
+    can point it at the new statement's rows, as sqlite3's cursor (its own iterator) does.
+    """
+
+    __slots__ = ("head", "raw", "tail")
+
+    def __init__(self, head: list[Any], raw: Any) -> None:
+        self.head: Iterator[Any] | None = iter(head)
+        self.tail: Any = raw
+        self.raw = raw
+
+    def __iter__(self) -> _Streaming:
+        return self
+
+    def __next__(self) -> Any:
+        head = self.head
+        if head is not None:
+            for row in head:
+                return row
+            self.head = None
+        if self.tail is None:
+            raise StopIteration
+        return next(self.tail)
+
+    def check_usable(self) -> None:
+        """sqlite3's checks (closed connection, other thread) for rows served from the head; the
+        driver runs its own for the tail."""
+        if self.head is not None and isinstance(self.raw, sqlite3.Cursor):
+            self.raw.connection.cursor().close()
+
+    def redirect(self, new_rows: Any) -> None:
+        if type(new_rows) is list:
+            self.head, self.tail = iter(new_rows), None
+        elif type(new_rows) is _Streaming:
+            self.head, self.tail, self.raw = new_rows.head, new_rows.tail, new_rows.raw
+        else:  # no rows (a failed statement, a write): the loop ends, as over a sqlite3 cursor
+            self.head = self.tail = None
+
+
+class GuardedCursor(_Proxy):
     """A ``sqlite3.Cursor`` that fetches each result once, probes it, and serves it from a buffer.
 
     ``GuardedConnection.cursor()`` sets ``_self_guard``; the other proxy-owned attributes start from
@@ -155,15 +204,18 @@ class GuardedCursor(wrapt.ObjectProxy):
     _self_rows: list[Any] | Iterator[Any] = _NOTHING
     # The list behind ``_self_rows`` once an iterator over it was handed out, so that re-executing the
     # cursor can redirect that iterator to the new rows, as re-executing a sqlite3 cursor does.
-    _self_buffer: list[Any] | None = None
+    _self_buffer: list[Any] | _Streaming | None = None
     _self_state: tuple[Any, ...] | None = None  # a ReportState's fields, as a plain tuple
     _self_report: GuardReport | None = None
     _self_driver_options: dict[str, Any] | None = None  # psycopg's prepare/binary for the raw execute
-    _self_description: Any = None  # DuckDB only: the description recorded when the statement ran
+    # The description of the rows served, when it is not the raw cursor's: a rescued candidate's, or
+    # (DuckDB) the one recorded when the caller's statement ran.
+    _self_description: Any = None
 
     @property
     def connection(self) -> GuardedConnection:
-        return self._self_guard.proxy
+        proxy: GuardedConnection = self._self_guard.proxy
+        return proxy
 
     @property
     def guard_report(self) -> GuardReport | None:
@@ -177,15 +229,18 @@ class GuardedCursor(wrapt.ObjectProxy):
     # than the proxy's fallback lookup for attributes it does not define.
     @property
     def description(self) -> Any:
-        return self.__wrapped__.description
+        served = self._self_description  # set only when a rescue serves another statement's rows
+        return self.__wrapped__.description if served is None else served
 
     @property
     def rowcount(self) -> int:
-        return self.__wrapped__.rowcount
+        count: int = self.__wrapped__.rowcount
+        return count
 
     @property
     def lastrowid(self) -> int | None:
-        return self.__wrapped__.lastrowid
+        rowid: int | None = self.__wrapped__.lastrowid
+        return rowid
 
     def execute(
         self,
@@ -202,6 +257,8 @@ class GuardedCursor(wrapt.ObjectProxy):
         guard = self._self_guard
         raw = self.__wrapped__
         self._self_report = None
+        if self._self_description is not None and not guard.status_results:
+            self._self_description = None  # a rescued statement's, now stale
         rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
         try:
             lock = guard.lock
@@ -213,6 +270,8 @@ class GuardedCursor(wrapt.ObjectProxy):
         except BaseException:
             if self._self_buffer is not None:
                 self._redirect_outstanding(raw)
+            # As after a failed sqlite3 execute: nothing of the previous statement is served any more.
+            self._self_rows = raw
             raise
         self._self_rows = rows if self._self_buffer is None else self._redirect_outstanding(rows)
         return self
@@ -234,7 +293,8 @@ class GuardedCursor(wrapt.ObjectProxy):
         size = getattr(raw, "arraysize", 1) if size is _NO_PARAMETERS else operator.index(size)
         rows = self._serving()
         if rows is raw:  # not buffered: the driver's own fetch
-            return self.__wrapped__.fetchmany(size)
+            fetched: list[Any] = self.__wrapped__.fetchmany(size)
+            return fetched
         # sqlite3 returns every remaining row for a size of zero or less.
         return list(itertools.islice(rows, size)) if size > 0 else list(rows)
 
@@ -250,8 +310,12 @@ class GuardedCursor(wrapt.ObjectProxy):
                 return rows
         rows = self._serving()
         if rows is self.__wrapped__:
-            return rows.fetchall()
+            return self._drivers_fetchall()
         return list(rows)
+
+    def _drivers_fetchall(self) -> list[Any]:
+        rows: list[Any] = self.__wrapped__.fetchall()
+        return rows
 
     def close(self) -> None:
         self.__wrapped__.close()
@@ -279,6 +343,9 @@ class GuardedCursor(wrapt.ObjectProxy):
             rows = self._self_rows = iter(rows)
         elif kind is _LIST_ITERATOR:
             self.__wrapped__.fetchone()
+        elif kind is _Streaming:
+            rows.check_usable()  # type: ignore[union-attr]
+            self._self_buffer = rows  # type: ignore[assignment]  # handed out: redirected on re-execute
         return rows  # type: ignore[return-value]
 
     def _redirect_outstanding(self, new_rows: list[Any] | Iterator[Any]) -> list[Any] | Iterator[Any]:
@@ -293,6 +360,12 @@ class GuardedCursor(wrapt.ObjectProxy):
         buffer, outstanding = self._self_buffer, self._self_rows
         self._self_buffer = None
         assert buffer is not None
+        if isinstance(buffer, _Streaming):
+            buffer.redirect(new_rows)
+            if type(new_rows) is list or type(new_rows) is _Streaming:
+                self._self_buffer = buffer
+                return buffer
+            return new_rows
         position = len(buffer) - operator.length_hint(outstanding)
         del buffer[position:]
         if type(new_rows) is not list:
@@ -309,12 +382,18 @@ class GuardedCursor(wrapt.ObjectProxy):
         sql = args[0]
         note = _GUARD_OFF if mode == "off" else _MANY_NOT_PROBED
         self._self_report = None
+        # executemany ends a loop over the previous result, as over sqlite3's cursor; executescript
+        # runs on a cursor of its own inside sqlite3, so a loop over this one goes on.
+        if self._self_buffer is not None and method.__name__ == "executemany":
+            self._redirect_outstanding(self.__wrapped__)
         self._self_rows = self.__wrapped__
+        if guard.restore_writable:
+            _restore_writable(guard)
         try:
             with guard.lock or contextlib.nullcontext():
                 method(*args, **kwargs)
         except Exception as error:
-            trigger, text = (None, None) if mode == "off" else (EXEC_ERROR, _describe(error))
+            trigger, text = (None, None) if mode == "off" else (EXEC_ERROR, describe_error(error))
             self._self_state = (mode, sql, sql, trigger, "none", None, None, None, note, text, (), None, None)
             raise
         self._self_state = (mode, sql, sql, None, "none", None, None, None, note, None, (), None, None)
@@ -347,15 +426,18 @@ class _ContextCursor(GuardedCursor):
         state = self._self_state
         if state is None or state[_ACTION] == "none" or raw_count < 0:
             return raw_count
-        return state[_FINAL_ROWS]
+        final_rows: int = state[_FINAL_ROWS]
+        return final_rows
 
     @property
     def rownumber(self) -> int | None:
         rows, state = self._self_rows, self._self_state
         if state is None or rows is self.__wrapped__ or state[_FINAL_ROWS] is None:
-            return self.__wrapped__.rownumber
+            number: int | None = self.__wrapped__.rownumber
+            return number
         remaining = len(rows) if type(rows) is list else operator.length_hint(rows)
-        return state[_FINAL_ROWS] - remaining
+        served: int = state[_FINAL_ROWS] - remaining
+        return served
 
     def stream(self, *args: Any, **kwargs: Any) -> Any:
         """psycopg's row-by-row streaming: passed through unbuffered and unprobed, as the report says."""
@@ -416,8 +498,6 @@ class GuardedDuckDBConnection(GuardedCursor):
     _self_parameters: Any = _NO_PARAMETERS
 
     def __init__(self, raw: Any, policy: GuardPolicy) -> None:
-        from .engines import DUCKDB
-
         super().__init__(raw)
         self._self_guard = ConnectionGuard(policy, DUCKDB, self, single_thread=False)
         DUCKDB.scan_callers_frames(raw)
@@ -485,13 +565,12 @@ class GuardedDuckDBConnection(GuardedCursor):
     def _rerun_natively(self, sql: str, method: str, *args: Any, **kwargs: Any) -> Any:
         raw = self.__wrapped__
         parameters = self._self_parameters
-        engine = self._self_guard.engine
-        if engine.in_explicit_transaction(raw):  # type: ignore[attr-defined]
+        if DUCKDB.in_explicit_transaction(raw):
             # Only this connection sees the transaction's changes; the query is a proven read-only
             # query that just succeeded on it.
             execute_with(raw, sql, parameters)
             return getattr(raw, method)(*args, **kwargs)
-        return engine.on_read_only_duplicate(  # type: ignore[attr-defined]
+        return DUCKDB.on_read_only_duplicate(
             raw, sql, parameters, None, lambda cursor: getattr(cursor, method)(*args, **kwargs)
         )
 
@@ -546,6 +625,8 @@ def _execute_and_probe(
         execute_with(raw, sql, parameters)
         return raw, state
     row_cap = policy.row_cap
+    if guard.restore_writable:
+        _restore_writable(guard)
     try:
         options = cursor._self_driver_options if guard.driver_options else None
         if options is not None:
@@ -574,16 +655,22 @@ def _execute_and_probe(
             None,
             None,
             None,
-            _describe(error),
+            describe_error(error),
             (),
             None,
             None,
         )
-        if rescue_inputs is not None and mode == "patch":
+        if rescue_inputs is not None and mode == "patch" and _LOCKED in str(error):
+            # Every candidate would wait out the same busy timeout again.
+            refusal = RuleDecision("rescue", False, "candidates not run: the database is locked")
+            failed = (*failed[:10], (refusal,), None, None)
+        elif rescue_inputs is not None and mode == "patch":
             outcome = _repair(
                 guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs
             )
             if outcome.rescue is not None and outcome.rescue.chosen_index is not None:
+                if outcome.description is not None:
+                    cursor._self_description = outcome.description
                 return outcome.rows, (
                     mode,
                     sql,
@@ -594,7 +681,7 @@ def _execute_and_probe(
                     None,
                     len(outcome.rows),
                     None,
-                    _describe(error),
+                    describe_error(error),
                     outcome.decisions,
                     None,
                     outcome.elapsed_ns,
@@ -607,8 +694,9 @@ def _execute_and_probe(
     count = len(rows)
     if count > row_cap:
         note = f"more than row_cap={row_cap} rows: not probed, rows stream through unchanged"
-        return itertools.chain(rows, raw), (mode, sql, sql, None, "none", None, None, None, note, None, (), None, None)
+        return _Streaming(rows, raw), (mode, sql, sql, None, "none", None, None, None, note, None, (), None, None)
     patch = mode == "patch"
+    # P2's cheap precondition (policy.removal_applies without its unique == count part, known below).
     removal_candidate = patch and count >= policy._p2_min_rows and mentions_distinct(sql) is not None
     started = time.perf_counter_ns()
     unique: int | PartialCount
@@ -619,17 +707,28 @@ def _execute_and_probe(
         else:
             trigger, unique = probe_large(rows, policy.tau_inject)
     except TypeError:  # unhashable rows from a row_factory or text_factory
-        unique = count_unique(rows)
+        try:
+            unique = count_unique(rows)
+        except Exception as error:  # a value whose __eq__/__hash__ raises: serve the rows unjudged
+            note = f"rows cannot be compared ({describe_error(error)}): not probed"
+            return rows, (mode, sql, sql, None, "none", None, None, None, note, None, (), None, None)
         trigger = classify(count, unique, policy.tau_inject)
+    except Exception as error:  # a value whose __hash__ raises something else: same
+        note = f"rows cannot be compared ({describe_error(error)}): not probed"
+        return rows, (mode, sql, sql, None, "none", None, None, None, note, None, (), None, None)
     detect_ns = time.perf_counter_ns() - started
     if patch and (
         trigger == CARTESIAN_EXPLOSION
         or (trigger is not None and rescue_inputs is not None)
         or (removal_candidate and trigger is None and unique == count)
     ):
+        # A flagged or DISTINCT result was counted exactly (probe_large defers only healthy counts).
+        exact_unique = unique if type(unique) is int else unique.exact()  # type: ignore[union-attr]
         outcome = _repair(
-            guard, getattr(raw, "row_factory", None), sql, parameters, rows, unique, trigger, rescue_inputs
-        )  # type: ignore[arg-type]
+            guard, getattr(raw, "row_factory", None), sql, parameters, rows, exact_unique, trigger, rescue_inputs
+        )
+        if outcome.description is not None:
+            cursor._self_description = outcome.description
         state = (
             mode,
             sql,
@@ -665,19 +764,46 @@ def _repair(
     from .patching import PatchOutcome, repair
 
     policy = guard.policy
+    engine, raw = guard.engine, guard.raw
 
-    def rerun(new_sql: str) -> list[Any] | None:
-        return guard.engine.read_only_fetch(
-            guard, new_sql, parameters, row_factory, policy.row_cap, policy.rerun_timeout
-        )
+    def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
+        return _read_only_fetch(guard, new_sql, parameters, row_factory, max_rows)
 
     context = None if rescue_inputs is None else _CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
-        return repair(sql, rows, unique, trigger, policy, rerun, guard.dialect, context)
+        return repair(
+            sql, rows, unique, trigger, policy, rerun, guard.dialect, context, lambda: engine.may_collate_text(raw)
+        )
+    except TransactionLost:
+        raise
     except Exception as error:  # a bug in the analysis must never cost the caller their result
-        rule = "P1" if trigger == CARTESIAN_EXPLOSION else ("P2" if trigger is None else "rescue")
-        decision = RuleDecision(rule, False, f"internal error while repairing: {_describe(error)}")  # type: ignore[arg-type]
+        rule: RuleName = "P1" if trigger == CARTESIAN_EXPLOSION else ("P2" if trigger is None else "rescue")
+        decision = RuleDecision(rule, False, f"internal error while repairing: {describe_error(error)}")
         return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
+
+
+def _read_only_fetch(
+    guard: ConnectionGuard,
+    sql: str,
+    parameters: Any,
+    row_factory: Any,
+    max_rows: int,
+    description: list[Any] | None = None,
+) -> list[Any] | None:
+    """One guard statement through the engine; remembers when SQLite's query_only is still on."""
+    try:
+        return guard.engine.read_only_fetch(
+            guard.raw, sql, parameters, row_factory, max_rows, guard.policy.rerun_timeout, description
+        )
+    except WritableNotRestored:
+        guard.restore_writable = True
+        raise
+
+
+def _restore_writable(guard: ConnectionGuard) -> None:
+    """Switch query_only off before the caller's next statement, after a guard statement could not."""
+    if SQLITE.restore_writable(guard.raw):
+        guard.restore_writable = False
 
 
 class _CandidateRunner:
@@ -688,19 +814,24 @@ class _CandidateRunner:
         self._guard = guard
         self._parameters = parameters
         self._row_factory = row_factory
+        self._descriptions: dict[str, Any] = {}
         self.candidates: Sequence[str] = inputs.candidates
         self.question: str | None = inputs.question
         self.hint: str | None = inputs.hint
 
     def run_candidate(self, sql: str) -> list[Any] | None:
-        guard = self._guard
-        policy = guard.policy
-        return guard.engine.read_only_fetch(
-            guard, sql, self._parameters, self._row_factory, policy.row_cap, policy.rerun_timeout
+        description: list[Any] = []
+        rows = _read_only_fetch(
+            self._guard, sql, self._parameters, self._row_factory, self._guard.policy.row_cap, description
         )
+        self._descriptions[sql] = description[0] if description else None
+        return rows
+
+    def candidate_description(self, sql: str) -> Any:
+        return self._descriptions.get(sql)
 
     def schema_summary(self) -> str:
-        return self._guard.engine.schema_summary(self._guard)
+        return self._guard.engine.schema_summary(self._guard.raw)
 
     def budget_refusal(self) -> str | None:
         guard, policy = self._guard, self._guard.policy
@@ -714,7 +845,8 @@ class _CandidateRunner:
 
     def record_rescue(self, cost_usd: float | None) -> None:
         self._guard.rescues += 1
-        if cost_usd:
+        # Only a real price counts: NaN or a negative figure from a provider must not switch the cap off.
+        if cost_usd is not None and math.isfinite(cost_usd) and cost_usd > 0:
             self._guard.rescue_spend += cost_usd
 
 
@@ -750,7 +882,3 @@ def _added_by_subclass(cls: type, name: str) -> Any:
             return None
         return attribute
     return None
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"

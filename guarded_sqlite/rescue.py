@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,7 +188,7 @@ class RescueReport:
     """The previews the rescuer saw."""
 
 
-Rescuer = Callable[[RescueRequest], int | None | RescueChoice]
+Rescuer = Callable[[RescueRequest], int | RescueChoice | None]
 
 
 def rescuer_name(rescuer: Rescuer) -> str:
@@ -296,16 +298,19 @@ class LLMRescue:
         prompt = build_prompt(request, self.show_dup_ratio, self.prompt_template)
         try:
             litellm = _import_litellm()
-            response = litellm.completion(
-                model=self.model,
-                messages=[{"role": "user", "content": prompt}],
-                temperature=0.0,
-                max_tokens=64,
-                api_base=self.api_base,
-                api_key=self.api_key,
-                timeout=self.timeout,
-                num_retries=0,
-                **dict(self.completion_kwargs),
+            response = _within_wall_clock(
+                self.timeout,
+                lambda: litellm.completion(
+                    model=self.model,
+                    messages=[{"role": "user", "content": prompt}],
+                    temperature=0.0,
+                    max_tokens=64,
+                    api_base=self.api_base,
+                    api_key=self.api_key,
+                    timeout=self.timeout,
+                    num_retries=0,
+                    **dict(self.completion_kwargs),
+                ),
             )
         except Exception as error:  # timeouts, refused connections, provider errors: keep the selection
             return RescueChoice(None, reason=f"LLM call failed: {type(error).__name__}: {_first_line(error)}")
@@ -333,10 +338,44 @@ class LLMRescue:
         return float(cost) if cost else None
 
 
+class LLMTimeout(TimeoutError):
+    """The LLM gave no complete answer within ``LLMRescue.timeout`` seconds of wall-clock time."""
+
+
+def _within_wall_clock(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()``, given up after ``seconds`` whatever the server does.
+
+    An HTTP client's timeout bounds each read, not the whole answer: a server that trickles a byte at a
+    time keeps it waiting indefinitely. The call runs on a daemon thread that is abandoned (its
+    answer dropped) when the time is up; the caller carries on at once.
+    """
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as error:
+            outcome.append((False, error))
+
+    worker = threading.Thread(target=run, name="guarded-sqlite-llm", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not outcome:
+        raise LLMTimeout(f"no complete answer within {seconds:g} s")
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return value
+
+
 def _import_litellm() -> Any:
     # litellm would otherwise fetch its price map from the network at import time.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    # Its import warns about its own dependencies; a caller running with warnings as errors must still
+    # get a rescue.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import litellm
 
     litellm.suppress_debug_info = True
     return litellm

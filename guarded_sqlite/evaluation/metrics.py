@@ -22,6 +22,7 @@ from typing import Any
 from .report import (
     DetectorStats,
     DifficultyScores,
+    FixBreak,
     FlagCounts,
     PairRecord,
     RescueStats,
@@ -119,23 +120,25 @@ def flag_counts(records: Sequence[PairRecord]) -> FlagCounts:
     return FlagCounts(sum(counts.values()), *(counts.get(trigger, 0) for trigger in TRIGGERS))
 
 
-def fix_break(outcomes: Iterable[tuple[bool, bool, bool, bool]]) -> dict[str, int]:
-    """The ``FixBreak`` counts of rewritten predictions.
+def fix_break(outcomes: Iterable[tuple[bool, bool, bool, bool]]) -> FixBreak:
+    """The fix/break counts of rewritten predictions.
 
     Each outcome is ``(baseline_set, baseline_multiset, rewritten_set, rewritten_multiset)``.
+
+    >>> fix_break([(True, False, True, True), (True, True, True, False), (True, True, True, True)]).net
+    0
     """
     items = list(outcomes)
     fix, brk = transitions([o[1] for o in items], [o[3] for o in items])
     set_fix, set_brk = transitions([o[0] for o in items], [o[2] for o in items])
-    return {"fired": len(items), "fix": fix, "break_": brk, "net": fix - brk, "set_fix": set_fix, "set_break": set_brk}
+    return FixBreak(len(items), fix, brk, fix - brk, set_fix, set_brk)
 
 
 def rule_stats(records: Sequence[PairRecord], rule: str) -> RuleStats:
     """Fired/fix/break of one patch rule, comparing guarded to baseline verdicts where it fired."""
     fired = [r for r in records if r.action == ACTIONS[rule]]
-    return RuleStats(
-        rule=rule, **fix_break((r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for r in fired)
-    )
+    counts = fix_break((r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for r in fired)
+    return RuleStats(**vars(counts), rule=rule)
 
 
 def trigger_precision(records: Sequence[PairRecord]) -> TriggerPrecision:
@@ -182,7 +185,7 @@ def quantile(values: Sequence[float], q: float) -> float | None:
 
 def sweep_row(tau: float, outcomes: Iterable[tuple[bool, bool, bool, bool]]) -> SweepRow:
     """A sweep table row from the fired outcomes at ``tau`` (as ``fix_break`` takes them)."""
-    return SweepRow(tau=tau, **fix_break(outcomes))
+    return SweepRow(**vars(fix_break(outcomes)), tau=tau)
 
 
 _REASON_CUT = re.compile(r"[:('\"]")
@@ -214,10 +217,10 @@ def rescue_stats(records: Sequence[PairRecord], policy: Any, candidates_dropped:
         candidate_chosen=len(chosen),
         fallbacks=sum(fallbacks.values()),
         fallback_reasons=dict(sorted(fallbacks.items(), key=lambda item: (-item[1], item[0]))),
-        multiset_fix=changed["fix"],
-        multiset_break=changed["break_"],
-        set_fix=changed["set_fix"],
-        set_break=changed["set_break"],
+        multiset_fix=changed.fix,
+        multiset_break=changed.break_,
+        set_fix=changed.set_fix,
+        set_break=changed.set_break,
         cost_usd=round(float(sum(costs)), 8),
         cost_unknown=len(ran) - len(costs),
         prompt_tokens=sum(r.rescue_prompt_tokens or 0 for r in ran),

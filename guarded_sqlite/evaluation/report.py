@@ -14,9 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-PairStatus = str
-"""``"ok"``, ``"error"`` or ``"timeout"``."""
-
 
 def plain(value: Any) -> Any:
     """``value`` as JSON-ready builtins: dataclasses and mappings become dicts, tuples lists."""
@@ -58,17 +55,20 @@ class PairRecord(_JsonMixin):
     pred_sql: str
     """The prediction as given."""
 
-    status: PairStatus
+    status: str
     """How the prediction executed: ``"ok"``, ``"error"`` or ``"timeout"`` (the last two score 0)."""
 
     error: str | None
-    """``"ExceptionClass: message"`` when the prediction failed."""
+    """Why the prediction failed: ``"ExceptionClass: first line of the message"``, or the timeout."""
 
     trigger: str | None
     """The guard's probe verdict: None, ``"exec_error"``, ``"empty_result"`` or ``"cartesian_explosion"``."""
 
     action: str
-    """What the guard did: ``"none"``, ``"distinct_injected"`` (P1) or ``"distinct_removed"`` (P2)."""
+    """What the guard did: ``"none"``, ``"distinct_injected"`` (P1), ``"distinct_removed"`` (P2),
+    ``"candidate_selected"`` (a rescue served one of the pair's candidates), or
+    ``"candidate_selected+distinct_injected"`` / ``"candidate_selected+distinct_removed"`` (a candidate,
+    then patched)."""
 
     final_sql: str
     """The SQL whose rows the guarded connection served."""
@@ -156,7 +156,7 @@ class GoldFailure(_JsonMixin):
     db_id: str
     """The database."""
 
-    status: PairStatus
+    status: str
     """``"error"`` or ``"timeout"``."""
 
     reason: str

@@ -171,10 +171,11 @@ def _inject(
     rewrite = inject_distinct(sql, dialect)
     if rewrite.sql is None:
         return RuleDecision("P1", False, rewrite.reason), None
-    refusal = _collation_refusal(sql, rows, may_collate)
+    new_rows = distinct_in_order(rows)
+    # Text that a collation could merge shows among the distinct rows already: no need to scan them all.
+    refusal = _collation_refusal(sql, new_rows, may_collate)
     if refusal is not None:
         return RuleDecision("P1", False, refusal), None
-    new_rows = distinct_in_order(rows)
     if len(new_rows) != unique_rows:  # the probe and the de-duplication disagree: serve nothing new
         return RuleDecision("P1", False, _SET_CHANGED), None
     ratio = dup_ratio(len(rows), unique_rows)

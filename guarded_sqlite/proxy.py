@@ -211,6 +211,9 @@ class GuardedCursor(_Proxy):
     # The description of the rows served, when it is not the raw cursor's: a rescued candidate's, or
     # (DuckDB) the one recorded when the caller's statement ran.
     _self_description: Any = None
+    # A rescued statement's description, paired with the report state it belongs to: it applies only
+    # while that state is the cursor's, so execute() never has to clear it.
+    _self_rescued_description: tuple[Any, Any] | None = None
 
     @property
     def connection(self) -> GuardedConnection:
@@ -229,8 +232,10 @@ class GuardedCursor(_Proxy):
     # than the proxy's fallback lookup for attributes it does not define.
     @property
     def description(self) -> Any:
-        served = self._self_description  # set only when a rescue serves another statement's rows
-        return self.__wrapped__.description if served is None else served
+        rescued = self._self_rescued_description
+        if rescued is not None and rescued[0] is self._self_state:
+            return rescued[1]
+        return self.__wrapped__.description
 
     @property
     def rowcount(self) -> int:
@@ -257,8 +262,6 @@ class GuardedCursor(_Proxy):
         guard = self._self_guard
         raw = self.__wrapped__
         self._self_report = None
-        if self._self_description is not None and not guard.status_results:
-            self._self_description = None  # a rescued statement's, now stale
         rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
         try:
             lock = guard.lock
@@ -508,6 +511,9 @@ class GuardedDuckDBConnection(GuardedCursor):
 
     @property
     def description(self) -> Any:
+        rescued = self._self_rescued_description
+        if rescued is not None and rescued[0] is self._self_state:
+            return rescued[1]
         return self._self_description if self._self_state is not None else self.__wrapped__.description
 
     def cursor(self) -> GuardedDuckDBConnection:
@@ -669,9 +675,7 @@ def _execute_and_probe(
                 guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs
             )
             if outcome.rescue is not None and outcome.rescue.chosen_index is not None:
-                if outcome.description is not None:
-                    cursor._self_description = outcome.description
-                return outcome.rows, (
+                rescued_state = (
                     mode,
                     sql,
                     outcome.final_sql,
@@ -687,6 +691,9 @@ def _execute_and_probe(
                     outcome.elapsed_ns,
                     outcome.rescue,
                 )
+                if outcome.description is not None:
+                    cursor._self_rescued_description = (rescued_state, outcome.description)
+                return outcome.rows, rescued_state
             failed = (*failed[:10], outcome.decisions, None, outcome.elapsed_ns, outcome.rescue)
         cursor._self_rows = raw
         cursor._self_state = failed
@@ -727,8 +734,6 @@ def _execute_and_probe(
         outcome = _repair(
             guard, getattr(raw, "row_factory", None), sql, parameters, rows, exact_unique, trigger, rescue_inputs
         )
-        if outcome.description is not None:
-            cursor._self_description = outcome.description
         state = (
             mode,
             sql,
@@ -745,6 +750,8 @@ def _execute_and_probe(
             outcome.elapsed_ns,
             outcome.rescue,
         )
+        if outcome.description is not None:
+            cursor._self_rescued_description = (state, outcome.description)
         return outcome.rows, state
     return rows, (mode, sql, sql, trigger, "none", count, unique, count, None, None, (), detect_ns, None)
 

@@ -203,3 +203,14 @@ def test_engine_names_come_from_one_place() -> None:
             assert _parser().parse_args([command, *inputs, "--engine", name]).engine == name
         with pytest.raises(SystemExit):
             _parser().parse_args([command, *inputs, "--engine", "oracle"])
+
+
+def test_transpile_errors_are_one_plain_line() -> None:
+    pytest.importorskip("sqlglot")
+    from guarded_sqlite.evaluation.transpile import TranspileError, transpile
+
+    with pytest.raises(TranspileError) as caught:
+        transpile("SELECT a FROM t WHERE x = (1", "duckdb")
+    message = str(caught.value)
+    assert message.startswith("sqlglot cannot parse it as SQLite: ParseError: ")
+    assert "\x1b" not in message and "\n" not in message

@@ -59,7 +59,7 @@ class PairRecord(_JsonMixin):
     """How the prediction executed: ``"ok"``, ``"error"`` or ``"timeout"`` (the last two score 0)."""
 
     error: str | None
-    """Why the prediction failed: ``"ExceptionClass: first line of the message"``, or the timeout."""
+    """Why the prediction failed: ``"ExceptionClass: message"`` on one line, or the timeout."""
 
     trigger: str | None
     """The guard's probe verdict: None, ``"exec_error"``, ``"empty_result"`` or ``"cartesian_explosion"``."""

@@ -46,7 +46,7 @@ class Run(NamedTuple):
     """``"ok"``, ``"error"`` or ``"timeout"``."""
 
     error: str | None
-    """``"ExceptionClass: first line of the message"``, or the timeout's description."""
+    """``"ExceptionClass: message"`` on one line (``describe_error``), or the timeout's description."""
 
     seconds: float
     """Wall time of execute and fetch."""

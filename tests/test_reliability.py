@@ -808,3 +808,246 @@ def test_rerun_timeout_is_an_interrupt_deadline_and_the_callers_progress_handler
     assert con.execute(LONG).fetchone() == (100000,)
     assert ticks[0] > before
     assert raw_query_only(con) == 0
+
+
+# --- 5. shared connections never deadlock (each run in a child with a hard timeout) ---------------
+
+_THREADS_CHILD = """
+con = guarded_sqlite.connect(":memory:", check_same_thread=False, isolation_level=None{policy})
+setup(con, 50, 10)
+con.execute("CREATE TABLE b (data BLOB)"); con.execute("INSERT INTO b VALUES (zeroblob(16))")
+stop = threading.Event(); reads = [0]; wrong = [0]
+def reader():
+    while not stop.is_set():
+        rows = con.execute({read_sql!r}).fetchall()
+        reads[0] += 1
+        if len(set(rows)) != 50: wrong[0] += 1
+th = threading.Thread(target=reader, daemon=True); th.start()
+failures = []; n = 0; end = time.monotonic() + {seconds}
+while time.monotonic() < end:
+    n += 1
+    try:
+        {writer}
+    except Exception as e:  # CPython raises SystemError when blobopen meets a read-only window
+        failures.append("%s: %s" % (type(e).__name__, e))
+stop.set(); th.join(10)
+report(writes=n, failures=len(failures), first=failures[:1], reads=reads[0], wrong=wrong[0], alive=th.is_alive())
+"""
+
+_BLOB_WRITE = """with con.blobopen("b", "data", 1) as blob:
+            blob.write(n.to_bytes(16, "little"))"""
+
+
+@pytest.mark.parametrize(
+    ("label", "policy", "read_sql", "writer"),
+    [
+        ("r06 blob writes vs P1", "", EXPLODE, _BLOB_WRITE),
+        ("r06 blob writes vs P2 on :memory:", "", "SELECT DISTINCT name FROM t", _BLOB_WRITE),
+        (
+            "r37 second proxy writes vs P1",
+            "",
+            EXPLODE,
+            'other.execute("INSERT INTO audit VALUES (?)", (n,))',
+        ),
+    ],
+    ids=["r06-blob-vs-P1", "r06-blob-vs-P2-memory", "r37-second-proxy-vs-P1"],
+)
+def test_r06_r37_shared_connection_threads_never_deadlock(label: str, policy: str, read_sql: str, writer: str) -> None:
+    """r06/r37: one check_same_thread=False connection, a thread doing patched reads and the main thread
+    writing through blobopen() or through a second proxy (wrap(con, guard=...)): no deadlock (the child
+    is killed after 30 s and its stacks dumped), every read correct; with P1 (nothing re-run) every
+    write succeeds, as with plain sqlite3."""
+    code = _THREADS_CHILD.format(policy=policy, read_sql=read_sql, writer=writer, seconds=1.5)
+    code = code.replace('setup(con, 50, 10)', 'setup(con, 50, 10)\nother = guarded_sqlite.wrap(con, guard=GuardPolicy(tau_inject=0.95))')
+    result = run_child(code, timeout=30)
+    assert not result["alive"] and result["wrong"] == 0 and result["reads"] > 0 and result["writes"] > 100, result
+    if read_sql == EXPLODE:
+        assert result["failures"] == 0, result["first"]
+
+
+def test_r38_streaming_past_row_cap_while_another_thread_patches_never_deadlocks() -> None:
+    """r38: the main thread iterates results that stream past row_cap (fetches outside the guard's
+    lock) while another thread runs patched reads on the same connection: no deadlock, every row
+    streamed, in order."""
+    code = """
+    con = guarded_sqlite.connect(":memory:", check_same_thread=False, guard=GuardPolicy(row_cap=1000))
+    setup(con, 50, 10)
+    stop = threading.Event(); wrong = [0]; reads = [0]
+    def reader():
+        while not stop.is_set():
+            rows = con.execute(EXPLODE).fetchall(); reads[0] += 1
+            if len(rows) != 50: wrong[0] += 1
+    th = threading.Thread(target=reader, daemon=True); th.start()
+    BIG = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 20000) SELECT i, 'row' FROM n"
+    ordered = True; total = 0; end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        got = [r[0] for r in con.cursor().execute(BIG)]
+        ordered &= got == list(range(1, 20001)); total += 1
+    stop.set(); th.join(10)
+    report(total=total, ordered=ordered, wrong=wrong[0], reads=reads[0], alive=th.is_alive())
+    """
+    result = run_child(code, timeout=30)
+    assert result["ordered"] and result["total"] > 0 and result["wrong"] == 0 and not result["alive"], result
+
+
+def test_r07_threads_mixed_reads_and_writes_lose_nothing(tmp_path: Path) -> None:
+    """r07: 4 threads of patched reads, 4 writing through execute/executemany/cursor().execute and one
+    committing, on one shared connection: no lost write, no error, no wrong read (as sqlite3)."""
+    code = f"""
+    import random
+    path = make_db({str(tmp_path / "r07.db")!r}, 30, 10)
+    con = guarded_sqlite.connect(path, check_same_thread=False)
+    con.execute("CREATE TABLE w (k INTEGER PRIMARY KEY, v)"); con.commit()
+    expected = sorted(("name%d" % i,) for i in range(1, 31))
+    errors, wrong, written = [], [0], []
+    lock = threading.Lock()
+    def reader(seed):
+        rnd = random.Random(seed)
+        for _ in range(60):
+            try:
+                q = rnd.choice([EXPLODE, "SELECT DISTINCT t.name FROM t JOIN u ON u.t_id = t.id"])
+                if sorted(set(con.execute(q).fetchall())) != expected: wrong[0] += 1
+            except Exception as e: errors.append(("read", repr(e)))
+    def writer(base):
+        for i in range(60):
+            k = base + i
+            try:
+                kind = i % 3
+                if kind == 0: con.execute("INSERT INTO w VALUES (?, ?)", (k, "x"))
+                elif kind == 1: con.executemany("INSERT INTO w VALUES (?, ?)", [(k, "y")])
+                else: con.cursor().execute("INSERT INTO w VALUES (%d, 'z')" % k)
+                with lock: written.append(k)
+            except Exception as e: errors.append(("write", repr(e)))
+    def committer():
+        for _ in range(40):
+            try: con.commit()
+            except Exception as e: errors.append(("commit", repr(e)))
+    ths = [threading.Thread(target=reader, args=(s,)) for s in range(4)] + \\
+          [threading.Thread(target=writer, args=(b * 100000,)) for b in range(1, 5)] + [threading.Thread(target=committer)]
+    [t.start() for t in ths]; [t.join(20) for t in ths]
+    con.commit()
+    stored = {{r[0] for r in sqlite3.connect(path).execute("SELECT k FROM w")}}
+    report(written=len(written), lost=len(set(written) - stored), errors=errors[:3], wrong=wrong[0], alive=any(t.is_alive() for t in ths))
+    """
+    result = run_child(code, timeout=40)
+    assert result == {**result, "written": 240, "lost": 0, "errors": [], "wrong": 0, "alive": False}
+
+
+# --- 6. bounded work ------------------------------------------------------------------------------
+
+
+def test_r11_p2_stops_fetching_once_it_cannot_commit() -> None:
+    """r11: P2 can only commit if the result without DISTINCT has at most n/(1-tau_remove) rows; on a
+    50-value DISTINCT over 100,000 rows the rerun stops right there instead of stepping every row
+    (counted by a user function in the query), and the report says why P2 did not apply."""
+    calls = [0]
+
+    def tick(x: Any) -> Any:
+        calls[0] += 1
+        return x
+
+    results = {}
+    for label, connect in [("raw", sqlite3.connect), ("guarded", guarded_sqlite.connect)]:
+        con = connect(":memory:")
+        con.create_function("tick", 1, tick)
+        con.executescript(
+            "CREATE TABLE big (k TEXT, v INTEGER); WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n "
+            "WHERE i < 100000) INSERT INTO big SELECT 'country' || (i % 50), i FROM n;"
+        )
+        calls[0] = 0
+        cur = con.execute("SELECT DISTINCT tick(k) FROM big")
+        results[label] = (cur.fetchall(), calls[0], cur)
+    raw_rows, raw_calls, _ = results["raw"]
+    rows, guarded_calls, cur = results["guarded"]
+    assert rows == raw_rows and len(rows) == 50
+    limit = math.floor(50 / (1 - 0.10))
+    assert guarded_calls <= raw_calls + limit + 10, (guarded_calls, raw_calls)
+    decision = _p2(cur)
+    assert not decision.applied and decision.reason
+    assert cur.guard_report.action == "none"
+
+
+def test_r11_p2_still_commits_within_its_bound() -> None:
+    """r11 (the bound is not too tight): a DISTINCT that only removed one duplicate of 21 rows is still
+    removed (21 <= 20/(1-0.10))."""
+    con = guarded_sqlite.connect(":memory:")
+    con.executescript(P2_TABLE)
+    cur = con.execute(P2_SQL)
+    assert sorted(cur.fetchall()) == sorted([*P2_NAMES, ("a1",)])
+    assert cur.guard_report.action == "distinct_removed"
+
+
+@pytest.mark.parametrize("kind", ["silent", "trickle"])
+def test_r15_llm_rescue_timeout_is_a_wall_clock_bound(kind: str) -> None:
+    """r15: LLMRescue(timeout=1) against a loopback server that never answers, or that trickles one
+    byte per second forever: execute() returns within timeout + 2 s with the selection kept and a
+    fallback_reason that names the timeout. (In a child interpreter: litellm's import, warnings and
+    threads stay out of the test session; skipped without litellm, looked up without importing it
+    here, see conftest.needs_litellm.)"""
+    import importlib.util
+
+    if importlib.util.find_spec("litellm") is None:
+        pytest.skip("litellm is not installed (extra [llm])")
+    code = f"""
+    import warnings; warnings.simplefilter("ignore")
+    from guarded_sqlite import LLMRescue
+    from guarded_sqlite.rescue import _import_litellm
+    _import_litellm()  # litellm's import time is not the rescue's
+    outcome = {{}}
+    with trickle_server({kind!r}) as api_base:
+        judge = LLMRescue(model="openai/x", api_base=api_base, api_key="k", timeout=1)
+        def go():
+            con = setup(guarded_sqlite.connect(":memory:", guard=GuardPolicy(rescue=judge)))
+            started = time.monotonic()
+            cur = con.execute("SELECT name FROM t WHERE 0", candidates=["SELECT 1", "SELECT 2"])
+            outcome["rows"] = cur.fetchall()
+            outcome["elapsed"] = time.monotonic() - started
+            outcome["chosen"] = cur.guard_report.rescue.chosen_index
+            outcome["reason"] = cur.guard_report.rescue.fallback_reason
+        thread = threading.Thread(target=go, daemon=True)
+        thread.start()
+        thread.join(1 + 2 + 3)
+        outcome["blocked"] = thread.is_alive()
+    report(**outcome)
+    """
+    result = run_child(code, timeout=60)
+    assert not result["blocked"], "execute() still blocked on the LLM call 6 s after a 1 s timeout"
+    assert result["elapsed"] < 1 + 2, result
+    assert result["rows"] == [] and result["chosen"] is None
+    assert re.search(r"(?i)time[ds]? ?out", result["reason"] or ""), result["reason"]
+
+
+def test_r21b_megabyte_sql_is_not_parsed_past_a_size_bound() -> None:
+    """r21b: an exploding statement with a 1 MB IN-list used to spend ~8 s in sqlglot; now it returns
+    within about a second of plain sqlite3, serves correct rows and says in the report why."""
+    ids = ",".join(str(i) for i in range(150000))
+    sql = EXPLODE + f" WHERE t.id IN ({ids})"
+    raw = setup(sqlite3.connect(":memory:"))
+    started = time.monotonic()
+    expected = raw.execute(sql).fetchall()
+    raw_time = time.monotonic() - started
+    con = setup(guarded_sqlite.connect(":memory:"))
+    started = time.monotonic()
+    cur = con.execute(sql)
+    rows = cur.fetchall()
+    elapsed = time.monotonic() - started
+    assert elapsed < raw_time + 1.0, f"{elapsed:.2f}s vs sqlite3 {raw_time:.2f}s"
+    report = cur.guard_report
+    assert rows in (expected, first_occurrence(expected))
+    assert report.decisions and all(d.reason for d in report.decisions)
+    if report.action == "none":
+        assert not report.decisions[0].applied
+
+
+@pytest.mark.parametrize("odd_cost", [float("nan"), -5.0])
+def test_r39_nan_or_negative_cost_never_disables_max_rescue_cost(odd_cost: float) -> None:
+    """r39: one rescue reporting a NaN or negative cost, then rescues costing $0.60 each, under
+    max_rescue_cost=$1.00: rescues still stop (at most 3 of 10 run), where NaN used to switch the cap
+    off for good and -5 used to buy 8 more rescues."""
+    costs = iter([odd_cost] + [0.6] * 20)
+    con = guarded_sqlite.connect(
+        ":memory:", guard=GuardPolicy(rescue=lambda r: RescueChoice(0, cost_usd=next(costs)), max_rescue_cost=1.0)
+    )
+    con.execute("CREATE TABLE t(x)")
+    ran = sum(con.execute("SELECT x FROM t", candidates=["SELECT 1"]).guard_report.rescue is not None for _ in range(10))
+    assert 1 <= ran <= 3, ran

@@ -1304,3 +1304,430 @@ def test_r16_bad_input_raises_the_same_class_and_message_as_sqlite3(case: str) -
     """r16: for each bad input of the repro, the guarded connection raises the same exception class
     with the same message as sqlite3 (4 TypeError messages used to differ)."""
     assert _r16_outcome(guarded_sqlite.connect, R16_CASES[case]) == _r16_outcome(sqlite3.connect, R16_CASES[case])
+
+
+# --- 8. regressions: what already held ------------------------------------------------------------
+
+
+def test_r14_explosion_past_row_cap_streams_every_row() -> None:
+    """r14 (scaled down from 10M rows): an explosion larger than row_cap streams through unchanged:
+    the same number of rows as sqlite3, not probed, with a note."""
+    counts = {}
+    for label, con in [
+        ("raw", sqlite3.connect(":memory:")),
+        ("guarded", guarded_sqlite.connect(":memory:", guard=GuardPolicy(row_cap=1000))),
+    ]:
+        con.execute("CREATE TABLE t(x)")
+        con.executemany("INSERT INTO t VALUES (?)", [(i % 10,) for i in range(300)])
+        cur = con.execute("SELECT a.x FROM t a, t b")
+        counts[label] = (sum(1 for _ in cur), getattr(cur, "guard_report", None))
+    assert counts["guarded"][0] == counts["raw"][0] == 90000
+    report = counts["guarded"][1]
+    assert not report.probed and "row_cap" in report.note and report.action == "none"
+
+
+def test_r17_carriage_return_comment_hides_no_group_by() -> None:
+    """r17: a "--" comment ended by a lone CR (sqlglot) but not by SQLite: the GROUP BY SQLite sees
+    keeps P1 away; 40 rows as with sqlite3."""
+    sql = "SELECT dept FROM emp -- dept per employee\r/*\nGROUP BY dept, id -- */"
+    seen = {}
+    for label, connect in [("raw", sqlite3.connect), ("guarded", guarded_sqlite.connect)]:
+        con = connect(":memory:")
+        con.execute("CREATE TABLE emp(id INTEGER PRIMARY KEY, dept TEXT)")
+        con.executemany("INSERT INTO emp(dept) VALUES (?)", [(f"d{i % 4}",) for i in range(40)])
+        cur = con.execute(sql)
+        seen[label] = (cur.fetchall(), cur)
+    assert seen["guarded"][0] == seen["raw"][0] and len(seen["raw"][0]) == 40
+    assert seen["guarded"][1].guard_report.action == "none"
+
+
+def test_r18_write_and_smuggling_candidates_never_change_anything(tmp_path: Path) -> None:
+    """r18: rescue candidates that write, attach, vacuum, change pragmas or smuggle a second
+    statement: whichever the rescuer picks, no write lands, no file appears, a write is never served."""
+    directory = tmp_path / "r18"
+    directory.mkdir()
+    evil = [
+        "SELECT 1; DROP TABLE t",
+        "SELECT 1; SELECT 2",
+        "WITH x AS (SELECT 1) DELETE FROM t",
+        "WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x",
+        "INSERT INTO t VALUES (99) RETURNING *",
+        "REPLACE INTO t VALUES (1)",
+        f"VACUUM INTO '{directory}/copy.db'",
+        f"ATTACH '{directory}/att.db' AS a",
+        "PRAGMA writable_schema = 1",
+        "CREATE TEMP TABLE tt AS SELECT 1",
+        "select 1 /* ; delete from t */",
+        "SELECT x FROM t RETURNING x",
+        "SELECT load_extension('/nonexistent/evil')",
+        "SELECT * FROM pragma_query_only",
+    ]
+    writes = {0, 2, 3, 4, 5, 6, 7, 8, 9, 11}
+    path = directory / "db.sqlite"
+    for pick in range(len(evil)):
+        if path.exists():
+            path.unlink()
+        con = guarded_sqlite.connect(str(path), guard=GuardPolicy(rescue=lambda req, p=pick: p, rerun_timeout=0.5))
+        con.execute("CREATE TABLE t(x)")
+        con.execute("INSERT INTO t VALUES (1)")
+        con.commit()
+        cur = con.execute("SELECT x FROM t WHERE 0", candidates=evil)
+        cur.fetchall()
+        rescue = cur.guard_report.rescue
+        if pick in writes:
+            assert rescue.chosen_index is None, evil[pick]
+        assert con.execute("SELECT count(*), group_concat(x) FROM t").fetchone() == (1, "1"), evil[pick]
+        assert con.execute("SELECT count(*) FROM sqlite_temp_master").fetchone()[0] == 0
+        assert query_only(con) == 0
+        con.close()
+        assert sorted(p.name for p in directory.iterdir()) == ["db.sqlite"], evil[pick]
+
+
+def test_r18_endless_candidate_is_stopped_by_rerun_timeout() -> None:
+    """r18: an endless recursive candidate is interrupted after rerun_timeout and never served."""
+    con = setup(guarded_sqlite.connect(":memory:", guard=GuardPolicy(rescue=lambda r: 0, rerun_timeout=0.2)))
+    started = time.monotonic()
+    cur = con.execute(RESCUE_SELECTION, candidates=[ENDLESS])
+    assert cur.fetchall() == [] and time.monotonic() - started < 1.5
+    assert cur.guard_report.rescue.chosen_index is None
+
+
+_CONVERTERS = {"UPPER": lambda b: b.decode().upper()}
+
+
+def _norm(row: Any) -> Any:
+    if isinstance(row, sqlite3.Row):
+        return tuple(row)
+    if isinstance(row, dict):
+        return tuple(row.values())
+    if isinstance(row, (list, tuple)):
+        return tuple(bytes(x) if isinstance(x, bytearray) else x for x in row)
+    return row
+
+
+def _boom(b: bytes) -> Any:
+    raise ValueError("converter failed")
+
+
+def _bad_text(b: bytes) -> Any:
+    raise UnicodeError("bad text")
+
+
+R20_CONFIGS: dict[str, dict[str, Any]] = {
+    "Row": {"row_factory": sqlite3.Row},
+    "dict": {"row_factory": lambda c, r: {d[0]: v for d, v in zip(c.description, r)}},
+    "list": {"row_factory": lambda c, r: list(r)},
+    "text=bytearray": {"text_factory": bytearray},
+    "text=bytes": {"text_factory": bytes},
+    "text raises": {"text_factory": _bad_text},
+    "row_factory raises": {"row_factory": lambda c, r: 1 / 0},
+    "converter UPPER": {"sql": EXPLODE.replace("SELECT t.name", 'SELECT t.name AS "n [R20UPPER]"')},
+    "converter raises": {"sql": EXPLODE.replace("SELECT t.name", 'SELECT t.name AS "n [R20BOOM]"')},
+}
+
+
+@pytest.mark.parametrize("config", list(R20_CONFIGS))
+def test_r20_row_and_text_factories_and_converters_behave_as_sqlite3(config: str) -> None:
+    """r20: row/text factories and converters on an exploding join: the same set of rows, or the same
+    error, as sqlite3."""
+    sqlite3.register_converter("R20UPPER", lambda b: b.decode().upper())
+    sqlite3.register_converter("R20BOOM", _boom)
+    cfg = R20_CONFIGS[config]
+    out = {}
+    for label, connect in [("raw", sqlite3.connect), ("guarded", guarded_sqlite.connect)]:
+        con = setup(connect(":memory:", detect_types=sqlite3.PARSE_COLNAMES))
+        if "row_factory" in cfg:
+            con.row_factory = cfg["row_factory"]
+        if "text_factory" in cfg:
+            con.text_factory = cfg["text_factory"]
+        try:
+            rows = con.execute(cfg.get("sql", EXPLODE)).fetchall()
+            out[label] = ("ok", sorted(set(map(_norm, rows)), key=repr))
+        except Exception as error:
+            out[label] = ("raise", type(error).__name__, str(error))
+    assert out["guarded"] == out["raw"]
+
+
+@pytest.mark.parametrize(
+    ("isolation", "begin"),
+    [("", None), ("DEFERRED", None), ("IMMEDIATE", None), ("EXCLUSIVE", None), (None, "BEGIN"),
+     (None, "BEGIN IMMEDIATE"), (None, "SAVEPOINT sp")],
+)
+def test_r24_patched_select_in_every_transaction_mode(tmp_path: Path, isolation: Any, begin: Any) -> None:
+    """r24: a P1-patched SELECT in each transaction mode sees uncommitted rows, commits nothing, rolls
+    back nothing, leaves in_transaction and query_only as they were."""
+    path = make_db(tmp_path / "r24.db")
+    con = guarded_sqlite.connect(path, isolation_level=isolation)
+    if begin:
+        con.execute(begin)
+    con.execute("INSERT INTO t VALUES (100, 'uncommitted')")
+    con.execute("INSERT INTO u (t_id) SELECT 100 FROM u LIMIT 10")
+    cur = con.execute(EXPLODE)
+    rows = cur.fetchall()
+    assert cur.guard_report.action == "distinct_injected" and ("uncommitted",) in rows
+    assert con.in_transaction and query_only(con) == 0
+    con.execute("ROLLBACK TO sp") if begin and begin.startswith("SAVEPOINT") else con.rollback()
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM t WHERE id = 100").fetchone()[0] == 0
+
+
+def test_r24_with_block_rolls_back_as_sqlite3(tmp_path: Path) -> None:
+    """r24: ``with con:`` around a patched SELECT commits and rolls back exactly as with sqlite3."""
+    seen = []
+    for connect in (sqlite3.connect, guarded_sqlite.connect):
+        path = make_db(tmp_path / f"with{len(seen)}.db")
+        con = connect(path)
+        with pytest.raises(RuntimeError), con:
+            con.execute("INSERT INTO audit VALUES (1)")
+            con.execute(EXPLODE).fetchall()
+            raise RuntimeError
+        with con:
+            con.execute("INSERT INTO audit VALUES (2)")
+            con.execute(EXPLODE).fetchall()
+        seen.append(sqlite3.connect(path).execute("SELECT group_concat(x) FROM audit").fetchone())
+    assert seen[0] == seen[1] == ("2",)
+
+
+class _Weird:
+    def __index__(self) -> int:
+        return 1
+
+
+R27_RESCUERS: dict[str, Any] = {
+    "None": lambda r: None,
+    "int 1": lambda r: 1,
+    "bool True": lambda r: True,
+    "float 1.0": lambda r: 1.0,
+    "str '1'": lambda r: "1",
+    "__index__ obj": lambda r: _Weird(),
+    "-1": lambda r: -1,
+    "10**30": lambda r: 10**30,
+    "RescueChoice('1')": lambda r: RescueChoice("1"),  # type: ignore[arg-type]
+    "RescueChoice(1.0)": lambda r: RescueChoice(1.0),  # type: ignore[arg-type]
+    "RescueChoice(True)": lambda r: RescueChoice(True),
+    "RescueChoice(cost='x')": lambda r: RescueChoice(1, cost_usd="x"),  # type: ignore[arg-type]
+    "RescueChoice(cost=nan)": lambda r: RescueChoice(1, cost_usd=float("nan")),
+    "raises ValueError": lambda r: int("x"),
+    "raises RecursionError": lambda r: (lambda f: f(f))(lambda f: f(f)),
+}
+
+
+@pytest.mark.parametrize("name", list(R27_RESCUERS))
+@pytest.mark.parametrize("selection", ["SELECT x FROM t WHERE 0", "SELECT nope FROM t"])
+def test_r27_odd_rescuer_answers_never_surface(name: str, selection: str) -> None:
+    """r27: rescuers returning odd values or raising ordinary exceptions: the caller gets the
+    selection's own outcome (its rows, or its error) or a chosen candidate's rows, nothing else."""
+    con = guarded_sqlite.connect(":memory:", guard=GuardPolicy(rescue=R27_RESCUERS[name], max_rescue_cost=1.0))
+    con.execute("CREATE TABLE t(x)")
+    try:
+        cur = con.execute(selection, candidates=["SELECT 'c0'", "SELECT 'c1'"])
+    except sqlite3.OperationalError as error:
+        assert selection == "SELECT nope FROM t" and str(error) == "no such column: nope"
+        return
+    rows = cur.fetchall()
+    chosen = cur.guard_report.rescue.chosen_index if cur.guard_report.rescue else None
+    assert rows == ([] if chosen is None else [(f"c{int(chosen)}",)])
+
+
+@pytest.mark.parametrize("exception", [KeyboardInterrupt, SystemExit])
+def test_r27_rescuer_raising_keyboardinterrupt_or_systemexit_propagates(exception: type[BaseException]) -> None:
+    """r27: a rescuer raising KeyboardInterrupt or SystemExit: it propagates out of execute(), and the
+    connection is left writable."""
+
+    def rescuer(request: Any) -> Any:
+        raise exception()
+
+    con = setup(guarded_sqlite.connect(":memory:", guard=GuardPolicy(rescue=rescuer)))
+    with pytest.raises(exception):
+        con.execute(RESCUE_SELECTION, candidates=["SELECT 1"])
+    writable(con)
+
+
+def test_r29_counters_after_a_patched_select_match_sqlite3() -> None:
+    """r29: total_changes, changes(), last_insert_rowid(), lastrowid, rowcount, in_transaction and
+    description after a patched SELECT are sqlite3's."""
+    seen = {}
+    for label, connect in [("raw", sqlite3.connect), ("guarded", guarded_sqlite.connect)]:
+        con = setup(connect(":memory:"))
+        ins = con.execute("INSERT INTO audit VALUES (1), (2), (3)")
+        cur = con.execute(EXPLODE)
+        cur.fetchall()
+        seen[label] = (
+            con.total_changes,
+            con.execute("SELECT changes()").fetchone()[0],
+            con.execute("SELECT last_insert_rowid()").fetchone()[0],
+            ins.lastrowid,
+            ins.rowcount,
+            cur.rowcount,
+            cur.lastrowid,
+            con.in_transaction,
+            cur.description,
+        )
+    assert seen["guarded"] == seen["raw"]
+
+
+def test_r30_streaming_cursor_survives_a_patch_on_another_cursor() -> None:
+    """r30: a cursor streaming past row_cap keeps delivering all its rows, in order, while another
+    cursor on the same connection is patched."""
+    big = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 5000) SELECT i FROM n"
+    con = setup(guarded_sqlite.connect(":memory:", guard=GuardPolicy(row_cap=1000)))
+    c1 = con.cursor()
+    c1.execute(big)
+    got = c1.fetchmany(2000)
+    c2 = con.cursor()
+    c2.execute(EXPLODE)
+    assert len(c2.fetchall()) == 20 and c2.guard_report.action == "distinct_injected"
+    got += c1.fetchall()
+    assert [r[0] for r in got] == list(range(1, 5001))
+
+
+R31_STATEMENTS = [
+    "INSERT INTO audit SELECT 'k' FROM u RETURNING x",
+    "insert /* c */ into audit select 'k' from u returning /* r */ x",
+    "WITH s AS (SELECT 'k' AS v FROM u) INSERT INTO audit SELECT v FROM s RETURNING x",
+    "REPLACE INTO audit SELECT 'k' FROM u ReTuRnInG x",
+    "INSERT INTO audit SELECT 'k' FROM u RETURNING 'SELECT DISTINCT' AS x",
+    "UPDATE u SET t_id = t_id RETURNING 'same'",
+    "DELETE FROM u WHERE id > 150 RETURNING 'gone'",
+    "INSERT INTO t (id, name) SELECT id, 'dup' FROM u WHERE id <= 50 "
+    "ON CONFLICT(id) DO UPDATE SET name = name || '+' RETURNING 'upsert'",
+]
+
+
+@pytest.mark.parametrize("sql", R31_STATEMENTS)
+def test_r31_exploding_returning_writes_happen_once(sql: str) -> None:
+    """r31: exploding DML ... RETURNING: the same rows and the same database state as sqlite3 (each
+    write exactly once, never patched)."""
+    seen = []
+    for connect in (sqlite3.connect, guarded_sqlite.connect):
+        con = setup(connect(":memory:"))
+        rows = con.execute(sql).fetchall()
+        state = con.execute(
+            "SELECT (SELECT count(*) FROM audit), (SELECT count(*) FROM u), "
+            "(SELECT group_concat(name) FROM t WHERE name LIKE 'name%+%'), total_changes()"
+        ).fetchone()
+        seen.append((rows, state))
+    assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("how", ["rerun_timeout", "interrupt"])
+def test_r32_interrupted_guard_statement_keeps_the_transaction(tmp_path: Path, how: str) -> None:
+    """r32: a guard statement (a rescue candidate whose DISTINCT spills to disk) interrupted by
+    rerun_timeout or by con.interrupt() inside the caller's open write transaction: the transaction is
+    kept and its write committed afterwards."""
+    path = make_db(tmp_path / "r32.db")
+    spill = (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 3000000) "
+        "SELECT DISTINCT printf('%.200d', i) FROM n, t WHERE t.id = 1"
+    )
+    con = guarded_sqlite.connect(
+        path,
+        check_same_thread=False,
+        guard=GuardPolicy(rescue=DupRatioSelector(), rerun_timeout=0.3 if how == "rerun_timeout" else 30),
+    )
+    con.execute("PRAGMA cache_size = -500")
+    con.execute("INSERT INTO audit VALUES ('uncommitted')")
+    timer = threading.Timer(0.3, guarded_sqlite.unwrap(con).interrupt) if how == "interrupt" else None
+    if timer:
+        timer.start()
+    started = time.monotonic()
+    try:
+        cur = con.execute(RESCUE_SELECTION, candidates=[spill, "SELECT name FROM t"])
+        assert len(cur.fetchall()) == 20
+    except sqlite3.OperationalError as error:  # the interrupt may also land on the caller's statement
+        assert how == "interrupt" and str(error) == "interrupted"
+    finally:
+        if timer:
+            timer.join()
+    assert time.monotonic() - started < 3
+    assert con.in_transaction and query_only(con) == 0
+    con.commit()
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM audit").fetchone()[0] == 1
+
+
+def test_r34_llm_rescue_has_no_process_wide_side_effects() -> None:
+    """r34: the first LLMRescue call (litellm imported lazily, mock_response): no network or process
+    audit events, root logger untouched."""
+    import importlib.util
+
+    if importlib.util.find_spec("litellm") is None:
+        pytest.skip("litellm is not installed (extra [llm])")
+    code = """
+    import logging, warnings; warnings.simplefilter("ignore")
+    events = []
+    sys.addaudithook(lambda ev, args: events.append(ev) if ev in ("socket.connect", "socket.getaddrinfo", "subprocess.Popen", "os.system") else None)
+    from guarded_sqlite import LLMRescue
+    root0 = list(logging.getLogger().handlers); lv0 = logging.getLogger().level
+    judge = LLMRescue(model="openai/x", api_base="http://127.0.0.1:9/v1", api_key="k", completion_kwargs={"mock_response": "1"})
+    con = guarded_sqlite.connect(":memory:", guard=GuardPolicy(rescue=judge))
+    con.execute("CREATE TABLE t(x)")
+    cur = con.execute("SELECT x FROM t", candidates=["SELECT 1", "SELECT 2"])
+    rows = cur.fetchall()
+    report(rows=rows, chosen=cur.guard_report.rescue.chosen_index, events=events,
+           root_same=logging.getLogger().handlers == root0 and logging.getLogger().level == lv0)
+    """
+    result = run_child(code, timeout=60)
+    assert result["rows"] == [[2]] and result["chosen"] == 1
+    assert result["events"] == [] and result["root_same"]
+
+
+def test_r35_observe_and_off_run_nothing_extra() -> None:
+    """r35: in observe and off modes the user function is called and statements are traced exactly as
+    with sqlite3."""
+    seen = {}
+    for label, connect in [
+        ("raw", sqlite3.connect),
+        ("observe", lambda p: guarded_sqlite.connect(p, guard="observe")),
+        ("off", lambda p: guarded_sqlite.connect(p, guard="off")),
+    ]:
+        con = setup(connect(":memory:"))
+        calls: list[Any] = []
+        traced: list[str] = []
+        con.create_function("f", 1, lambda x, calls=calls: (calls.append(x), x)[1])
+        con.set_trace_callback(traced.append)
+        con.execute(EXPLODE.replace("SELECT t.name", "SELECT f(t.name)")).fetchall()
+        con.execute("SELECT DISTINCT f(name) FROM t").fetchall()
+        seen[label] = (len(calls), traced)
+    assert seen["observe"] == seen["off"] == seen["raw"]
+
+
+def test_r36_duckdb_quick_checks() -> None:
+    """r36: DuckDB: an explosion is patched in autocommit; inside an explicit transaction the caller's
+    write survives to COMMIT; RETURNING writes once; a user function runs as often as without the guard
+    (P1 is served from the fetched rows)."""
+    duckdb = pytest.importorskip("duckdb")
+
+    def make() -> tuple[Any, Any]:
+        raw = duckdb.connect(":memory:")
+        raw.execute("CREATE TABLE t(id INTEGER, name VARCHAR); CREATE TABLE u(t_id INTEGER); CREATE TABLE audit(x VARCHAR)")
+        raw.execute("INSERT INTO t SELECT i, 'name' || i FROM range(1, 21) r(i)")
+        raw.execute("INSERT INTO u SELECT i % 20 + 1 FROM range(200) r(i)")
+        return raw, guarded_sqlite.wrap(raw)
+
+    raw, con = make()
+    rows = con.execute(EXPLODE).fetchall()
+    assert sorted(rows) == sorted(set(raw.execute(EXPLODE).fetchall())) and con.guard_report.action == "distinct_injected"
+
+    raw, con = make()
+    con.execute("BEGIN")
+    con.execute("INSERT INTO audit VALUES ('uncommitted')")
+    assert set(con.execute(EXPLODE).fetchall()) == ALL_NAMES
+    con.execute("COMMIT")
+    assert raw.execute("SELECT count(*) FROM audit").fetchone() == (1,)
+
+    raw, con = make()
+    assert len(con.execute("INSERT INTO audit SELECT 'k' FROM u RETURNING x").fetchall()) == 200
+    assert raw.execute("SELECT count(*) FROM audit").fetchone() == (200,)
+
+    counts = []
+    for guarded in (False, True):
+        raw, con = make()
+        calls: list[Any] = []
+
+        def f(x: str, calls: list[Any] = calls) -> str:
+            calls.append(x)
+            return x
+
+        raw.create_function("f", lambda x: f(x), ["VARCHAR"], "VARCHAR", side_effects=True)
+        (con if guarded else raw).execute(EXPLODE.replace("SELECT t.name", "SELECT f(t.name)")).fetchall()
+        counts.append(len(calls))
+    assert counts[1] == counts[0] == 200

@@ -100,6 +100,23 @@ def guarded_connect(guard: Any = "observe", **kwargs: Any) -> GuardedConnection:
     return con
 
 
+def dict_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    """A row_factory giving dicts keyed by column name."""
+    return {column[0]: value for column, value in zip(cursor.description, row)}
+
+
+def list_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> list[Any]:
+    """A row_factory giving lists (unhashable rows)."""
+    return list(row)
+
+
+class CountingConnection(sqlite3.Connection):
+    """A Connection subclass with its own helper method."""
+
+    def count(self, table: str) -> int:
+        return self.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # type: ignore[no-any-return]
+
+
 # --- rescue candidates over the fan-out database (conftest.fill_fanout) ----------------------------
 
 GOOD = "SELECT name FROM customers WHERE id IN (SELECT customer_id FROM orders) ORDER BY name"

@@ -23,8 +23,9 @@ def connect(database: Any, *args: Any, guard: GuardSpec = None, **kwargs: Any) -
     """Open a SQLite database like ``sqlite3.connect`` and return it guarded.
 
     Takes every argument ``sqlite3.connect`` takes (``timeout``, ``detect_types``, ``isolation_level``,
-    ``check_same_thread``, ``factory``, ``cached_statements``, ``uri``, ...), plus ``guard``: ``"patch"``
-    (default), ``"observe"``, ``"off"`` or a ``GuardPolicy``.
+    ``check_same_thread``, ``factory``, ``cached_statements``, ``uri``, ...), plus ``guard``: a preset,
+    ``"patch"`` (default), ``"text_to_sql"``, ``"paper"``, ``"observe"`` or ``"off"`` (see
+    ``guarded_sqlite.policy``), or a ``GuardPolicy``.
     """
     policy = resolve_policy(guard)
     # check_same_thread is sqlite3.connect's fourth parameter after the database.
@@ -36,7 +37,7 @@ def connect(database: Any, *args: Any, guard: GuardSpec = None, **kwargs: Any) -
 def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -> Any:
     """Guard an open connection: a ``sqlite3.Connection``, a ``duckdb.DuckDBPyConnection`` or a
     ``psycopg.Connection`` (PostgreSQL). ``dialect`` (``"sqlite"``, ``"duckdb"``, ``"postgres"``)
-    defaults to the driver's and must agree with it.
+    defaults to the driver's and must agree with it. ``guard`` takes what ``connect`` takes.
 
     Wrapping a guarded connection returns it unchanged, unless ``guard`` asks for a different policy,
     which gives a new proxy over the same connection.
@@ -69,7 +70,9 @@ def unwrap(obj: T) -> T:
 def install(guard: GuardSpec = None) -> None:
     """Make ``sqlite3.connect`` return guarded connections, process-wide, until ``uninstall()``.
 
-    Code that did ``from sqlite3 import connect`` before this call keeps the original function.
+    ``guard`` takes what ``connect`` takes; the default ``"patch"`` preset is the one meant for
+    applications and ORMs. Code that did ``from sqlite3 import connect`` before this call keeps the
+    original function.
     Calling it again replaces the policy.
     """
     policy = resolve_policy(guard)

@@ -9,6 +9,13 @@ order of first occurrence. P2 re-executes and commits only if the new rows pass 
 With candidates the rescuer runs before the patches (``rescue_first``, the paper's v2) or after them
 (``patch_first``, v1). Every check that fails becomes a reason in the report; nothing here raises
 except ``TransactionLost`` and KeyboardInterrupt/SystemExit, which must reach the caller.
+
+Provenance (``GuardPolicy.provenance``). Unless it is ``"off"`` (the paper preset), a rule that is about
+to fire asks ``explain`` (the connection's cached ``guarded_sqlite.provenance`` verdict) *after* the
+rewrite itself was accepted, so statements the rewrite refuses never cost a catalog read: P1 leaves
+``value_repeats`` alone and fires on join amplification (``unknown`` keeps the paper's rule, and the
+reason says so); under ``"text_to_sql"`` P1 also fires below ``tau_inject`` on amplification only; P2
+refuses to remove a DISTINCT that may hide a join's multiplication.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .engines import RerunRefused
 from .errors import TransactionLost, describe_error
@@ -27,11 +34,18 @@ from .report import Action, RuleDecision
 from .rescue import PREVIEW_ROWS, CandidatePreview, RescueReport, RescueRequest, rescuer_name, run_rescuer
 from .rewrite import inject_distinct, is_read_only_query, remove_distinct
 
+if TYPE_CHECKING:
+    from .provenance import Provenance
+
 logger = logging.getLogger("guarded_sqlite")
 
 Rerun = Callable[[str, int], list[Any] | None]
 """Executes SQL read-only with the caller's parameters; returns its rows, or None past the given
 number of rows."""
+
+Explain = Callable[[str], "Provenance"]
+"""The provenance of a statement's duplicates on this connection (schema facts and verdicts cached by
+the connection); asked only when a rule needs the verdict."""
 
 MayCollate = Callable[[], bool]
 """Whether the engine may compare text with a non-binary collation in this database (asked only when
@@ -72,6 +86,8 @@ class PatchOutcome(NamedTuple):
     rescue: RescueReport | None = None
     description: Any = None
     """The served candidate's cursor description when a rescue replaced the statement, else None."""
+    provenance: Provenance | None = None
+    """The provenance verdict a rule asked for (the last one, after a rescue), else None."""
 
 
 def repair(
@@ -84,14 +100,17 @@ def repair(
     dialect: str = "sqlite",
     context: RescueContext | None = None,
     may_collate: MayCollate = lambda: True,
+    explain: Explain | None = None,
 ) -> PatchOutcome:
     """Run the rescue (if the statement is flagged and came with candidates) and the patch rules.
 
     ``rows`` is None only for ``exec_error``; then only a rescue can produce rows, and the outcome's
-    ``rows`` stays empty with ``action == "none"`` when it does not.
+    ``rows`` stays empty with ``action == "none"`` when it does not. ``explain`` gives the provenance
+    verdict when ``policy.provenance`` asks for one; without it the rules act as the paper's.
     """
     started = time.perf_counter_ns()
     decisions: list[RuleDecision] = []
+    why = _Why(explain if policy.provenance != "off" else None)
     rescue_report: RescueReport | None = None
     rescued: tuple[str, list[Any]] | None = None
     current = (sql, rows, unique_rows, trigger)
@@ -105,7 +124,7 @@ def repair(
             new_unique = count_unique(new_rows)
             current = (new_sql, new_rows, new_unique, classify(len(new_rows), new_unique, policy.tau_inject))
 
-    patched_sql, patched_rows, patch_action = _patches(*current, policy, rerun, may_collate, dialect, decisions)
+    patched_sql, patched_rows, patch_action = _patches(*current, policy, rerun, may_collate, dialect, decisions, why)
 
     if wants_rescue and policy.order == "patch_first":
         rescue_report, rescued, refusal = _rescue(sql, rows, unique_rows, trigger, policy, dialect, context)  # type: ignore[arg-type]
@@ -121,8 +140,19 @@ def repair(
     else:
         action = patch_action
     elapsed = time.perf_counter_ns() - started
+    provenance = why.last
     if action != "none":
-        logger.info("guarded_sqlite %s: %s -> %s", action, sql, patched_sql)
+        if provenance is None:
+            logger.info("guarded_sqlite %s: %s -> %s", action, sql, patched_sql)
+        else:
+            logger.info(
+                "guarded_sqlite %s: %s -> %s (provenance %s: %s)",
+                action,
+                sql,
+                patched_sql,
+                provenance.verdict,
+                provenance.evidence,
+            )
     return PatchOutcome(
         patched_sql,
         patched_rows if patched_rows is not None else [],
@@ -131,7 +161,25 @@ def repair(
         elapsed,
         rescue_report,
         description,
+        provenance,
     )
+
+
+class _Why:
+    """``explain`` for one repair, remembering the last verdict for the report; gives None when the
+    policy wants no analysis (the paper preset) or the connection provides none."""
+
+    __slots__ = ("explain", "last")
+
+    def __init__(self, explain: Explain | None) -> None:
+        self.explain = explain
+        self.last: Provenance | None = None
+
+    def __call__(self, sql: str) -> Provenance | None:
+        if self.explain is None:
+            return None
+        self.last = self.explain(sql)
+        return self.last
 
 
 def _patches(
@@ -144,14 +192,18 @@ def _patches(
     may_collate: MayCollate,
     dialect: str,
     decisions: list[RuleDecision],
+    why: _Why,
 ) -> tuple[str, list[Any] | None, Action]:
-    """P1 on an explosion, P2 on a healthy DISTINCT result; appends its decision."""
+    """P1 on an explosion (or, text_to_sql, on duplicates at ``tau_amplified``), P2 on a healthy DISTINCT
+    result; appends its decision."""
     if rows is None or unique_rows is None:
         return sql, rows, "none"
     if trigger == CARTESIAN_EXPLOSION:
-        decision, new = _inject(sql, rows, unique_rows, policy, may_collate, dialect)
+        decision, new = _inject(sql, rows, unique_rows, policy, may_collate, dialect, why, below_tau=False)
+    elif trigger is None and below_tau_applies(len(rows), unique_rows, policy):
+        decision, new = _inject(sql, rows, unique_rows, policy, may_collate, dialect, why, below_tau=True)
     elif trigger is None and removal_applies(sql, len(rows), unique_rows, policy):
-        decision, new = _remove(sql, rows, policy, rerun, dialect)
+        decision, new = _remove(sql, rows, policy, rerun, dialect, why)
     else:
         return sql, rows, "none"
     decisions.append(decision)
@@ -163,14 +215,60 @@ def _patches(
 _Result = tuple[RuleDecision, tuple[str, list[Any]] | None]
 
 
+def below_tau_applies(rows: int, unique_rows: int, policy: GuardPolicy) -> bool:
+    """Whether a result below ``tau_inject`` is one text_to_sql's P1 may fire on (given amplification):
+    duplicates at ``dup_ratio >= tau_amplified``. Never true for the other presets."""
+    tau = policy._tau_act
+    return tau < policy.tau_inject and 0 < unique_rows < rows and (rows - unique_rows) / rows >= tau
+
+
 def _inject(
-    sql: str, rows: list[Any], unique_rows: int, policy: GuardPolicy, may_collate: MayCollate, dialect: str
+    sql: str,
+    rows: list[Any],
+    unique_rows: int,
+    policy: GuardPolicy,
+    may_collate: MayCollate,
+    dialect: str,
+    why: _Why,
+    below_tau: bool,
 ) -> _Result:
     if not policy.inject_distinct:
         return RuleDecision("P1", False, "disabled by policy (inject_distinct=False)"), None
     rewrite = inject_distinct(sql, dialect)
     if rewrite.sql is None:
         return RuleDecision("P1", False, rewrite.reason), None
+    ratio = dup_ratio(len(rows), unique_rows)
+    if below_tau:
+        threshold = (
+            f"dup_ratio {ratio:.3f} >= tau_amplified {policy.tau_amplified} (below tau_inject {policy.tau_inject})"
+        )
+    else:
+        threshold = f"dup_ratio {ratio:.3f} >= tau_inject {policy.tau_inject}"
+    provenance = why(sql)
+    if provenance is None:
+        origin = ""
+    elif provenance.amplification:
+        origin = f"; join amplification ({provenance.verdict}): {provenance.evidence}"
+    elif below_tau:
+        return RuleDecision(
+            "P1",
+            False,
+            f"{threshold}, but below tau_inject P1 fires only on join amplification; "
+            f"provenance {provenance.verdict}: {provenance.evidence}",
+        ), None
+    elif provenance.verdict == "value_repeats":
+        return RuleDecision(
+            "P1",
+            False,
+            f"{threshold}, but the duplicates are value repeats, not join amplification: {provenance.evidence}",
+        ), None
+    elif provenance.verdict == "identified":
+        origin = (
+            f"; the declared keys say no row can repeat ({provenance.evidence}), so the data breaks a key: "
+            "the paper's rule applies"
+        )
+    else:
+        origin = f"; provenance unknown ({provenance.evidence}): the paper's rule applies"
     new_rows = distinct_in_order(rows)
     # Text that a collation could merge shows among the distinct rows already: no need to scan them all.
     refusal = _collation_refusal(sql, new_rows, may_collate)
@@ -178,9 +276,8 @@ def _inject(
         return RuleDecision("P1", False, refusal), None
     if len(new_rows) != unique_rows:  # the probe and the de-duplication disagree: serve nothing new
         return RuleDecision("P1", False, _SET_CHANGED), None
-    ratio = dup_ratio(len(rows), unique_rows)
     reason = (
-        f"dup_ratio {ratio:.3f} >= tau_inject {policy.tau_inject}; {len(rows)} -> {len(new_rows)} rows "
+        f"{threshold}{origin}; {len(rows)} -> {len(new_rows)} rows "
         "(the fetched rows de-duplicated in order of first occurrence; nothing re-executed)"
     )
     return RuleDecision("P1", True, reason), (rewrite.sql, new_rows)
@@ -222,12 +319,21 @@ def _has_case_or_space_variants(rows: Sequence[Any]) -> bool:
     return False
 
 
-def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialect: str) -> _Result:
+def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialect: str, why: _Why) -> _Result:
     if not policy.remove_distinct:
         return RuleDecision("P2", False, "disabled by policy (remove_distinct=False)"), None
     rewrite = remove_distinct(sql, dialect)
     if rewrite.sql is None:
         return RuleDecision("P2", False, rewrite.reason), None
+    provenance = why(sql)
+    if provenance is not None and provenance.hides_amplification:
+        fans = ", ".join(dict.fromkeys((*provenance.fanning_leading, *provenance.fanning_projected)))
+        return RuleDecision(
+            "P2",
+            False,
+            f"the DISTINCT may hide join amplification ({fans} can repeat rows; provenance "
+            f"{provenance.verdict}: {provenance.evidence}): not removed, nothing re-executed",
+        ), None
     can_commit_up_to = removal_row_limit(len(rows), policy.tau_remove)
     new_rows, failure = _run(rerun, rewrite.sql, min(policy.row_cap, can_commit_up_to))
     if new_rows is None:

@@ -1,13 +1,23 @@
 """The guard's knobs: one frozen ``GuardPolicy`` per connection.
 
-``guard=`` accepts a mode name or a policy; ``resolve_policy`` turns either into a policy so the rest of
-the package only ever sees one type. Defaults are the paper's operating points.
+``guard=`` accepts a preset name or a policy; ``resolve_policy`` turns either into a policy so the rest of
+the package only ever sees one type. Thresholds default to the paper's operating points; the default
+preset, ``"patch"``, adds the duplicate-provenance checks (``provenance="keys"``) to the paper's rules.
+
+Presets (``guard=NAME``, or the ``GuardPolicy`` constructor named after each):
+
+* ``"patch"`` (``GuardPolicy()``): P1 on a flagged explosion unless the duplicates are value repeats;
+  P2 unless the DISTINCT may hide a join's multiplication. What ``install()`` puts under applications.
+* ``"text_to_sql"`` (``GuardPolicy.text_to_sql()``): ``"patch"``, and P1 also below ``tau_inject`` on
+  join amplification with ``dup_ratio >= tau_amplified``. For SQL a model wrote to answer a question.
+* ``"paper"`` (``GuardPolicy.paper()``): the paper's literal P1/P2, no provenance, to reproduce its numbers.
+* ``"observe"`` and ``"off"``: the modes of the same names (``GuardPolicy(mode=...)``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .probe import mentions_distinct, min_rows_for_removal
 
@@ -16,6 +26,16 @@ if TYPE_CHECKING:
 
 GuardMode = Literal["patch", "observe", "off"]
 _MODES: tuple[str, ...] = get_args(GuardMode)
+GuardPreset = Literal["patch", "text_to_sql", "paper", "observe", "off"]
+"""The names ``guard=`` accepts (connect, wrap, install, ``resolve_policy``)."""
+PRESETS: tuple[str, ...] = get_args(GuardPreset)
+ProvenanceRule = Literal["keys", "text_to_sql", "off"]
+_PROVENANCE_RULES: tuple[str, ...] = get_args(ProvenanceRule)
+
+TEXT_TO_SQL_TAU = 0.30
+"""``tau_amplified``'s default: the threshold leave-one-database-out cross-validation chose on Spider dev
+(excluding wta_1) for P1 on join amplification below ``tau_inject``, in 19 of 19 folds
+(``benchmarks/provenance_spider_results.md``)."""
 RescueOrder = Literal["rescue_first", "patch_first"]
 _ORDERS: tuple[str, ...] = get_args(RescueOrder)
 
@@ -65,6 +85,31 @@ class GuardPolicy:
     max_rescue_cost: float | None = None
     """Most US dollars of rescue spend per connection (known costs only); None for no cap."""
 
+    provenance: ProvenanceRule = "keys"
+    """How P1 and P2 use the duplicate-provenance analysis (``guarded_sqlite.provenance``: declared keys
+    read from the catalog, only when a rule is about to fire). ``"keys"`` (the ``"patch"`` preset): P1
+    leaves a flagged result alone when its duplicates are ``value_repeats`` and fires on join
+    amplification; an ``unknown`` verdict keeps the paper's rule; P2 refuses to remove a DISTINCT that
+    may hide a join's multiplication. ``"text_to_sql"``: the same, and P1 also fires below
+    ``tau_inject`` on join amplification (see ``tau_amplified``). ``"off"`` (the ``"paper"`` preset): the
+    paper's rules, no analysis, no catalog read."""
+
+    tau_amplified: float = TEXT_TO_SQL_TAU
+    """With ``provenance="text_to_sql"`` only: P1 also fires on a result below ``tau_inject`` whose
+    ``dup_ratio >= tau_amplified`` when its duplicates are join amplification. Such a result is not
+    flagged (``trigger`` stays None); the report shows the action and the reason. 0.30 is the
+    leave-one-database-out choice on Spider dev (``TEXT_TO_SQL_TAU``)."""
+
+    @classmethod
+    def text_to_sql(cls, **changes: Any) -> GuardPolicy:
+        """The ``"text_to_sql"`` preset: ``GuardPolicy(provenance="text_to_sql", **changes)``."""
+        return cls(**{"provenance": "text_to_sql", **changes})
+
+    @classmethod
+    def paper(cls, **changes: Any) -> GuardPolicy:
+        """The ``"paper"`` preset, the paper's literal P1/P2: ``GuardPolicy(provenance="off", **changes)``."""
+        return cls(**{"provenance": "off", **changes})
+
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
             raise ValueError(f"guard mode must be one of {', '.join(map(repr, _MODES))}, not {self.mode!r}")
@@ -86,10 +131,29 @@ class GuardPolicy:
             raise ValueError(f"max_rescues must be >= 0 or None, not {self.max_rescues!r}")
         if self.max_rescue_cost is not None and self.max_rescue_cost < 0:
             raise ValueError(f"max_rescue_cost must be >= 0 or None, not {self.max_rescue_cost!r}")
+        if self.provenance not in _PROVENANCE_RULES:
+            raise ValueError(
+                f"provenance must be one of {', '.join(map(repr, _PROVENANCE_RULES))}, not {self.provenance!r}"
+            )
+        if isinstance(self.tau_amplified, bool) or not 0.0 < self.tau_amplified <= 1.0:
+            raise ValueError(f"tau_amplified must be in (0, 1], not {self.tau_amplified!r}")
         object.__setattr__(self, "_p2_min_rows", min_rows_for_removal(self.tau_remove))
+        below = self.mode == "patch" and self.provenance == "text_to_sql" and self.tau_amplified < self.tau_inject
+        object.__setattr__(self, "_tau_act", self.tau_amplified if below else self.tau_inject)
 
     _p2_min_rows: int = field(init=False, repr=False, compare=False, default=0)
     """Smallest DISTINCT result P2 could ever commit on; smaller ones skip P2 without parsing."""
+
+    _tau_act: float = field(init=False, repr=False, compare=False, default=0.80)
+    """Smallest ``dup_ratio`` at which a patch rule could act: ``tau_amplified`` when P1 may fire below
+    ``tau_inject`` (text_to_sql), else ``tau_inject``. Results below it never reach the analysis."""
+
+    @property
+    def preset(self) -> str:
+        """The preset name this policy's mode and provenance rule correspond to (thresholds aside)."""
+        if self.mode != "patch":
+            return self.mode
+        return {"keys": "patch", "text_to_sql": "text_to_sql", "off": "paper"}[self.provenance]
 
 
 def removal_applies(sql: str, rows: int, unique_rows: int, policy: GuardPolicy) -> bool:
@@ -107,17 +171,25 @@ def removal_row_limit(rows: int, tau_remove: float) -> int:
     return int(rows / (1.0 - tau_remove)) + 1
 
 
-GuardSpec = GuardPolicy | GuardMode | None
+GuardSpec = GuardPolicy | GuardPreset | None
 
 DEFAULT_POLICY = GuardPolicy()
 
 
 def resolve_policy(guard: GuardSpec) -> GuardPolicy:
-    """Turn the ``guard=`` argument (None, a mode name, or a policy) into a policy."""
+    """Turn the ``guard=`` argument (None, a preset name, or a policy) into a policy."""
     if guard is None:
         return DEFAULT_POLICY
     if isinstance(guard, GuardPolicy):
         return guard
     if isinstance(guard, str):
-        return GuardPolicy(mode=guard)  # validated in __post_init__
-    raise TypeError(f"guard must be a GuardPolicy or one of {', '.join(map(repr, _MODES))}, not {type(guard).__name__}")
+        if guard == "text_to_sql":
+            return GuardPolicy.text_to_sql()
+        if guard == "paper":
+            return GuardPolicy.paper()
+        if guard not in _MODES:
+            raise ValueError(f"guard mode must be one of {', '.join(map(repr, PRESETS))}, not {guard!r}")
+        return GuardPolicy(mode=guard)
+    raise TypeError(
+        f"guard must be a GuardPolicy or one of {', '.join(map(repr, PRESETS))}, not {type(guard).__name__}"
+    )

@@ -12,6 +12,15 @@ SQLite on demand.
 Speed notes. Reading a proxy-owned attribute through wrapt costs several times a plain slot read,
 so per-connection facts live in one slotted ``ConnectionGuard`` that each cursor reaches with a single
 proxy read, and the hot path is a module function working on locals.
+
+Provenance. A patch rule that needs to know why duplicates repeat (``GuardPolicy.provenance``) asks
+``_explain``, which keeps the schema facts and a bounded dict of verdicts (one per SQL text) on the
+``ConnectionGuard``. Nothing of it runs on a healthy result: the catalog is first read by the first
+statement a rule asks about. SQLite: the facts are re-read when ``PRAGMA schema_version`` of ``main``,
+``temp`` or a schema attached at reading time changed (checked on every ask, two or three PRAGMAs).
+DuckDB and PostgreSQL have no cheap version: the facts are dropped when a statement through this
+connection looks like DDL (``CREATE``/``DROP``/``ALTER``/...; also every ``executescript``) or fails
+with an unknown-table error; DDL by other connections is seen only then.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import functools
 import itertools
 import math
 import operator
+import re
 import sqlite3
 import threading
 import time
@@ -36,7 +46,11 @@ from .probe import CARTESIAN_EXPLOSION, EXEC_ERROR, PartialCount, classify, coun
 from .report import GuardReport, ReportState, RuleDecision, RuleName
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
+
     from .patching import PatchOutcome
+    from .provenance import Provenance
+    from .schema import SchemaFacts
 
 _NO_PARAMETERS = NO_PARAMETERS
 
@@ -47,6 +61,10 @@ _NOT_ROW_RETURNING = "statement returns no rows"
 _MANY_NOT_PROBED = "executemany/executescript results are not probed"
 _GUARD_OFF = "guard is off"
 _LOCKED = "database is locked"
+_VERDICTS = 256  # provenance verdicts kept per connection (one per SQL text), oldest dropped first
+# Statements after which DuckDB's/PostgreSQL's cached schema facts are dropped (SQLite has a version).
+_SCHEMA_CHANGE = re.compile(r"\b(create|drop|alter|attach|detach|rename|truncate|use|search_path)\b", re.IGNORECASE)
+_UNKNOWN_NAME = re.compile(r"no such table|does not exist|catalog error|undefined", re.IGNORECASE)
 
 
 class ConnectionGuard:
@@ -63,7 +81,11 @@ class ConnectionGuard:
         "rescue_spend",
         "rescues",
         "restore_writable",
+        "schema_facts",
+        "schema_version",
         "status_results",
+        "tau_below",
+        "verdicts",
     )
 
     def __init__(self, policy: GuardPolicy, engine: Engine, proxy: Any, single_thread: bool) -> None:
@@ -83,6 +105,13 @@ class ConnectionGuard:
         # Set when a guard statement could not switch SQLite's query_only back off (the caller's
         # progress handler or interrupt() kept aborting it): done before the caller's next statement.
         self.restore_writable = False
+        # The text_to_sql threshold when P1 may fire below tau_inject, else None (read per statement).
+        self.tau_below: float | None = policy._tau_act if policy._tau_act < policy.tau_inject else None
+        # Provenance (see the module docstring): schema facts read on first need, the schema version
+        # they were read at (SQLite: the schema names and their versions), verdicts by SQL text.
+        self.schema_facts: SchemaFacts | None = None
+        self.schema_version: Hashable = None
+        self.verdicts: dict[str, Provenance] = {}
 
 
 if TYPE_CHECKING:
@@ -399,6 +428,9 @@ class GuardedCursor(_Proxy):
             trigger, text = (None, None) if mode == "off" else (EXEC_ERROR, describe_error(error))
             self._self_state = (mode, sql, sql, trigger, "none", None, None, None, note, text, (), None, None)
             raise
+        finally:
+            if guard.schema_facts is not None and guard.engine is not SQLITE:
+                _forget_schema(guard)  # a script or batch may change the schema; cheap to re-read once
         self._self_state = (mode, sql, sql, None, "none", None, None, None, note, None, (), None, None)
         return self
 
@@ -644,13 +676,19 @@ def _execute_and_probe(
         if guard.status_results:  # DuckDB: the raw connection is the cursor; guard re-runs reuse it
             cursor._self_description = raw.description
             if guard.engine.is_status_result(raw, sql):
+                if guard.schema_facts is not None and _SCHEMA_CHANGE.search(sql):
+                    _forget_schema(guard)
                 return raw, (mode, sql, sql, None, "none", None, None, None, _NOT_ROW_RETURNING, None, (), None, None)
         elif raw.description is None:
+            if guard.schema_facts is not None and guard.engine is not SQLITE and _SCHEMA_CHANGE.search(sql):
+                _forget_schema(guard)
             return raw, (mode, sql, sql, None, "none", None, None, None, _NOT_ROW_RETURNING, None, (), None, None)
         rows = raw.fetchmany(row_cap + 1)
     except Exception as error:
         if guard.status_results:
             cursor._self_description = raw.description
+        if guard.schema_facts is not None and guard.engine is not SQLITE and _UNKNOWN_NAME.search(str(error)):
+            _forget_schema(guard)  # an unknown table: the cached facts may predate someone's DDL
         failed: tuple[Any, ...] = (
             mode,
             sql,
@@ -711,8 +749,12 @@ def _execute_and_probe(
         if count < _SMALL_RESULT or removal_candidate:
             unique = len(set(rows))
             trigger = classify(count, unique, policy.tau_inject)
-        else:
+        elif guard.tau_below is None:
             trigger, unique = probe_large(rows, policy.tau_inject)
+        else:  # text_to_sql: the exact count is needed down to tau_amplified
+            trigger, unique = probe_large(rows, guard.tau_below)
+            if trigger is not None:
+                trigger = classify(count, unique, policy.tau_inject)  # type: ignore[arg-type]  # exact here
     except TypeError:  # unhashable rows from a row_factory or text_factory
         try:
             unique = count_unique(rows)
@@ -728,6 +770,12 @@ def _execute_and_probe(
         trigger == CARTESIAN_EXPLOSION
         or (trigger is not None and rescue_inputs is not None)
         or (removal_candidate and trigger is None and unique == count)
+        or (
+            guard.tau_below is not None
+            and trigger is None
+            and type(unique) is int
+            and (count - unique) / count >= guard.tau_below
+        )
     ):
         # A flagged or DISTINCT result was counted exactly (probe_large defers only healthy counts).
         exact_unique = unique if type(unique) is int else unique.exact()  # type: ignore[union-attr]
@@ -749,6 +797,7 @@ def _execute_and_probe(
             detect_ns,
             outcome.elapsed_ns,
             outcome.rescue,
+            outcome.provenance,
         )
         if outcome.description is not None:
             cursor._self_rescued_description = (state, outcome.description)
@@ -779,7 +828,16 @@ def _repair(
     context = None if rescue_inputs is None else _CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
         return repair(
-            sql, rows, unique, trigger, policy, rerun, guard.dialect, context, lambda: engine.may_collate_text(raw)
+            sql,
+            rows,
+            unique,
+            trigger,
+            policy,
+            rerun,
+            guard.dialect,
+            context,
+            lambda: engine.may_collate_text(raw),
+            functools.partial(_explain, guard),
         )
     except TransactionLost:
         raise
@@ -787,6 +845,78 @@ def _repair(
         rule: RuleName = "P1" if trigger == CARTESIAN_EXPLOSION else ("P2" if trigger is None else "rescue")
         decision = RuleDecision(rule, False, f"internal error while repairing: {describe_error(error)}")
         return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
+
+
+def _explain(guard: ConnectionGuard, sql: str) -> Provenance:
+    """The provenance of ``sql``'s duplicates on this connection: the verdict cached for this schema
+    version, or analysed now (reading the catalog first if the facts are missing or stale)."""
+    from .provenance import Provenance, analyse
+
+    try:
+        facts = guard.schema_facts
+        if guard.engine is SQLITE:
+            version = _sqlite_version(guard.raw, guard.schema_version)
+            if facts is None or version != guard.schema_version:
+                facts = _read_schema(guard)
+                version = _sqlite_version(guard.raw, None)
+                guard.schema_version = version
+        elif facts is None:
+            facts = _read_schema(guard)
+    except TransactionLost:
+        raise
+    except Exception as error:  # the connection cannot tell us its schema: the paper's rules apply
+        return Provenance("unknown", f"schema facts unavailable: {describe_error(error)}")
+    verdicts = guard.verdicts
+    verdict = verdicts.get(sql)
+    if verdict is None:
+        verdict = analyse(sql, facts, guard.dialect)
+        if len(verdicts) >= _VERDICTS:
+            del verdicts[next(iter(verdicts))]
+        verdicts[sql] = verdict
+    return verdict
+
+
+def _read_schema(guard: ConnectionGuard) -> SchemaFacts:
+    from .schema import read_duckdb_schema, read_postgres_schema, read_sqlite_schema
+
+    reader = {"sqlite": read_sqlite_schema, "duckdb": read_duckdb_schema}.get(guard.engine.name, read_postgres_schema)
+    facts = reader(guard.raw)
+    guard.schema_facts = facts
+    guard.verdicts.clear()
+    return facts
+
+
+def _forget_schema(guard: ConnectionGuard) -> None:
+    """Drop the cached schema facts and verdicts: the next rule that asks reads the catalog again."""
+    guard.schema_facts = None
+    guard.verdicts.clear()
+
+
+def _sqlite_version(raw: sqlite3.Connection, known: Any) -> tuple[tuple[str, int], ...]:
+    """``PRAGMA schema_version`` of ``main``, ``temp`` and each schema the facts were read with: any DDL
+    changes it, also through another connection. Schemas come from ``known`` (the last answer) so the
+    check costs a PRAGMA per schema; without it ``PRAGMA database_list`` names them. A schema attached
+    later changes no name the cached verdicts resolved (SQLite looks in temp, main, then in attach
+    order); one detached since makes its PRAGMA fail, which reads everything again."""
+    cursor = sqlite3.Cursor(raw)
+    cursor.row_factory = None
+    try:
+        if known:
+            names = [name for name, _ in known]
+        else:
+            listed = [str(row[1]) for row in cursor.execute("PRAGMA database_list").fetchall()]
+            names = ["main", "temp", *(n for n in listed if n.lower() not in ("main", "temp"))]
+        out = []
+        for name in names:
+            quoted = '"' + name.replace('"', '""') + '"'
+            try:
+                row = cursor.execute(f"PRAGMA {quoted}.schema_version").fetchone()
+            except sqlite3.OperationalError:  # detached since: read everything again
+                return ()
+            out.append((name, int(row[0]) if row else -1))
+        return tuple(out)
+    finally:
+        cursor.close()
 
 
 def _read_only_fetch(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from .probe import PartialCount, dup_ratio
 
 if TYPE_CHECKING:
+    from .provenance import Provenance
     from .rescue import RescueReport
 
 Action = Literal[
@@ -58,6 +59,7 @@ class ReportState(NamedTuple):
     detect_ns: int | None
     patch_ns: int | None
     rescue: RescueReport | None = None
+    provenance: Provenance | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,16 @@ class GuardReport:
     """What the candidate rescue did (chosen index and SQL, fallback reason, latency, tokens, cost);
     None when no rescue ran."""
 
+    provenance: str | None = None
+    """Why the duplicates repeat, when a patch rule asked (``guarded_sqlite.provenance``):
+    ``"amplified"`` or ``"identified"`` (a join multiplies rows), ``"value_repeats"`` (values of one row
+    each repeat: legitimate), or ``"unknown"``. None when no rule needed it: healthy results, the
+    ``"paper"`` preset, ``"observe"``/``"off"``, or a rewrite refused on structure first."""
+
+    provenance_evidence: str | None = None
+    """The verdict's evidence in one sentence: which table fans out along which join and which keys were
+    used, or why the analysis could not tell. None with ``provenance``."""
+
     @classmethod
     def from_state(cls, state: tuple[Any, ...]) -> GuardReport:
         """Build the report from a ``ReportState`` (or a plain tuple with its fields in that order)."""
@@ -149,7 +161,12 @@ class GuardReport:
             "detect_us": None if detect_ns is None else detect_ns / 1_000,
             "patch_ms": None if patch_ns is None else patch_ns / 1_000_000,
             "rescue": state[13] if len(state) > 13 else None,
+            "provenance": None,
+            "provenance_evidence": None,
         }
+        if len(state) > 14 and state[14] is not None:
+            values["provenance"] = state[14].verdict
+            values["provenance_evidence"] = state[14].evidence
         # Filling __dict__ directly skips the frozen dataclass's per-field object.__setattr__ calls,
         # which made reading a report cost more than the whole probe; the values are the same.
         report = cls.__new__(cls)
@@ -165,7 +182,10 @@ class GuardReport:
         """One line for logs: verdict, ratio and action."""
         ratio = "n/a" if self.dup_ratio is None else f"{self.dup_ratio:.2f}"
         verdict = self.trigger or ("healthy" if self.probed else "not probed")
-        return f"{verdict}: rows={self.rows} unique={self.unique_rows} dup_ratio={ratio} action={self.action}"
+        line = f"{verdict}: rows={self.rows} unique={self.unique_rows} dup_ratio={ratio} action={self.action}"
+        if self.provenance is not None:
+            line += f" provenance={self.provenance} ({self.provenance_evidence})"
+        return line
 
     def _repr_html_(self) -> str:
         cells = "".join(

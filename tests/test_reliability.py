@@ -11,7 +11,6 @@ Plain sqlite3 is the baseline wherever the repro compares with it.
 from __future__ import annotations
 
 import math
-import os
 import re
 import sqlite3
 import threading
@@ -26,7 +25,6 @@ from guarded_sqlite import DupRatioSelector, GuardPolicy
 from guarded_sqlite.rescue import RescueChoice
 
 from .reliability_helpers import (
-    DISTINCT_NAMES,
     ENDLESS,
     EXPLODE,
     LONG,
@@ -36,7 +34,6 @@ from .reliability_helpers import (
     raw_query_only,
     run_child,
     setup,
-    trickle_server,
 )
 
 ALL_NAMES = {(f"name{i}",) for i in range(1, 21)}
@@ -114,7 +111,9 @@ def test_r09_p1_trace_callback_and_authorizer_see_only_the_callers_statement() -
         traced: list[str] = []
         auth: list[tuple[Any, ...]] = []
         con.set_trace_callback(traced.append)
-        con.set_authorizer(lambda action, a1, a2, db, trig, auth=auth: auth.append((action, a1, a2)) or sqlite3.SQLITE_OK)
+        con.set_authorizer(
+            lambda action, a1, a2, db, trig, auth=auth: auth.append((action, a1, a2)) or sqlite3.SQLITE_OK
+        )
         cur = con.execute(EXPLODE)
         cur.fetchall()
         con.set_trace_callback(None)
@@ -138,7 +137,9 @@ def test_r09_ignore_pragma_authorizer_does_not_stop_p1() -> None:
         return x
 
     con.create_function("logw", 1, logw)
-    con.set_authorizer(lambda action, *a: sqlite3.SQLITE_IGNORE if action == sqlite3.SQLITE_PRAGMA else sqlite3.SQLITE_OK)
+    con.set_authorizer(
+        lambda action, *a: sqlite3.SQLITE_IGNORE if action == sqlite3.SQLITE_PRAGMA else sqlite3.SQLITE_OK
+    )
     cur = con.execute(EXPLODE.replace("SELECT t.name", "SELECT logw(t.name)"))
     rows = cur.fetchall()
     con.set_authorizer(None)
@@ -179,9 +180,11 @@ def test_r02_p1_needs_no_rerun_so_a_heap_limit_cannot_cost_the_transaction(tmp_p
             res["audit"] = sqlite3.connect(path).execute("SELECT count(*) FROM audit").fetchone()[0]
             sqlite3.connect(path, isolation_level=None).execute("DELETE FROM audit")
             # the limit is real: DISTINCT itself fails under it
-            probe = sqlite3.connect(path); probe.execute("PRAGMA temp_store = MEMORY"); probe.execute("PRAGMA hard_heap_limit = 5000000")
+            probe = sqlite3.connect(path); probe.execute("PRAGMA temp_store = MEMORY")
+            probe.execute("PRAGMA hard_heap_limit = 5000000")
             try:
-                probe.execute("SELECT DISTINCT t.name FROM t JOIN u ON u.t_id = t.id").fetchall(); res["distinct_fits"] = True
+                probe.execute("SELECT DISTINCT t.name FROM t JOIN u ON u.t_id = t.id").fetchall()
+                res["distinct_fits"] = True
             except MemoryError:
                 res["distinct_fits"] = False
             probe.execute("PRAGMA hard_heap_limit = 0"); probe.close()
@@ -234,7 +237,9 @@ def _assert_p1_refused(raw: sqlite3.Connection, con: Any, sql: str) -> None:
         ("COLLATE RTRIM", ["x", "x ", "x  ", "y", "y "]),
     ],
 )
-def test_p1_refused_where_a_declared_collation_merges_distinct_python_values(declaration: str, names: list[str]) -> None:
+def test_p1_refused_where_a_declared_collation_merges_distinct_python_values(
+    declaration: str, names: list[str]
+) -> None:
     """r01 (P1 from the buffer): text values that differ only by case or trailing spaces in a column
     declared NOCASE/RTRIM would be merged by SQL's DISTINCT but not by Python: P1 is refused with a
     reason, and the original rows are served."""
@@ -286,7 +291,9 @@ def test_r09_p2_without_transaction_leaves_the_callers_connection_untouched(tmp_
         traced: list[str] = []
         auth: list[tuple[Any, ...]] = []
         con.set_trace_callback(traced.append)
-        con.set_authorizer(lambda action, a1, a2, db, trig, auth=auth: auth.append((action, a1, a2)) or sqlite3.SQLITE_OK)
+        con.set_authorizer(
+            lambda action, a1, a2, db, trig, auth=auth: auth.append((action, a1, a2)) or sqlite3.SQLITE_OK
+        )
         cur = con.execute(P2_SQL)
         rows = cur.fetchall()
         con.set_trace_callback(None)
@@ -361,9 +368,7 @@ def test_r25_candidates_on_a_locked_database_fail_fast(tmp_path: Path) -> None:
         with pytest.raises(sqlite3.OperationalError) as raw_error:
             raw.execute("SELECT name FROM t")
         raw_time = time.monotonic() - started
-        con = guarded_sqlite.connect(
-            path, timeout=1.0, guard=GuardPolicy(rescue=DupRatioSelector(), rerun_timeout=0.2)
-        )
+        con = guarded_sqlite.connect(path, timeout=1.0, guard=GuardPolicy(rescue=DupRatioSelector(), rerun_timeout=0.2))
         started = time.monotonic()
         with pytest.raises(sqlite3.OperationalError) as guarded_error:
             con.execute("SELECT name FROM t", candidates=["SELECT name FROM t WHERE id < 5"] * 6)
@@ -497,9 +502,7 @@ def test_r02b_disk_full_in_a_rescue_candidate_raises_transaction_lost(tmp_path: 
         _LOST_CHILD.format(
             path=str(tmp_path / "full.db"),
             prepare='con.execute("PRAGMA temp_store = FILE"); con.execute("PRAGMA cache_size = -200")',
-            prepare_raw=(
-                'raw.execute("PRAGMA temp_store = FILE"); raw.execute("PRAGMA cache_size = -200"); ' + arm
-            ),
+            prepare_raw=('raw.execute("PRAGMA temp_store = FILE"); raw.execute("PRAGMA cache_size = -200"); ' + arm),
             arm="",
             disarm="",
         ),
@@ -521,7 +524,9 @@ NAME_SET = frozenset((f"name{i}",) for i in range(1, 21))
 SCENARIOS = ["p1", "p2_tx", "p2_memory", "rescue_memory"]
 
 
-def make_scenario(name: str, tmp_path: Path, **policy: Any) -> tuple[Any, str, dict[str, Any], set[frozenset[Any]], bool]:
+def make_scenario(
+    name: str, tmp_path: Path, **policy: Any
+) -> tuple[Any, str, dict[str, Any], set[frozenset[Any]], bool]:
     """(guarded connection, SQL, execute keywords, acceptable row sets, whether a transaction stays open).
 
     p1: an explosion (P1, nothing re-run). p2_tx: P2 inside an open transaction on a file database
@@ -554,7 +559,9 @@ def check_intact(con: Any, in_tx: bool, tag: Any) -> None:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_r03_callers_progress_handler_budget_never_leaves_the_connection_read_only(scenario: str, tmp_path: Path) -> None:
+def test_r03_callers_progress_handler_budget_never_leaves_the_connection_read_only(
+    scenario: str, tmp_path: Path
+) -> None:
     """r03: the caller's own progress handler aborts every statement after a VM-step budget; for every
     budget along the guarded execute (the caller's statement and every guard statement), the execute
     either serves a correct result or raises sqlite3's "interrupted", and afterwards the connection is
@@ -714,7 +721,8 @@ def test_r05_keyboard_interrupt_at_every_point_of_the_guard_propagates_and_leave
 
 
 _TIMER_SIGINT_CHILD = """
-SLOW = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < {steps}) SELECT max(i) FROM n, t WHERE t.id = 1"
+SLOW = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < {steps}) "
+        "SELECT max(i) FROM n, t WHERE t.id = 1")
 path = make_db({path!r})
 ref = sqlite3.connect(path)
 t0 = time.monotonic(); ref.execute(SLOW).fetchall(); one = time.monotonic() - t0
@@ -742,7 +750,8 @@ for case in ("file_autocommit", "file_transaction", "memory"):
     t0 = time.monotonic()
     try:
         cur = con.execute("SELECT name FROM t WHERE 0", candidates=[SLOW, "SELECT name FROM t"])
-        cur.fetchall(); res = dict(outcome="returned", reason=cur.guard_report.rescue and cur.guard_report.rescue.fallback_reason)
+        cur.fetchall(); rescue = cur.guard_report.rescue
+        res = dict(outcome="returned", reason=rescue and rescue.fallback_reason)
     except KeyboardInterrupt:
         res = dict(outcome="KeyboardInterrupt")
     except BaseException as e:
@@ -782,7 +791,10 @@ def test_rerun_timeout_is_an_interrupt_deadline_and_the_callers_progress_handler
     """r05b/r23: rerun_timeout stops an endless rescue candidate (the other candidate is served), the
     caller's own progress handler keeps being called at its own rate during guard statements (it is
     never replaced by a guard handler), and no guard deadline fires into the caller's later statements."""
-    bounded = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 50000) SELECT max(i) FROM n, t WHERE t.id = 1"
+    bounded = (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 50000) "
+        "SELECT max(i) FROM n, t WHERE t.id = 1"
+    )
     ref = setup(sqlite3.connect(":memory:"))
     raw_ticks = [0]
     ref.set_progress_handler(lambda: raw_ticks.__setitem__(0, raw_ticks[0] + 1) or 0, 100)
@@ -858,7 +870,9 @@ def test_r06_r37_shared_connection_threads_never_deadlock(label: str, policy: st
     is killed after 30 s and its stacks dumped), every read correct; with P1 (nothing re-run) every
     write succeeds, as with plain sqlite3."""
     code = _THREADS_CHILD.format(policy=policy, read_sql=read_sql, writer=writer, seconds=1.5)
-    code = code.replace('setup(con, 50, 10)', 'setup(con, 50, 10)\nother = guarded_sqlite.wrap(con, guard=GuardPolicy(tau_inject=0.95))')
+    code = code.replace(
+        "setup(con, 50, 10)", "setup(con, 50, 10)\nother = guarded_sqlite.wrap(con, guard=GuardPolicy(tau_inject=0.95))"
+    )
     result = run_child(code, timeout=30)
     assert not result["alive"] and result["wrong"] == 0 and result["reads"] > 0 and result["writes"] > 100, result
     if read_sql == EXPLODE:
@@ -923,11 +937,13 @@ def test_r07_threads_mixed_reads_and_writes_lose_nothing(tmp_path: Path) -> None
             try: con.commit()
             except Exception as e: errors.append(("commit", repr(e)))
     ths = [threading.Thread(target=reader, args=(s,)) for s in range(4)] + \\
-          [threading.Thread(target=writer, args=(b * 100000,)) for b in range(1, 5)] + [threading.Thread(target=committer)]
+          [threading.Thread(target=writer, args=(b * 100000,)) for b in range(1, 5)] + \\
+          [threading.Thread(target=committer)]
     [t.start() for t in ths]; [t.join(20) for t in ths]
     con.commit()
     stored = {{r[0] for r in sqlite3.connect(path).execute("SELECT k FROM w")}}
-    report(written=len(written), lost=len(set(written) - stored), errors=errors[:3], wrong=wrong[0], alive=any(t.is_alive() for t in ths))
+    report(written=len(written), lost=len(set(written) - stored), errors=errors[:3], wrong=wrong[0],
+           alive=any(t.is_alive() for t in ths))
     """
     result = run_child(code, timeout=40)
     assert result == {**result, "written": 240, "lost": 0, "errors": [], "wrong": 0, "alive": False}
@@ -1049,7 +1065,9 @@ def test_r39_nan_or_negative_cost_never_disables_max_rescue_cost(odd_cost: float
         ":memory:", guard=GuardPolicy(rescue=lambda r: RescueChoice(0, cost_usd=next(costs)), max_rescue_cost=1.0)
     )
     con.execute("CREATE TABLE t(x)")
-    ran = sum(con.execute("SELECT x FROM t", candidates=["SELECT 1"]).guard_report.rescue is not None for _ in range(10))
+    ran = sum(
+        con.execute("SELECT x FROM t", candidates=["SELECT 1"]).guard_report.rescue is not None for _ in range(10)
+    )
     assert 1 <= ran <= 3, ran
 
 
@@ -1274,8 +1292,13 @@ R16_CASES: dict[str, Any] = {
     "iterate after con.close": _closed_con_fetch("iter"),
     "wrong thread execute": _wrong_thread(False),
     "wrong thread fetch": _wrong_thread(True),
-    "division-by-zero udf": lambda c: (c.create_function("f", 1, lambda x: 1 / 0), c.execute("SELECT f(1)").fetchall())[1],
-    "too big blob": lambda c: (c.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 100), c.execute("SELECT zeroblob(1000)").fetchall())[1],
+    "division-by-zero udf": lambda c: (c.create_function("f", 1, lambda x: 1 / 0), c.execute("SELECT f(1)").fetchall())[
+        1
+    ],
+    "too big blob": lambda c: (
+        c.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 100),
+        c.execute("SELECT zeroblob(1000)").fetchall(),
+    )[1],
     "integer overflow in sum": lambda c: c.execute(
         "SELECT sum(x) FROM (SELECT 9223372036854775807 AS x UNION ALL SELECT 1)"
     ).fetchall(),
@@ -1450,8 +1473,15 @@ def test_r20_row_and_text_factories_and_converters_behave_as_sqlite3(config: str
 
 @pytest.mark.parametrize(
     ("isolation", "begin"),
-    [("", None), ("DEFERRED", None), ("IMMEDIATE", None), ("EXCLUSIVE", None), (None, "BEGIN"),
-     (None, "BEGIN IMMEDIATE"), (None, "SAVEPOINT sp")],
+    [
+        ("", None),
+        ("DEFERRED", None),
+        ("IMMEDIATE", None),
+        ("EXCLUSIVE", None),
+        (None, "BEGIN"),
+        (None, "BEGIN IMMEDIATE"),
+        (None, "SAVEPOINT sp"),
+    ],
 )
 def test_r24_patched_select_in_every_transaction_mode(tmp_path: Path, isolation: Any, begin: Any) -> None:
     """r24: a P1-patched SELECT in each transaction mode sees uncommitted rows, commits nothing, rolls
@@ -1654,10 +1684,12 @@ def test_r34_llm_rescue_has_no_process_wide_side_effects() -> None:
     code = """
     import logging, warnings; warnings.simplefilter("ignore")
     events = []
-    sys.addaudithook(lambda ev, args: events.append(ev) if ev in ("socket.connect", "socket.getaddrinfo", "subprocess.Popen", "os.system") else None)
+    WATCHED = ("socket.connect", "socket.getaddrinfo", "subprocess.Popen", "os.system")
+    sys.addaudithook(lambda ev, args: events.append(ev) if ev in WATCHED else None)
     from guarded_sqlite import LLMRescue
     root0 = list(logging.getLogger().handlers); lv0 = logging.getLogger().level
-    judge = LLMRescue(model="openai/x", api_base="http://127.0.0.1:9/v1", api_key="k", completion_kwargs={"mock_response": "1"})
+    judge = LLMRescue(model="openai/x", api_base="http://127.0.0.1:9/v1", api_key="k",
+                      completion_kwargs={"mock_response": "1"})
     con = guarded_sqlite.connect(":memory:", guard=GuardPolicy(rescue=judge))
     con.execute("CREATE TABLE t(x)")
     cur = con.execute("SELECT x FROM t", candidates=["SELECT 1", "SELECT 2"])
@@ -1698,14 +1730,18 @@ def test_r36_duckdb_quick_checks() -> None:
 
     def make() -> tuple[Any, Any]:
         raw = duckdb.connect(":memory:")
-        raw.execute("CREATE TABLE t(id INTEGER, name VARCHAR); CREATE TABLE u(t_id INTEGER); CREATE TABLE audit(x VARCHAR)")
+        raw.execute(
+            "CREATE TABLE t(id INTEGER, name VARCHAR); CREATE TABLE u(t_id INTEGER); CREATE TABLE audit(x VARCHAR)"
+        )
         raw.execute("INSERT INTO t SELECT i, 'name' || i FROM range(1, 21) r(i)")
         raw.execute("INSERT INTO u SELECT i % 20 + 1 FROM range(200) r(i)")
         return raw, guarded_sqlite.wrap(raw)
 
     raw, con = make()
     rows = con.execute(EXPLODE).fetchall()
-    assert sorted(rows) == sorted(set(raw.execute(EXPLODE).fetchall())) and con.guard_report.action == "distinct_injected"
+    assert (
+        sorted(rows) == sorted(set(raw.execute(EXPLODE).fetchall())) and con.guard_report.action == "distinct_injected"
+    )
 
     raw, con = make()
     con.execute("BEGIN")

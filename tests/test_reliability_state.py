@@ -144,9 +144,7 @@ class GuardedVersusMirror(RuleBasedStateMachine):
         timer = threading.Timer(delay, guarded_sqlite.unwrap(self.con).interrupt)
         timer.start()
         try:
-            self._rescue_outcome_ok(
-                self.con.execute("SELECT v FROM w WHERE k < 0", candidates=CANDIDATES).fetchall()
-            )
+            self._rescue_outcome_ok(self.con.execute("SELECT v FROM w WHERE k < 0", candidates=CANDIDATES).fetchall())
         except sqlite3.OperationalError as error:
             assert str(error) == "interrupted"
         finally:

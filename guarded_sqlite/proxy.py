@@ -81,6 +81,7 @@ class ConnectionGuard:
         "rescue_spend",
         "rescues",
         "restore_writable",
+        "schema_cursor",
         "schema_facts",
         "schema_version",
         "status_results",
@@ -110,6 +111,7 @@ class ConnectionGuard:
         # Provenance (see the module docstring): schema facts read on first need, the schema version
         # they were read at (SQLite: the schema names and their versions), verdicts by SQL text.
         self.schema_facts: SchemaFacts | None = None
+        self.schema_cursor: sqlite3.Cursor | None = None  # SQLite: a plain cursor for the version PRAGMAs
         self.schema_version: Hashable = None
         self.verdicts: dict[str, Provenance] = {}
 
@@ -855,11 +857,10 @@ def _explain(guard: ConnectionGuard, sql: str) -> Provenance:
     try:
         facts = guard.schema_facts
         if guard.engine is SQLITE:
-            version = _sqlite_version(guard.raw, guard.schema_version)
+            version = _sqlite_version(guard, guard.schema_version)
             if facts is None or version != guard.schema_version:
                 facts = _read_schema(guard)
-                version = _sqlite_version(guard.raw, None)
-                guard.schema_version = version
+                guard.schema_version = _sqlite_version(guard, None)
         elif facts is None:
             facts = _read_schema(guard)
     except TransactionLost:
@@ -892,31 +893,31 @@ def _forget_schema(guard: ConnectionGuard) -> None:
     guard.verdicts.clear()
 
 
-def _sqlite_version(raw: sqlite3.Connection, known: Any) -> tuple[tuple[str, int], ...]:
+def _sqlite_version(guard: ConnectionGuard, known: Any) -> tuple[tuple[str, int], ...]:
     """``PRAGMA schema_version`` of ``main``, ``temp`` and each schema the facts were read with: any DDL
     changes it, also through another connection. Schemas come from ``known`` (the last answer) so the
     check costs a PRAGMA per schema; without it ``PRAGMA database_list`` names them. A schema attached
     later changes no name the cached verdicts resolved (SQLite looks in temp, main, then in attach
-    order); one detached since makes its PRAGMA fail, which reads everything again."""
-    cursor = sqlite3.Cursor(raw)
-    cursor.row_factory = None
-    try:
-        if known:
-            names = [name for name, _ in known]
-        else:
-            listed = [str(row[1]) for row in cursor.execute("PRAGMA database_list").fetchall()]
-            names = ["main", "temp", *(n for n in listed if n.lower() not in ("main", "temp"))]
-        out = []
-        for name in names:
-            quoted = '"' + name.replace('"', '""') + '"'
-            try:
-                row = cursor.execute(f"PRAGMA {quoted}.schema_version").fetchone()
-            except sqlite3.OperationalError:  # detached since: read everything again
-                return ()
-            out.append((name, int(row[0]) if row else -1))
-        return tuple(out)
-    finally:
-        cursor.close()
+    order); one detached since makes its PRAGMA fail, which reads everything again. The cursor is kept
+    on the connection's guard (only used under its lock), which saves creating one per check."""
+    cursor = guard.schema_cursor
+    if cursor is None:
+        cursor = guard.schema_cursor = sqlite3.Cursor(guard.raw)
+        cursor.row_factory = None
+    if known:
+        names = [name for name, _ in known]
+    else:
+        listed = [str(row[1]) for row in cursor.execute("PRAGMA database_list").fetchall()]
+        names = ["main", "temp", *(n for n in listed if n.lower() not in ("main", "temp"))]
+    out = []
+    for name in names:
+        quoted = '"' + name.replace('"', '""') + '"'
+        try:
+            row = cursor.execute(f"PRAGMA {quoted}.schema_version").fetchone()
+        except sqlite3.OperationalError:  # detached since: read everything again
+            return ()
+        out.append((name, int(row[0]) if row else -1))
+    return tuple(out)
 
 
 def _read_only_fetch(

@@ -567,9 +567,11 @@ def explosion_cases(draw: Any) -> tuple[tuple[Table, ...], Query]:
     if g.chance(4):
         items = ["x0.*"]
     else:
-        choices = ["x0.k", "x0.a", "x0.b", "typeof(x0.a)", "x0.k + 1", "coalesce(x0.b, 'z')", "'lit'", "NULL", "?"]
-        items = [g.pick(choices) for _ in range(draw(st.integers(1, 3)))]
-        items = [g.param() if item == "?" else item for item in items]
+        # At least one column of t0, so that the copies come from the join, not from constants alone.
+        columns = ["x0.k", "x0.a", "x0.b", "typeof(x0.a)", "x0.k + 1", "coalesce(x0.b, 'z')"]
+        choices = [*columns, "'lit'", "NULL", "?"]
+        items = [g.pick(columns)] + [g.pick(choices) for _ in range(draw(st.integers(0, 2)))]
+        items = [g.param() if item == "?" else item for item in draw(st.permutations(items))]
     join = g.pick(
         [
             f"{g.kw('JOIN')} t1 AS x1 {g.kw('ON')} 1",

@@ -47,11 +47,12 @@ from sqlite3 import (
 )
 
 from .api import connect, install, uninstall, unwrap, wrap
+from .errors import TransactionLost
 from .evaluation import evaluate
 from .policy import GuardPolicy
 from .proxy import GuardedConnection, GuardedCursor
 from .report import GuardReport, RuleDecision
-from .rescue import DupRatioSelector, LLMRescue, RescueReport, RescueRequest
+from .rescue import DupRatioSelector, LLMRescue, RescueChoice, RescueReport, RescueRequest
 
 __all__ = [
     "DupRatioSelector",
@@ -60,9 +61,11 @@ __all__ = [
     "GuardedConnection",
     "GuardedCursor",
     "LLMRescue",
+    "RescueChoice",
     "RescueReport",
     "RescueRequest",
     "RuleDecision",
+    "TransactionLost",
     "connect",
     "evaluate",
     "install",

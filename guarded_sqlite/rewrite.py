@@ -189,7 +189,7 @@ def _parse_query(sql: str, dialect: str) -> _Query | str:
     if tokens[0].token_type not in (TokenType.SELECT, TokenType.WITH, TokenType.L_PAREN):
         return f"not a SELECT statement (starts with {tokens[0].text.upper()})"
     try:
-        with _quiet_sqlglot():
+        with quiet_sqlglot():
             trees = sqlglot_dialect.parser().parse(tokens, sql)
     except SqlglotError as error:
         return f"sqlglot could not parse it: {_first_line(error)}"
@@ -320,7 +320,7 @@ def _reparses_as(rewritten: str, dialect: str, original: exp.Expression, distinc
     expected = original.copy()
     _outermost(expected).set("distinct", exp.Distinct() if distinct else None)
     try:
-        with _quiet_sqlglot():
+        with quiet_sqlglot():
             trees = sqlglot.parse(rewritten, read=dialect)
     except SqlglotError:
         return False
@@ -330,10 +330,11 @@ def _reparses_as(rewritten: str, dialect: str, original: exp.Expression, distinc
 
 
 def _first_line(error: Exception) -> str:
+    # sqlglot's later lines repeat the SQL with terminal highlighting: the first says what is wrong.
     return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
-class _quiet_sqlglot:
+class quiet_sqlglot:
     """Silence sqlglot's logger while we parse: its fallback warnings are not the caller's concern."""
 
     _logger = logging.getLogger("sqlglot")

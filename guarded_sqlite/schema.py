@@ -389,7 +389,8 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
     which include every PRIMARY KEY and UNIQUE constraint). Never raises.
 
     Unqualified names resolve as PostgreSQL does: the session's temporary schema, then ``search_path``.
-    If the connection was idle outside a transaction, it is left that way (the read is rolled back).
+    The reads run in a savepoint (BEGIN/ROLLBACK outside a transaction) that is always rolled back, so
+    the caller's transaction state is exactly as before; a failed transaction is not read at all.
     """
     try:
         from psycopg.pq import TransactionStatus
@@ -397,50 +398,48 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
     except ImportError:
         return SchemaFacts()
     try:
-        idle = con.info.transaction_status == TransactionStatus.IDLE and not con.autocommit
-        cur = con.cursor(row_factory=tuple_row)
+        status = con.info.transaction_status
     except Exception:
         return SchemaFacts()
-
-    def fetch(sql: str) -> list[tuple[Any, ...]]:
-        try:
-            cur.execute(sql)
-            return list(cur.fetchall())
-        except Exception:
-            return []
+    if status not in (TransactionStatus.IDLE, TransactionStatus.INTRANS):
+        return SchemaFacts()  # a failed transaction runs nothing; a statement in flight must not be disturbed
 
     try:
-        path = fetch("SELECT nspname FROM pg_namespace WHERE oid = pg_my_temp_schema()")
-        temp = [str(path[0][0])] if path else []
-        schemas = fetch("SELECT current_schemas(true)")
-        search = [str(s) for s in (schemas[0][0] if schemas else ["public"])]
-        relations = {int(oid): (str(ns), str(name), bool(view)) for oid, ns, name, view in fetch(_PG_RELATIONS)}
-        columns: dict[int, dict[int, tuple[str, bool]]] = {}
-        for relid, num, name, notnull in fetch(_PG_COLUMNS):
-            columns.setdefault(int(relid), {})[int(num)] = (str(name), bool(notnull))
-        keys: dict[int, list[frozenset[str]]] = {}
-        for relid, indkey, _primary in fetch(_PG_UNIQUE):
-            cols = columns.get(int(relid), {})
-            names = [cols.get(int(n), ("", False))[0].lower() for n in (indkey or [])]
-            if names and all(names):
-                keys.setdefault(int(relid), []).append(frozenset(names))
-        fks: dict[int, list[ForeignKey]] = {}
-        for relid, conkey, ref_name, ref_id, confkey in fetch(_PG_FOREIGN):
-            own, ref = columns.get(int(relid), {}), columns.get(int(ref_id), {})
-            fks.setdefault(int(relid), []).append(
-                ForeignKey(
-                    tuple(own.get(int(n), ("?", False))[0] for n in conkey or ()),
-                    str(ref_name),
-                    tuple(ref.get(int(n), ("?", False))[0] for n in confkey or ()),
+        # A savepoint inside the caller's transaction (BEGIN/ROLLBACK outside one): a failing catalog
+        # query can then never abort the caller's transaction, and nothing is left open.
+        with con.transaction(force_rollback=True), con.cursor(row_factory=tuple_row) as cur:
+
+            def fetch(sql: str) -> list[tuple[Any, ...]]:
+                with con.transaction():  # one failing read must not poison the others
+                    cur.execute(sql)
+                    return list(cur.fetchall())
+
+            path = fetch("SELECT nspname FROM pg_namespace WHERE oid = pg_my_temp_schema()")
+            temp = [str(path[0][0])] if path else []
+            schemas = fetch("SELECT current_schemas(true)")
+            search = [str(s) for s in (schemas[0][0] if schemas else ["public"])]
+            relations = {int(oid): (str(ns), str(name), bool(view)) for oid, ns, name, view in fetch(_PG_RELATIONS)}
+            columns: dict[int, dict[int, tuple[str, bool]]] = {}
+            for relid, num, name, notnull in fetch(_PG_COLUMNS):
+                columns.setdefault(int(relid), {})[int(num)] = (str(name), bool(notnull))
+            keys: dict[int, list[frozenset[str]]] = {}
+            for relid, indkey, _primary in fetch(_PG_UNIQUE):
+                cols = columns.get(int(relid), {})
+                names = [cols.get(int(n), ("", False))[0].lower() for n in (indkey or [])]
+                if names and all(names):
+                    keys.setdefault(int(relid), []).append(frozenset(names))
+            fks: dict[int, list[ForeignKey]] = {}
+            for relid, conkey, ref_name, ref_id, confkey in fetch(_PG_FOREIGN):
+                own, ref = columns.get(int(relid), {}), columns.get(int(ref_id), {})
+                fks.setdefault(int(relid), []).append(
+                    ForeignKey(
+                        tuple(own.get(int(n), ("?", False))[0] for n in conkey or ()),
+                        str(ref_name),
+                        tuple(ref.get(int(n), ("?", False))[0] for n in confkey or ()),
+                    )
                 )
-            )
-    finally:
-        try:
-            cur.close()
-            if idle:
-                con.rollback()
-        except Exception:
-            pass
+    except Exception:  # an odd catalog: no keys rather than an error
+        return SchemaFacts()
     tables = []
     for oid, (ns, name, view) in relations.items():
         cols = columns.get(oid, {})

@@ -247,3 +247,24 @@ def test_postgres_schema(pg_dsn: str) -> None:
         con.execute("DROP SCHEMA prov_test CASCADE")
         con.commit()
     assert read_postgres_schema(object()) == SchemaFacts()
+
+
+def test_postgres_schema_read_leaves_the_callers_transaction_as_it_was(pg_dsn: str) -> None:
+    """The catalog is read in a savepoint: inside an open transaction its uncommitted writes survive and
+    the transaction stays open; a failed transaction is not touched (no keys, still failed)."""
+    psycopg = pytest.importorskip("psycopg")
+    status = psycopg.pq.TransactionStatus
+    with psycopg.connect(pg_dsn) as con:
+        con.execute("CREATE TEMP TABLE kept (id INTEGER PRIMARY KEY)")
+        con.execute("INSERT INTO kept VALUES (1)")
+        assert con.info.transaction_status == status.INTRANS
+        facts = read_postgres_schema(con)
+        assert facts.table("kept") is not None and frozenset({"id"}) in facts.table("kept").keys
+        assert con.info.transaction_status == status.INTRANS
+        assert con.execute("SELECT count(*) FROM kept").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            con.execute("SELECT 1 / 0")
+        assert con.info.transaction_status == status.INERROR
+        assert read_postgres_schema(con) == SchemaFacts()
+        assert con.info.transaction_status == status.INERROR
+        con.rollback()

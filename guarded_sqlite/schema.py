@@ -291,13 +291,32 @@ def read_duckdb_schema(con: Any) -> SchemaFacts:
 
     Tables of the current database are filed under their schema name; temporary tables under ``temp``;
     those of other attached databases under ``database.schema`` (and ``database`` for its ``main``).
+
+    The reads run on a duplicate cursor: on the caller's own one they would replace its pending result,
+    and inside an explicit transaction (DuckDB has no savepoints) a failing read would abort it. Tables
+    created by the caller's uncommitted transaction are therefore not seen (they get no keys).
     """
+    try:
+        reader = con.cursor()
+    except Exception:
+        return SchemaFacts()
 
     def fetch(sql: str) -> list[tuple[Any, ...]]:
         try:
-            return list(con.execute(sql).fetchall())
+            return list(reader.execute(sql).fetchall())
         except Exception:  # duckdb raises its own hierarchy; an odd catalog just has no facts
             return []
+
+    try:
+        return _read_duckdb_catalog(fetch)
+    finally:
+        try:
+            reader.close()
+        except Exception:
+            pass
+
+
+def _read_duckdb_catalog(fetch: Callable[[str], list[tuple[Any, ...]]]) -> SchemaFacts:
 
     current = fetch("SELECT current_database(), current_schema(), current_setting('search_path')")
     database, default_schema = (str(current[0][0]), str(current[0][1])) if current else ("memory", "main")

@@ -216,7 +216,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.loaders import InputError
     from .evaluation.options import RescueOptions
     from .evaluation.render import format_eval, format_sweep
-    from .evaluation.report import EvalReport, SweepReport
+    from .evaluation.report import EvalReport
+    from .evaluation.sweep_report import SweepReport
     from .evaluation.thresholds import DEFAULT_P1_TAUS, DEFAULT_P2_TAUS, PlotUnavailable, sweep
 
     report: EvalReport | SweepReport

@@ -12,9 +12,11 @@ Modules: ``loaders`` (input formats and checks), ``options`` (engine, workers, t
 rescue options, checked), ``metrics`` (pure scoring functions), ``runner`` (from inputs to report),
 ``plan`` (tasks and the process pool), ``tasks`` (what a worker gets and returns), ``pairs`` (one
 task's pairs, gold and guarded prediction), ``sessions`` (database connections and time limits),
-``replay`` (sweep replays), ``copy`` (SQLite databases copied into DuckDB and PostgreSQL),
+``replay`` (sweep replays), ``copy`` (SQLite databases copied into DuckDB and PostgreSQL, with
+``copy_source``, ``copy_duckdb`` and ``copy_postgres``),
 ``transpile`` (SQLite SQL for the other engines), ``thresholds`` (sweeps, cross-validation, plot),
-``report`` (the frozen result dataclasses), ``render`` and ``progress`` (terminal output).
+``records`` (per-pair records), ``report`` and ``sweep_report`` (the frozen result dataclasses),
+``render`` and ``progress`` (terminal output).
 
 This module imports nothing heavy: ``import guarded_sqlite`` stays cheap, and the machinery loads
 on the first call.
@@ -30,7 +32,9 @@ if TYPE_CHECKING:
     from ..policy import GuardSpec
     from .loaders import GoldItem, InputError, Pair, PathLike, Prediction, load_gold, load_predictions
     from .options import RescueOptions
-    from .report import DatabaseCopy, EvalReport, PairRecord, RescueStats, SweepReport
+    from .records import DatabaseCopy, PairRecord
+    from .report import EvalReport, RescueStats
+    from .sweep_report import SweepReport
     from .thresholds import PlotUnavailable, sweep
 
 __all__ = [
@@ -135,9 +139,9 @@ _LAZY = {
     "sweep": "thresholds",
     "PlotUnavailable": "thresholds",
     "EvalReport": "report",
-    "SweepReport": "report",
-    "PairRecord": "report",
-    "DatabaseCopy": "report",
+    "SweepReport": "sweep_report",
+    "PairRecord": "records",
+    "DatabaseCopy": "records",
     "RescueStats": "report",
     "RescueOptions": "options",
     "InputError": "loaders",

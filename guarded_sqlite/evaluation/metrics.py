@@ -19,18 +19,18 @@ from collections.abc import Hashable, Iterable, Sequence
 from functools import cached_property
 from typing import Any
 
+from .records import PairRecord
 from .report import (
     DetectorStats,
     DifficultyScores,
     FixBreak,
     FlagCounts,
-    PairRecord,
     RescueStats,
     RuleStats,
     Scores,
-    SweepRow,
     TriggerPrecision,
 )
+from .sweep_report import SweepRow
 
 TRIGGERS = ("exec_error", "empty_result", "cartesian_explosion")
 ACTIONS = {"P1": "distinct_injected", "P2": "distinct_removed"}

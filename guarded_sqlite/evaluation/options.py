@@ -15,7 +15,7 @@ from typing import Any
 
 from ..engines import ENGINE_NAMES
 from ..policy import GuardPolicy, GuardSpec, resolve_policy
-from .copy import DEFAULT_PG_SCHEMA_PREFIX
+from .copy_postgres import DEFAULT_PG_SCHEMA_PREFIX
 from .loaders import InputError, PathLike
 
 ENGINES = ENGINE_NAMES

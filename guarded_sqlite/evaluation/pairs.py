@@ -21,8 +21,8 @@ from typing import Any
 from ..report import GuardReport
 from . import metrics
 from .loaders import Pair
+from .records import GoldFailure, PairRecord
 from .replay import replay_for_sweep, sweep_policies
-from .report import GoldFailure, PairRecord
 from .sessions import Run, open_session
 from .tasks import Task, TaskResult
 from .transpile import Prepared, Preparer

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .report import CrossValidation, EvalReport, RescueStats, Scores, SweepReport, SweepRow
+from .report import EvalReport, RescueStats, Scores
+from .sweep_report import CrossValidation, SweepReport, SweepRow
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -13,7 +13,7 @@ from ..probe import mentions_distinct, removal_can_commit
 from . import metrics
 from .loaders import Pair
 from .options import SweepGrid
-from .report import PairRecord, SweepOutcome
+from .records import PairRecord, SweepOutcome
 from .sessions import Session
 from .tasks import Task, TaskResult
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ..policy import GuardPolicy
 from .loaders import Pair
 from .options import SQLITE_ENGINE, EngineSpec, SweepGrid
-from .report import GoldFailure, PairRecord, SweepOutcome
+from .records import GoldFailure, PairRecord, SweepOutcome
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,9 @@ from ..policy import DEFAULT_POLICY
 from . import metrics
 from .loaders import InputError, PathLike
 from .options import SweepGrid, resolve_engine
-from .report import CrossValidation, Fold, SweepOutcome, SweepReport, SweepRow
+from .records import SweepOutcome
 from .runner import run
+from .sweep_report import CrossValidation, Fold, SweepReport, SweepRow
 
 DEFAULT_P1_TAUS: tuple[float, ...] = tuple(round(0.05 * step, 2) for step in range(20))
 """0.00, 0.05, ..., 0.95 (the deployed 0.80 included); 0.00 means "any duplicate row"."""

@@ -292,12 +292,14 @@ def read_duckdb_schema(con: Any) -> SchemaFacts:
     Tables of the current database are filed under their schema name; temporary tables under ``temp``;
     those of other attached databases under ``database.schema`` (and ``database`` for its ``main``).
 
-    The reads run on a duplicate cursor: on the caller's own one they would replace its pending result,
-    and inside an explicit transaction (DuckDB has no savepoints) a failing read would abort it. Tables
-    created by the caller's uncommitted transaction are therefore not seen (they get no keys).
+    Inside an explicit transaction the reads run on a duplicate cursor, because DuckDB has no
+    savepoints and a failing read would abort the caller's transaction; that cursor does not see the
+    caller's temporary tables or uncommitted DDL (they get no keys). Otherwise they run on ``con``.
     """
+    from .engines import DUCKDB
+
     try:
-        reader = con.cursor()
+        reader = con.cursor() if DUCKDB.in_explicit_transaction(con) else con
     except Exception:
         return SchemaFacts()
 
@@ -310,10 +312,11 @@ def read_duckdb_schema(con: Any) -> SchemaFacts:
     try:
         return _read_duckdb_catalog(fetch)
     finally:
-        try:
-            reader.close()
-        except Exception:
-            pass
+        if reader is not con:
+            try:
+                reader.close()
+            except Exception:
+                pass
 
 
 def _read_duckdb_catalog(fetch: Callable[[str], list[tuple[Any, ...]]]) -> SchemaFacts:

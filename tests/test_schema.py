@@ -268,3 +268,18 @@ def test_postgres_schema_read_leaves_the_callers_transaction_as_it_was(pg_dsn: s
         assert read_postgres_schema(con) == SchemaFacts()
         assert con.info.transaction_status == status.INERROR
         con.rollback()
+
+
+def test_duckdb_schema_read_inside_an_explicit_transaction_keeps_it_open() -> None:
+    """Inside BEGIN the catalog is read on a duplicate cursor: the caller's transaction and its
+    uncommitted rows are untouched, and committed tables' keys are still found."""
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name VARCHAR)")
+    con.execute("BEGIN TRANSACTION")
+    con.execute("INSERT INTO customers VALUES (1, 'a')")
+    facts = read_duckdb_schema(con)
+    assert set(facts.table("customers").keys) == {frozenset({"id"})}  # type: ignore[union-attr]
+    assert con.execute("SELECT count(*) FROM customers").fetchall() == [(1,)]
+    con.execute("COMMIT")
+    assert con.execute("SELECT count(*) FROM customers").fetchall() == [(1,)]

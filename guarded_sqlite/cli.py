@@ -46,6 +46,18 @@ def _tau_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
 
 
+def _preset_list(text: str) -> list[str]:
+    from .evaluation.options import EVAL_GUARDS
+
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in EVAL_GUARDS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected one or more of {', '.join(EVAL_GUARDS)}, comma-separated, not {text!r}"
+        )
+    return list(dict.fromkeys(names))
+
+
 def _add_inputs(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--db-root", required=True, type=Path, metavar="DIR", help="folder holding <db_id>/<db_id>.sqlite"
@@ -115,7 +127,7 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .evaluation.options import ORDERS, RESCUERS
+    from .evaluation.options import ORDERS, RESCUERS, SWEEP_GUARDS
 
     parser = argparse.ArgumentParser(
         prog="guarded-sqlite", description="Runtime guardrail for machine-written SQL on SQLite."
@@ -133,9 +145,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_inputs(evaluate)
     evaluate.add_argument(
         "--guard",
-        choices=("patch", "observe"),
-        default="patch",
-        help="patch: probe and repair (default); observe: probe only",
+        type=_preset_list,
+        default=["patch"],
+        metavar="NAME[,NAME...]",
+        help="guard preset: patch (default), text_to_sql, paper or observe (probe only); several, "
+        "comma-separated (e.g. patch,text_to_sql,paper), print one table with a row per preset",
     )
     rescue = evaluate.add_argument_group(
         "rescue",
@@ -175,6 +189,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_inputs(sweep)
     sweep.add_argument(
+        "--guard",
+        choices=SWEEP_GUARDS,
+        default="paper",
+        help="base preset of the grids: paper (default, the paper's tables), patch or text_to_sql "
+        "(adds the tau_amplified grid and its CV)",
+    )
+    sweep.add_argument(
         "--plot", type=Path, metavar="OUT.png", help="write a PNG of net gain against tau (needs matplotlib)"
     )
     sweep.add_argument(
@@ -190,6 +211,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="LIST",
         help="comma-separated tau_remove grid (default: 0.05,0.10,...,0.50)",
+    )
+    sweep.add_argument(
+        "--amplified-taus",
+        type=_tau_list,
+        default=None,
+        metavar="LIST",
+        help="text_to_sql: comma-separated tau_amplified grid (default: 0.05,0.10,...,0.80)",
     )
     return parser
 
@@ -213,14 +241,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
+    from .evaluation.compare import PresetComparison, compare
     from .evaluation.loaders import InputError
     from .evaluation.options import RescueOptions
-    from .evaluation.render import format_eval, format_sweep
+    from .evaluation.render import format_comparison, format_eval, format_sweep
     from .evaluation.report import EvalReport
     from .evaluation.sweep_report import SweepReport
     from .evaluation.thresholds import DEFAULT_P1_TAUS, DEFAULT_P2_TAUS, PlotUnavailable, sweep
 
-    report: EvalReport | SweepReport
+    report: EvalReport | SweepReport | PresetComparison
     engine = {
         "engine": args.engine,
         "pg_dsn": args.pg_dsn,
@@ -229,17 +258,13 @@ def _evaluate(args: argparse.Namespace) -> int:
     }
     try:
         if args.command == "eval":
-            report = evaluate(
-                args.db_root,
-                args.gold,
-                args.pred,
-                guard=args.guard,
-                timeout=args.timeout,
-                workers=args.workers,
-                exclude_db=args.exclude_db,
+            options = {
+                "timeout": args.timeout,
+                "workers": args.workers,
+                "exclude_db": args.exclude_db,
                 **engine,
-                candidates=args.candidates,
-                rescue_options=RescueOptions(
+                "candidates": args.candidates,
+                "rescue_options": RescueOptions(
                     rescue=args.rescue,
                     order=args.order,
                     llm_model=args.llm_model,
@@ -247,8 +272,13 @@ def _evaluate(args: argparse.Namespace) -> int:
                     llm_api_key=args.llm_api_key,
                     llm_timeout=args.llm_timeout,
                 ),
-            )
-            text = format_eval(report)
+            }
+            if len(args.guard) > 1:
+                report = compare(args.db_root, args.gold, args.pred, guards=args.guard, **options)
+                text = format_comparison(report)
+            else:
+                report = evaluate(args.db_root, args.gold, args.pred, guard=args.guard[0], **options)
+                text = format_eval(report)
         else:
             report = sweep(
                 args.db_root,
@@ -261,6 +291,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                 p2_taus=args.p2_taus or DEFAULT_P2_TAUS,
                 plot=args.plot,
                 **engine,
+                guard=args.guard,
+                amplified_taus=args.amplified_taus,
             )
             text = format_eval(report.evaluation) + "\n\n" + format_sweep(report)
     except InputError as error:

@@ -1,8 +1,9 @@
 """Evaluation toolkit: score text-to-SQL predictions with Set-EX and Multiset-EX, before and after the guard.
 
 ``evaluate`` replays every prediction through ``guarded_sqlite.wrap`` and reports both metrics for the
-raw and the guarded results, the probe's flags, each patch rule's fixes and breaks, detector
-precision and MBS recall; ``sweep`` adds the threshold sweeps and their cross-validation. The CLI's
+raw and the guarded results, the probe's flags, each patch rule's fixes and breaks (overall and per
+duplicate-provenance verdict), detector precision and MBS recall; ``compare`` does so under several
+guard presets; ``sweep`` adds the threshold sweeps and their cross-validation. The CLI's
 ``guarded-sqlite eval`` and ``guarded-sqlite sweep`` print the same reports.
 
 Both run on the SQLite files themselves or, with ``engine="duckdb"``/``"postgres"``, on copies of
@@ -12,8 +13,8 @@ Modules: ``loaders`` (input formats and checks), ``options`` (engine, workers, t
 rescue options, checked), ``metrics`` (pure scoring functions), ``runner`` (from inputs to report),
 ``plan`` (tasks and the process pool), ``tasks`` (what a worker gets and returns), ``pairs`` (one
 task's pairs, gold and guarded prediction), ``sessions`` (database connections and time limits),
-``replay`` (sweep replays), ``copy`` (SQLite databases copied into DuckDB and PostgreSQL, with
-``copy_source``, ``copy_duckdb`` and ``copy_postgres``),
+``replay`` (sweep replays), ``compare`` (presets side by side), ``copy`` (SQLite databases copied into
+DuckDB and PostgreSQL, with ``copy_source``, ``copy_duckdb`` and ``copy_postgres``),
 ``transpile`` (SQLite SQL for the other engines), ``thresholds`` (sweeps, cross-validation, plot),
 ``records`` (per-pair records), ``report`` and ``sweep_report`` (the frozen result dataclasses),
 ``render`` and ``progress`` (terminal output).
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..policy import GuardSpec
+    from .compare import PresetComparison, compare
     from .loaders import GoldItem, InputError, Pair, PathLike, Prediction, load_gold, load_predictions
     from .options import RescueOptions
     from .records import DatabaseCopy, PairRecord
@@ -46,9 +48,11 @@ __all__ = [
     "PairRecord",
     "PlotUnavailable",
     "Prediction",
+    "PresetComparison",
     "RescueOptions",
     "RescueStats",
     "SweepReport",
+    "compare",
     "evaluate",
     "load_gold",
     "load_predictions",
@@ -84,7 +88,8 @@ def evaluate(
     ``gold``: a gold file (BIRD or Spider ``dev.json``, or ``SQL<TAB>db_id`` lines) or a sequence of
     ``GoldItem``/``(sql, db_id)``. ``pred``: a prediction file (one SQL per line, BIRD's JSON, or a
     JSON list/object by index) or a sequence of SQL strings. Counts must match and named db_ids must
-    agree, else ``InputError``. ``guard``: ``"patch"``, ``"observe"`` or a ``GuardPolicy``.
+    agree, else ``InputError``. ``guard``: a preset, ``"patch"`` (default), ``"text_to_sql"``, ``"paper"`` or
+    ``"observe"``, or a ``GuardPolicy`` (``compare`` runs several presets side by side).
     ``timeout``: seconds per query, enforced by the engine (None: no limit). ``workers``: processes
     (default: the CPU count; 1 runs in this process). ``exclude_db``: db_ids to leave out.
     ``progress``: draw a bar on stderr (default: when stderr is a terminal).
@@ -137,6 +142,8 @@ def evaluate(
 
 _LAZY = {
     "sweep": "thresholds",
+    "compare": "compare",
+    "PresetComparison": "compare",
     "PlotUnavailable": "thresholds",
     "EvalReport": "report",
     "SweepReport": "sweep_report",

@@ -29,10 +29,13 @@ from .report import (
     RuleStats,
     Scores,
     TriggerPrecision,
+    VerdictStats,
 )
 from .sweep_report import SweepRow
 
 TRIGGERS = ("exec_error", "empty_result", "cartesian_explosion")
+VERDICTS = ("amplified", "identified", "value_repeats", "unknown")
+"""``guarded_sqlite.provenance.Verdict``'s values, listed here so that scoring never imports sqlglot."""
 ACTIONS = {"P1": "distinct_injected", "P2": "distinct_removed"}
 # BIRD's strata in their natural order; other labels follow alphabetically.
 _DIFFICULTY_ORDER = {"simple": 0, "moderate": 1, "challenging": 2}
@@ -139,6 +142,27 @@ def rule_stats(records: Sequence[PairRecord], rule: str) -> RuleStats:
     fired = [r for r in records if r.action == ACTIONS[rule]]
     counts = fix_break((r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for r in fired)
     return RuleStats(**vars(counts), rule=rule)
+
+
+def verdict_stats(records: Sequence[PairRecord], policy: Any) -> dict[str, VerdictStats]:
+    """Per provenance verdict: predictions that got it and P1/P2 fired/fix/break among them. Empty for a
+    policy that never asks the analysis (``"paper"``, ``"observe"``)."""
+    if policy.mode != "patch" or policy.provenance == "off":
+        return {}
+    out = {}
+    for verdict in VERDICTS:
+        asked = [r for r in records if r.provenance == verdict]
+        p1, p2 = (
+            fix_break(
+                (r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset)
+                for r in asked
+                if r.action == ACTIONS[rule]
+            )
+            for rule in ("P1", "P2")
+        )
+        left_alone = sum(1 for r in asked if r.action == "none")
+        out[verdict] = VerdictStats(verdict, len(asked), left_alone, p1, p2)
+    return out
 
 
 def trigger_precision(records: Sequence[PairRecord]) -> TriggerPrecision:

@@ -38,6 +38,10 @@ class SweepGrid:
     p2: tuple[float, ...]
     """``tau_remove`` values for P2 (DISTINCT removal), each run with P1 off."""
 
+    amplified: tuple[float, ...] = ()
+    """``tau_amplified`` values for the ``"text_to_sql"`` preset's P1 on join amplification below
+    ``tau_inject``, each run with P2 off; empty unless the sweep's base preset is ``"text_to_sql"``."""
+
 
 @dataclass(frozen=True)
 class EngineSpec:
@@ -123,14 +127,31 @@ def resolve_engine(
     return EngineSpec(name, pg_dsn or None, None if cache_dir is None else str(cache_dir), pg_schema_prefix)
 
 
+EVAL_GUARDS = ("patch", "text_to_sql", "paper", "observe")
+"""The presets ``evaluate``/``eval --guard`` take (``"off"`` would probe nothing)."""
+
+SWEEP_GUARDS = ("paper", "patch", "text_to_sql")
+"""The presets ``sweep``/``sweep --guard`` take as the base policy of its grids; ``"paper"`` first, the default."""
+
+
 def resolve_eval_policy(guard: GuardSpec) -> GuardPolicy:
-    """The policy of the guarded replay: ``"patch"`` (default), ``"observe"`` or a ``GuardPolicy``.
+    """The policy of the guarded replay: a preset of ``EVAL_GUARDS`` or a ``GuardPolicy``.
 
     ``guarded_sqlite.policy.resolve_policy`` reads ``guard``; the evaluation only refuses mode ``"off"``.
     """
     policy = resolve_policy(guard)
     if policy.mode == "off":
-        raise ValueError("guard='off' does not probe anything: evaluate with 'patch' or 'observe'")
+        raise ValueError(f"guard='off' does not probe anything: evaluate with one of {', '.join(EVAL_GUARDS)}")
+    return policy
+
+
+def resolve_sweep_policy(guard: GuardSpec) -> GuardPolicy:
+    """The base policy of a sweep's grids: a preset of ``SWEEP_GUARDS`` or a ``GuardPolicy`` in mode ``"patch"``."""
+    policy = resolve_policy(guard)
+    if policy.mode != "patch":
+        raise ValueError(
+            f"a sweep replays patches: its guard must be one of {', '.join(SWEEP_GUARDS)}, not {policy.preset!r}"
+        )
     return policy
 
 

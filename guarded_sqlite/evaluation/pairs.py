@@ -41,7 +41,7 @@ class _TaskRun:
         self.session = open_session(task.engine, task.db_path, task.target, task.timeout)
         self.guarded = self.session.guarded(task.policy)
         self.prepare = Preparer(task.engine.name, task.names)
-        self.sweep_policies = sweep_policies(task.grid) if task.grid is not None else None
+        self.sweep_policies = sweep_policies(task.grid, task.policy) if task.grid is not None else None
         self.result = TaskResult()
 
     def run(self) -> TaskResult:
@@ -137,6 +137,8 @@ class _TaskRun:
             engine_sql=None if task.engine.name == "sqlite" else engine_sql,
             transpile_failed=served.transpile_failed,
             candidates=len(candidate_sqls),
+            provenance=report.provenance if report is not None else None,
+            provenance_evidence=report.provenance_evidence if report is not None else None,
             **_rescue_fields(report, candidate_origin),
         )
         result.records.append(record)

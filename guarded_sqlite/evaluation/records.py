@@ -135,6 +135,14 @@ class PairRecord(JsonMixin):
     rescue_cost_usd: float | None = None
     """The rescue's cost in US dollars (0 for ``DupRatioSelector``); None when unknown or no rescue ran."""
 
+    provenance: str | None = None
+    """Why the prediction's duplicates repeat, when a patch rule asked the provenance analysis
+    (``GuardReport.provenance``): ``"amplified"``, ``"identified"``, ``"value_repeats"`` or ``"unknown"``;
+    None when no rule asked (healthy results, the ``"paper"`` preset, ``"observe"``)."""
+
+    provenance_evidence: str | None = None
+    """The verdict's evidence (``GuardReport.provenance_evidence``); None with ``provenance``."""
+
     @property
     def flagged(self) -> bool:
         """Whether the probe flagged the prediction."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .report import EvalReport, RescueStats, Scores
+from .compare import PresetComparison
+from .metrics import VERDICTS
+from .report import EvalReport, FixBreak, RescueStats, Scores
 from .sweep_report import CrossValidation, SweepReport, SweepRow
 
 
@@ -78,7 +80,9 @@ def format_eval(report: EvalReport) -> str:
     engine = f"engine={report.engine}, " if transpiled else ""
     out = [
         f"Evaluated N={report.n} pairs ({engine}guard={report.guard}, tau_inject={report.tau_inject:g}, "
-        f"tau_remove={report.tau_remove:g}, timeout {timeout}, {t.workers} worker(s))",
+        f"tau_remove={report.tau_remove:g}"
+        + ("" if report.tau_amplified is None else f", tau_amplified={report.tau_amplified:g}")
+        + f", timeout {timeout}, {t.workers} worker(s))",
     ]
     if transpiled:
         out += _copies_text(report)
@@ -118,6 +122,8 @@ def format_eval(report: EvalReport) -> str:
         ),
         "",
     ]
+    if report.provenance:
+        out += [_verdict_table(report), ""]
     d = report.detector
     detector_rows = [["all flagged", d.overall.flagged, d.overall.true_positives, _ratio(d.overall.precision)]]
     detector_rows += [[name, p.flagged, p.true_positives, _ratio(p.precision)] for name, p in d.per_trigger.items()]
@@ -152,6 +158,19 @@ def format_eval(report: EvalReport) -> str:
         + (f"; copies {t.copy_s:.2f} s, transpiling {t.transpile_s:.2f} s" if transpiled else ""),
     ]
     return "\n".join(out)
+
+
+def _fbn(counts: FixBreak) -> str:
+    """``fired/fix/break`` in one cell."""
+    return f"{counts.fired}/{counts.fix}/{counts.break_}"
+
+
+def _verdict_table(report: EvalReport) -> str:
+    rows = [
+        [v.verdict, v.asked, v.left_alone, _fbn(v.p1), _fbn(v.p2), f"{v.p1.net + v.p2.net:+d}"]
+        for v in report.provenance.values()
+    ]
+    return table(["provenance", "asked", "left alone", "P1 fired/fix/break", "P2 fired/fix/break", "net"], rows)
 
 
 def _rescue_text(r: RescueStats) -> list[str]:
@@ -210,8 +229,10 @@ def format_sweep(report: SweepReport) -> str:
     """The sweep tables (fix/break/net per threshold) and the cross-validation summaries."""
     e = report.evaluation
     out = [
-        f"Threshold sweep on N={e.n} pairs: {report.p1_candidates} P1 candidates, {report.p2_candidates} "
-        f"P2 candidates, {report.replays} guarded replays (wall {e.timings.wall_s:.2f} s)",
+        f"Threshold sweep on N={e.n} pairs (base preset {report.guard}): {report.p1_candidates} P1 candidates, "
+        f"{report.p2_candidates} P2 candidates"
+        + (f", {report.amplified_candidates} tau_amplified candidates" if report.amplified_cv is not None else "")
+        + f", {report.replays} guarded replays (wall {e.timings.wall_s:.2f} s)",
         f"Baseline Set-EX {_pct(e.baseline.set_ex)}, Multiset-EX {_pct(e.baseline.multiset_ex)}",
         "",
         "P1 (DISTINCT injection; P2 off)",
@@ -224,6 +245,53 @@ def format_sweep(report: SweepReport) -> str:
         "",
         _cv_text(report.p2_cv, "P2"),
     ]
+    if report.amplified_cv is not None:
+        out += [
+            "",
+            f"P1 on join amplification below tau_inject={e.tau_inject:g} (text_to_sql; P2 off)",
+            _sweep_table(report.amplified, "tau_amplified"),
+            "",
+            _cv_text(report.amplified_cv, "tau_amplified"),
+        ]
     if report.plot:
         out += ["", f"Plot written to {report.plot}"]
     return "\n".join(out)
+
+
+def format_comparison(comparison: PresetComparison) -> str:
+    """One table, a row per preset: scores before and after, net, and fired/fix/break per rule and verdict."""
+    reports = list(comparison.reports.values())
+    first = reports[0]
+    rows = []
+    for name, r in comparison.reports.items():
+        b, g = r.baseline, r.guarded
+        row: list[object] = [
+            name,
+            _pct(b.set_ex),
+            _pct(b.multiset_ex),
+            _pct(g.set_ex),
+            _pct(g.multiset_ex),
+            f"{g.multiset_correct - b.multiset_correct:+d}",
+            g.set_correct - b.set_correct,
+            _fbn(r.rules["P1"]),
+            _fbn(r.rules["P2"]),
+        ]
+        for verdict in VERDICTS:
+            stats = r.provenance.get(verdict)
+            row.append("-" if stats is None else f"{stats.asked}: {_fbn(stats.p1)} {_fbn(stats.p2)}")
+        rows.append(row)
+    headers = ["preset", "Set-EX", "Multiset-EX", "guarded Set-EX", "guarded Multiset-EX", "net", "set change"]
+    headers += ["P1 f/x/b", "P2 f/x/b", *VERDICTS]
+    timings = ", ".join(f"{name} {r.timings.wall_s:.2f} s" for name, r in comparison.reports.items())
+    return "\n".join(
+        [
+            f"Presets compared on N={first.n} pairs (timeout "
+            f"{'none' if first.timeout_s is None else f'{first.timeout_s:g} s'}, {first.timings.workers} worker(s))",
+            "",
+            table(headers, rows),
+            "",
+            "f/x/b = fired/fix/break (Multiset-EX pairs); per verdict: 'asked: P1 f/x/b P2 f/x/b'; "
+            "'-': the preset never asks the provenance analysis",
+            f"Wall time: {timings}",
+        ]
+    )

@@ -1,15 +1,19 @@
 """Sweep replay: a prediction re-run through the guard at each threshold of the grid that could change it.
 
-Only the thresholds where a rule can fire are replayed. P1 needs the probe to flag the result
-(``dup_ratio >= tau_inject``); P2 needs an outermost DISTINCT, no duplicate in the result, and a result
-large enough that one extra row keeps ``dup_ratio <= tau_remove``. Each replay that the rule really
-rewrote becomes a ``SweepOutcome`` with the verdicts before and after.
+Each grid's policies are the sweep's base policy (the ``"paper"`` preset by default) with one threshold
+changed and the other rule off. Only the thresholds where a rule can act are replayed: P1 needs
+``dup_ratio`` at or above the policy's acting threshold (``tau_inject``, or ``tau_amplified`` below it
+under ``"text_to_sql"``); P2 needs what ``guarded_sqlite.policy.removal_applies`` asks (no duplicate in
+the result, SQL that says DISTINCT, a result large enough that one extra row keeps ``dup_ratio <=
+tau_remove``). Each replay that the rule really rewrote becomes a ``SweepOutcome`` with the verdicts
+before and after.
 """
 
 from __future__ import annotations
 
-from ..policy import GuardPolicy
-from ..probe import mentions_distinct, removal_can_commit
+import dataclasses
+
+from ..policy import GuardPolicy, removal_applies
 from . import metrics
 from .loaders import Pair
 from .options import SweepGrid
@@ -21,15 +25,40 @@ TAU_FLOOR = 1e-9
 """``GuardPolicy`` needs ``tau_inject > 0``; a grid's 0.00 runs as this, which flags every result
 with at least one duplicate row. Results without duplicates cannot change under DISTINCT anyway."""
 
-SweepPolicies = tuple[dict[float, GuardPolicy], dict[float, GuardPolicy]]
-"""The policy of each P1 threshold and of each P2 threshold."""
+AMPLIFIED_RULE = "P1_amplified"
+"""The rule name of the ``tau_amplified`` grid's outcomes (P1 under ``"text_to_sql"``, P2 off)."""
+
+RULE_ACTIONS = {"P1": "distinct_injected", "P2": "distinct_removed", AMPLIFIED_RULE: "distinct_injected"}
+"""The action each sweep rule's rewrite reports."""
+
+SweepPolicies = dict[str, dict[float, GuardPolicy]]
+"""Per rule (``"P1"``, ``"P2"`` and, for ``"text_to_sql"``, ``AMPLIFIED_RULE``): the policy of each threshold."""
 
 
-def sweep_policies(grid: SweepGrid) -> SweepPolicies:
-    """One policy per threshold: P1's with P2 off, P2's with P1 off."""
-    p1 = {tau: GuardPolicy(tau_inject=max(tau, TAU_FLOOR), remove_distinct=False) for tau in grid.p1}
-    p2 = {tau: GuardPolicy(tau_remove=tau, inject_distinct=False) for tau in grid.p2}
-    return p1, p2
+def sweep_policies(grid: SweepGrid, base: GuardPolicy) -> SweepPolicies:
+    """One policy per threshold, from ``base``: P1's and the amplification rule's with P2 off, P2's with P1 off."""
+    policies: SweepPolicies = {
+        "P1": {
+            tau: dataclasses.replace(base, tau_inject=max(tau, TAU_FLOOR), inject_distinct=True, remove_distinct=False)
+            for tau in grid.p1
+        },
+        "P2": {
+            tau: dataclasses.replace(base, tau_remove=tau, inject_distinct=False, remove_distinct=True)
+            for tau in grid.p2
+        },
+    }
+    if grid.amplified:
+        policies[AMPLIFIED_RULE] = {
+            tau: dataclasses.replace(base, tau_amplified=tau, inject_distinct=True, remove_distinct=False)
+            for tau in grid.amplified
+        }
+    return policies
+
+
+def _injection_can_act(rows: int, duplicates: int, policy: GuardPolicy) -> bool:
+    # P1 can only act where rows - unique >= threshold * rows; the slack keeps float rounding from
+    # skipping a boundary case (the guard itself decides).
+    return duplicates > 0 and duplicates >= policy._tau_act * rows - 1e-9 * rows
 
 
 def replay_for_sweep(
@@ -45,27 +74,18 @@ def replay_for_sweep(
     """Replay one prediction at each threshold that could change it, through the guard."""
     rows, unique = record.rows, record.unique_rows
     if not rows or unique is None:
-        return  # failed, empty or not probed: neither rule can apply
-    p1_policies, p2_policies = policies
+        return  # failed, empty or not probed: no rule can apply
     duplicates = rows - unique
-    # P1 can only fire where the probe flags the result, i.e. rows - unique >= tau * rows; the
-    # slack keeps float rounding from skipping a boundary case (the guard itself decides).
-    p1_taus = [tau for tau in p1_policies if duplicates > 0 and duplicates >= tau * rows - 1e-9 * rows]
-    # P2 needs an outermost DISTINCT (so the word in the SQL and no duplicate in the result) and a
-    # result large enough that one extra row keeps dup_ratio <= tau_remove.
-    p2_taus = []
-    if duplicates == 0 and mentions_distinct(pair.pred_sql):
-        p2_taus = [tau for tau in p2_policies if removal_can_commit(rows, tau)]
-    result.p1_candidates += bool(p1_taus)
-    result.p2_candidates += bool(p2_taus)
-    for rule, taus, table, action in (
-        ("P1", p1_taus, p1_policies, "distinct_injected"),
-        ("P2", p2_taus, p2_policies, "distinct_removed"),
-    ):
+    for rule, table in policies.items():
+        if rule == "P2":
+            taus = [tau for tau, policy in table.items() if removal_applies(pair.pred_sql, rows, unique, policy)]
+        else:
+            taus = [tau for tau, policy in table.items() if _injection_can_act(rows, duplicates, policy)]
+        result.candidates[rule] = result.candidates.get(rule, 0) + bool(taus)
         for tau in taus:
             replay = session.run(session.guarded(table[tau]), engine_sql, task.timeout)
             result.replays += 1
-            if replay.rows is None or replay.report is None or replay.report.action != action:
+            if replay.rows is None or replay.report is None or replay.report.action != RULE_ACTIONS[rule]:
                 continue
             new_set, new_multiset = gold.verdicts(replay.rows)
             result.outcomes.append(

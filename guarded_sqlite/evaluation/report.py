@@ -10,7 +10,7 @@ the data (precision with nothing flagged) is None, never a made-up 0.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .records import DatabaseCopy, GoldFailure, JsonMixin, PairRecord, SweepOutcome, plain
 
@@ -29,6 +29,7 @@ __all__ = [
     "SweepOutcome",
     "Timings",
     "TriggerPrecision",
+    "VerdictStats",
     "plain",
 ]
 
@@ -111,6 +112,27 @@ class RuleStats(FixBreak):
 
     rule: str
     """``"P1"`` (DISTINCT injection) or ``"P2"`` (DISTINCT removal)."""
+
+
+@dataclass(frozen=True)
+class VerdictStats(JsonMixin):
+    """What the patch rules did to the predictions with one duplicate-provenance verdict."""
+
+    verdict: str
+    """``"amplified"``, ``"identified"``, ``"value_repeats"`` or ``"unknown"`` (``GuardReport.provenance``)."""
+
+    asked: int
+    """Predictions a patch rule asked the analysis about that got this verdict."""
+
+    left_alone: int
+    """Of those, predictions no rule rewrote (the verdict, a structural check or the runtime checks kept
+    the original rows)."""
+
+    p1: FixBreak
+    """P1 (DISTINCT injection) among them: fired / fix / break."""
+
+    p2: FixBreak
+    """P2 (DISTINCT removal) among them: fired / fix / break."""
 
 
 @dataclass(frozen=True)
@@ -275,7 +297,8 @@ class EvalReport(JsonMixin):
     reports can be told apart."""
 
     guard: str
-    """The guard mode used for the guarded replay: ``"patch"`` or ``"observe"``."""
+    """The guard preset of the guarded replay: ``"patch"``, ``"text_to_sql"``, ``"paper"`` or ``"observe"``
+    (``GuardPolicy.preset``)."""
 
     tau_inject: float
     """The policy's P1/probe threshold."""
@@ -329,3 +352,12 @@ class EvalReport(JsonMixin):
 
     rescue: RescueStats | None = None
     """Candidate rescue's effect; None when the evaluation was given no candidates."""
+
+    tau_amplified: float | None = None
+    """The ``"text_to_sql"`` preset's threshold for P1 on join amplification below ``tau_inject``; None
+    under the other presets."""
+
+    provenance: Mapping[str, VerdictStats] = field(default_factory=dict)
+    """Per duplicate-provenance verdict (amplified, identified, value_repeats, unknown): how many
+    predictions got it and what P1 and P2 did to them. Every verdict is listed (zeros included) under
+    ``"patch"`` and ``"text_to_sql"``; empty under ``"paper"`` and ``"observe"``, which never ask."""

@@ -145,7 +145,7 @@ def summarise(
     return EvalReport(
         n=len(records),
         inputs=inputs or {},
-        guard=policy.mode,
+        guard=policy.preset,
         tau_inject=policy.tau_inject,
         tau_remove=policy.tau_remove,
         timeout_s=timeout,
@@ -165,4 +165,6 @@ def summarise(
         rescue=metrics.rescue_stats(records, policy, sum(result.candidates_dropped for result in results))
         if with_rescue
         else None,
+        tau_amplified=policy.tau_amplified if policy.preset == "text_to_sql" else None,
+        provenance=metrics.verdict_stats(records, policy),
     )

@@ -62,10 +62,11 @@ class CrossValidation(JsonMixin):
 
 @dataclass(frozen=True)
 class SweepReport(JsonMixin):
-    """The result of ``sweep``: fix/break per threshold for P1 and P2, and their cross-validation."""
+    """The result of ``sweep``: fix/break per threshold for P1 and P2 (and, under ``"text_to_sql"``, for
+    P1 on join amplification per ``tau_amplified``), and their cross-validation."""
 
     evaluation: EvalReport
-    """The ordinary evaluation at the default operating point, from the same run."""
+    """The ordinary evaluation at the base preset's operating point, from the same run."""
 
     p1: tuple[SweepRow, ...]
     """P1 (DISTINCT injection, P2 off) for each ``tau_inject`` of the grid."""
@@ -83,7 +84,8 @@ class SweepReport(JsonMixin):
     """Predictions replayed for P1: results with at least the smallest grid threshold of duplicates."""
 
     p2_candidates: int
-    """Predictions replayed for P2: non-empty results of SQL that mentions DISTINCT."""
+    """Predictions replayed for P2: duplicate-free results of SQL that mentions DISTINCT, large enough
+    for P2 to commit at some threshold of the grid."""
 
     replays: int
     """Guarded re-executions the sweep ran."""
@@ -94,3 +96,18 @@ class SweepReport(JsonMixin):
 
     plot: str | None
     """The PNG written, if one was asked for."""
+
+    guard: str = "paper"
+    """The base preset of the grids (``evaluation.guard``): ``"paper"`` (the paper's rules, the default),
+    ``"patch"`` or ``"text_to_sql"``."""
+
+    amplified: tuple[SweepRow, ...] = ()
+    """``"text_to_sql"`` only: P1 (P2 off) for each ``tau_amplified`` of the grid, with ``tau_inject`` at
+    the base policy's value; each row counts every P1 rewrite at that setting, those at or above
+    ``tau_inject`` included. Empty under the other presets."""
+
+    amplified_cv: CrossValidation | None = None
+    """Leave-one-database-out CV of ``tau_amplified``; None unless ``"text_to_sql"``."""
+
+    amplified_candidates: int = 0
+    """Predictions replayed for the ``tau_amplified`` grid: results with duplicates at its smallest threshold."""

@@ -46,8 +46,8 @@ class TaskResult:
     records: list[PairRecord] = field(default_factory=list)
     gold_failures: list[GoldFailure] = field(default_factory=list)
     outcomes: list[SweepOutcome] = field(default_factory=list)
-    p1_candidates: int = 0
-    p2_candidates: int = 0
+    candidates: dict[str, int] = field(default_factory=dict)
+    """Per sweep rule: predictions replayed for it (at one threshold or more)."""
     replays: int = 0
     queries: int = 0
     gold_s: float = 0.0

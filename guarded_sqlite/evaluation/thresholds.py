@@ -4,7 +4,9 @@ For each ``tau_inject`` of the P1 grid (P2 off) and each ``tau_remove`` of the P
 predictions a rule could change are replayed through the guard with that policy, and fix/break/net
 counted where the rule rewrote the query. Predictions that cannot change are never replayed: P1 needs
 ``dup_ratio >= tau`` (so only results with duplicates are candidates, and only at thresholds they
-reach), and P2 needs an outermost DISTINCT (so only SQL that mentions it).
+reach), and P2 needs an outermost DISTINCT (so only SQL that mentions it). The grids' base policy is
+the ``"paper"`` preset unless ``guard=`` says otherwise; under ``"text_to_sql"`` a third grid sweeps
+``tau_amplified`` (P1 on join amplification below ``tau_inject``).
 
 Leave-one-database-out cross-validation then asks whether a threshold chosen on the other databases
 holds up on the held-out one: for each database where the rule fires, pick the threshold with the
@@ -19,11 +21,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..policy import DEFAULT_POLICY
+from ..policy import DEFAULT_POLICY, GuardSpec
 from . import metrics
 from .loaders import InputError, PathLike
-from .options import SweepGrid, resolve_engine
+from .options import SweepGrid, resolve_engine, resolve_sweep_policy
 from .records import SweepOutcome
+from .replay import AMPLIFIED_RULE
 from .runner import run
 from .sweep_report import CrossValidation, Fold, SweepReport, SweepRow
 
@@ -33,6 +36,10 @@ DEFAULT_P1_TAUS: tuple[float, ...] = tuple(round(0.05 * step, 2) for step in ran
 DEFAULT_P2_TAUS: tuple[float, ...] = tuple(round(0.05 * step, 2) for step in range(1, 11))
 """0.05, 0.10, ..., 0.50."""
 
+DEFAULT_AMPLIFIED_TAUS: tuple[float, ...] = tuple(round(0.05 * step, 2) for step in range(1, 17))
+"""0.05, 0.10, ..., 0.80 (``"text_to_sql"`` only). At ``tau_inject`` (0.80) the rule below it is off, so
+the grid's strictest point is the ``"patch"`` preset's P1."""
+
 PLOT_HINT = "plotting needs matplotlib: pip install 'guarded-sqlite[plot]'"
 
 
@@ -41,13 +48,14 @@ class PlotUnavailable(ImportError):
 
 
 def check_grid(taus: Iterable[float], rule: str) -> tuple[float, ...]:
-    """The grid sorted and de-duplicated; every tau must be in [0, 1)."""
+    """The grid sorted and de-duplicated; every tau must be in [0, 1) (``tau_amplified``'s in (0, 1))."""
     grid = tuple(sorted({round(float(tau), 6) for tau in taus}))
     if not grid:
         raise InputError(f"the {rule} threshold grid is empty")
+    positive = rule == AMPLIFIED_RULE
     for tau in grid:
-        if not 0.0 <= tau < 1.0:
-            raise InputError(f"{rule} thresholds must be in [0, 1), not {tau!r}")
+        if not (0.0 < tau < 1.0 if positive else 0.0 <= tau < 1.0):
+            raise InputError(f"{rule} thresholds must be in {'(0, 1)' if positive else '[0, 1)'}, not {tau!r}")
     return grid
 
 
@@ -60,8 +68,8 @@ def sweep_table(outcomes: Iterable[SweepOutcome], taus: Sequence[float]) -> tupl
 
 
 def _stricter_first(taus: Sequence[float], rule: str) -> list[float]:
-    # P1 fires less as tau_inject rises; P2 fires less as tau_remove falls.
-    return sorted(taus, reverse=(rule == "P1"))
+    # P1 fires less as tau_inject (or tau_amplified) rises; P2 fires less as tau_remove falls.
+    return sorted(taus, reverse=(rule != "P2"))
 
 
 def loo_cv(outcomes: Iterable[SweepOutcome], taus: Sequence[float], rule: str) -> CrossValidation:
@@ -112,33 +120,60 @@ def sweep(
     pg_dsn: str | None = None,
     cache_dir: PathLike | None = None,
     pg_schema_prefix: str = "spider_",
+    guard: GuardSpec = "paper",
+    amplified_taus: Iterable[float] | None = None,
 ) -> SweepReport:
     """Sweep P1's ``tau_inject`` and P2's ``tau_remove``, cross-validate both, optionally plot.
 
+    ``guard``: the base policy of the grids, ``"paper"`` (default: the paper's literal rules, whose
+    tables 5 and 6 the grids reproduce), ``"patch"``, ``"text_to_sql"`` or a ``GuardPolicy`` in mode
+    ``"patch"``; each threshold's policy is the base with that threshold and the other rule off. Under
+    ``"text_to_sql"`` the sweep adds the grid of ``tau_amplified`` (``amplified_taus``, default
+    0.05..0.80; P1 on join amplification below ``tau_inject``, P2 off) and its leave-one-database-out CV.
+
     Takes the same inputs as ``evaluate`` (engine options included); the returned report also holds
-    the ordinary evaluation at the default operating point, from the same run. ``plot`` writes a PNG of
-    net gain against the threshold (needs matplotlib: ``pip install 'guarded-sqlite[plot]'``; checked
-    before any query runs).
+    the ordinary evaluation at the base policy's operating point, from the same run. ``plot`` writes a
+    PNG of net gain against the threshold (needs matplotlib: ``pip install 'guarded-sqlite[plot]'``;
+    checked before any query runs).
     """
-    grid = SweepGrid(check_grid(p1_taus, "P1"), check_grid(p2_taus, "P2"))
+    base = resolve_sweep_policy(guard)
+    with_amplified = base.provenance == "text_to_sql"
+    if amplified_taus is not None and not with_amplified:
+        raise InputError("a tau_amplified grid (--amplified-taus) needs guard 'text_to_sql'")
+    grid = SweepGrid(
+        check_grid(p1_taus, "P1"),
+        check_grid(p2_taus, "P2"),
+        check_grid(DEFAULT_AMPLIFIED_TAUS if amplified_taus is None else amplified_taus, AMPLIFIED_RULE)
+        if with_amplified
+        else (),
+    )
     spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)
     if plot is not None:
         require_matplotlib()
-    evaluation, results = run(db_root, gold, pred, "patch", timeout, workers, exclude_db, progress, grid, engine=spec)
+    evaluation, results = run(db_root, gold, pred, base, timeout, workers, exclude_db, progress, grid, engine=spec)
     outcomes = [o for result in results for o in result.outcomes]
-    p1 = [o for o in outcomes if o.rule == "P1"]
-    p2 = [o for o in outcomes if o.rule == "P2"]
+    by_rule: dict[str, list[SweepOutcome]] = defaultdict(list)
+    for o in outcomes:
+        by_rule[o.rule].append(o)
+
+    def candidates(rule: str) -> int:
+        return sum(result.candidates.get(rule, 0) for result in results)
+
     report = SweepReport(
         evaluation=evaluation,
-        p1=sweep_table(p1, grid.p1),
-        p2=sweep_table(p2, grid.p2),
-        p1_cv=loo_cv(p1, grid.p1, "P1"),
-        p2_cv=loo_cv(p2, grid.p2, "P2"),
-        p1_candidates=sum(result.p1_candidates for result in results),
-        p2_candidates=sum(result.p2_candidates for result in results),
+        p1=sweep_table(by_rule["P1"], grid.p1),
+        p2=sweep_table(by_rule["P2"], grid.p2),
+        p1_cv=loo_cv(by_rule["P1"], grid.p1, "P1"),
+        p2_cv=loo_cv(by_rule["P2"], grid.p2, "P2"),
+        p1_candidates=candidates("P1"),
+        p2_candidates=candidates("P2"),
         replays=sum(result.replays for result in results),
         outcomes=tuple(sorted(outcomes, key=lambda o: (o.rule, o.tau, o.index))),
         plot=None if plot is None else str(plot),
+        guard=base.preset,
+        amplified=sweep_table(by_rule[AMPLIFIED_RULE], grid.amplified) if with_amplified else (),
+        amplified_cv=loo_cv(by_rule[AMPLIFIED_RULE], grid.amplified, AMPLIFIED_RULE) if with_amplified else None,
+        amplified_candidates=candidates(AMPLIFIED_RULE),
     )
     if plot is not None:
         plot_sweep(report, plot, title=Path(str(pred)).name if isinstance(pred, (str, Path)) else None)
@@ -163,13 +198,16 @@ def plot_sweep(report: SweepReport, path: PathLike, title: str | None = None) ->
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(10, 4), dpi=100, layout="constrained")
+    grids = [
+        (report.p1, "P1 DISTINCT injection: tau_inject", DEFAULT_POLICY.tau_inject),
+        (report.p2, "P2 DISTINCT removal: tau_remove", DEFAULT_POLICY.tau_remove),
+    ]
+    if report.amplified:
+        grids.append((report.amplified, "P1 on amplification: tau_amplified", DEFAULT_POLICY.tau_amplified))
+    figure = Figure(figsize=(5 * len(grids), 4), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
-    panels = figure.subplots(1, 2)
-    for axes, rows, name, default in (
-        (panels[0], report.p1, "P1 DISTINCT injection: tau_inject", DEFAULT_POLICY.tau_inject),
-        (panels[1], report.p2, "P2 DISTINCT removal: tau_remove", DEFAULT_POLICY.tau_remove),
-    ):
+    panels = figure.subplots(1, len(grids))
+    for axes, (rows, name, default) in zip(panels, grids):
         taus = [row.tau for row in rows]
         axes.plot(taus, [row.net for row in rows], marker="o", linewidth=2, label="net (fix - break)")
         axes.plot(taus, [row.fix for row in rows], marker=".", linestyle="--", label="fix")

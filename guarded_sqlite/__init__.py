@@ -45,14 +45,43 @@ from sqlite3 import (
     sqlite_version_info,
     threadsafety,
 )
+from typing import TYPE_CHECKING, Any
 
 from .api import connect, install, uninstall, unwrap, wrap
+from .core import GuardedConnection, GuardedCursor
 from .errors import TransactionLost
-from .evaluation import evaluate
 from .policy import GuardPolicy
-from .proxy import GuardedConnection, GuardedCursor
 from .report import GuardReport, RuleDecision
-from .rescue import DupRatioSelector, LLMRescue, RescueChoice, RescueReport, RescueRequest
+
+if TYPE_CHECKING:
+    from .evaluation import evaluate
+    from .rescue import DupRatioSelector, LLMRescue, RescueChoice, RescueReport, RescueRequest
+
+# Loaded on first use, so that ``import guarded_sqlite`` stays close to ``import sqlite3``.
+_LAZY = {
+    "evaluate": "evaluation",
+    "DupRatioSelector": "rescue",
+    "LLMRescue": "rescue",
+    "RescueChoice": "rescue",
+    "RescueReport": "rescue",
+    "RescueRequest": "rescue",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "DupRatioSelector",

@@ -1,5 +1,9 @@
 """Ways in: ``connect`` like sqlite3, ``wrap``/``unwrap`` an existing connection, and ``install`` to
-swap ``sqlite3.connect`` process-wide."""
+swap ``sqlite3.connect`` process-wide.
+
+``connect`` (and so ``install``) opens ``sqlite_fast``'s ``sqlite3.Connection`` subclass; ``wrap``
+guards a connection the library did not open with a ``wrapt`` proxy (``proxy``, imported on first use).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ import sqlite3.dbapi2
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .core import GuardedConnection, GuardedCursor
 from .engines import DUCKDB, engine_for
 from .policy import GuardSpec, resolve_policy
-from .proxy import GuardedConnection, GuardedCursor, GuardedDuckDBConnection
+from .sqlite_fast import ConnectionMethods, CursorMethods, open_connection
 
 _sqlite3_connect: Callable[..., sqlite3.Connection] = sqlite3.connect
 """The real ``sqlite3.connect``, kept before ``install()`` can replace it."""
@@ -19,19 +24,18 @@ _sqlite3_connect: Callable[..., sqlite3.Connection] = sqlite3.connect
 T = TypeVar("T")
 
 
-def connect(database: Any, *args: Any, guard: GuardSpec = None, **kwargs: Any) -> GuardedConnection:
+def connect(database: Any, *args: Any, guard: GuardSpec = None, **kwargs: Any) -> Any:
     """Open a SQLite database like ``sqlite3.connect`` and return it guarded.
 
     Takes every argument ``sqlite3.connect`` takes (``timeout``, ``detect_types``, ``isolation_level``,
     ``check_same_thread``, ``factory``, ``cached_statements``, ``uri``, ...), plus ``guard``: a preset,
     ``"patch"`` (default), ``"text_to_sql"``, ``"paper"``, ``"observe"`` or ``"off"`` (see
     ``guarded_sqlite.policy``), or a ``GuardPolicy``.
+
+    The connection is a real ``sqlite3.Connection`` (of a subclass; combined with ``factory=`` when
+    given) whose cursors are ``sqlite3.Cursor`` subclasses.
     """
-    policy = resolve_policy(guard)
-    # check_same_thread is sqlite3.connect's fourth parameter after the database.
-    check_same_thread = kwargs.get("check_same_thread", args[3] if len(args) > 3 else True)
-    raw = _sqlite3_connect(database, *args, **kwargs)
-    return GuardedConnection(raw, policy, single_thread=bool(check_same_thread))
+    return open_connection(_sqlite3_connect, database, args, kwargs, resolve_policy(guard))
 
 
 def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -> Any:
@@ -42,7 +46,16 @@ def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -
     Wrapping a guarded connection returns it unchanged, unless ``guard`` asks for a different policy,
     which gives a new proxy over the same connection.
     """
-    if isinstance(connection, (GuardedConnection, GuardedDuckDBConnection)):
+    kind = type(connection)
+    single_thread = False
+    if issubclass(kind, ConnectionMethods):  # connect()'s own connection
+        if dialect is not None:
+            engine_for(connection, dialect)  # validates the dialect
+        old = connection._self_guard
+        if guard is None or resolve_policy(guard) == old.policy:
+            return connection
+        single_thread = old.lock is None
+    elif issubclass(kind, GuardedConnection):  # a proxy
         old = connection._self_guard
         if dialect is not None:
             engine_for(connection.__wrapped__, dialect)  # validates the dialect
@@ -50,19 +63,27 @@ def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -
             return connection
         connection = connection.__wrapped__
         single_thread = old.lock is None
-    else:
-        single_thread = False
     engine = engine_for(connection, dialect)
     policy = resolve_policy(guard)
     if engine is DUCKDB:
+        from .proxy_duckdb import GuardedDuckDBConnection
+
         return GuardedDuckDBConnection(connection, policy)
-    return GuardedConnection(connection, policy, engine, single_thread=single_thread)
+    from .proxy import ConnectionProxy
+
+    return ConnectionProxy(connection, policy, engine, single_thread=single_thread)
 
 
 def unwrap(obj: T) -> T:
-    """The raw sqlite3 object behind a guarded connection or cursor; anything else as it is."""
-    if isinstance(obj, (GuardedConnection, GuardedCursor)):
-        raw: T = obj.__wrapped__
+    """The driver's object behind a ``wrap()`` proxy (connection or cursor); anything else as it is.
+
+    ``connect()``'s connections and their cursors already are ``sqlite3`` objects: they come back
+    unchanged (still guarded)."""
+    kind = type(obj)
+    if issubclass(kind, (GuardedConnection, GuardedCursor)) and not issubclass(
+        kind, (ConnectionMethods, CursorMethods)
+    ):
+        raw: T = obj.__wrapped__  # type: ignore[attr-defined]
         return raw
     return obj
 
@@ -78,11 +99,11 @@ def install(guard: GuardSpec = None) -> None:
     policy = resolve_policy(guard)
 
     @functools.wraps(_sqlite3_connect)
-    def guarded_connect(database: Any, *args: Any, guard: GuardSpec = policy, **kwargs: Any) -> GuardedConnection:
+    def guarded_connect(database: Any, *args: Any, guard: GuardSpec = policy, **kwargs: Any) -> Any:
         return connect(database, *args, guard=guard, **kwargs)
 
     guarded_connect.__guarded_sqlite__ = True  # type: ignore[attr-defined]
-    sqlite3.connect = sqlite3.dbapi2.connect = guarded_connect  # type: ignore[assignment]
+    sqlite3.connect = sqlite3.dbapi2.connect = guarded_connect
 
 
 def uninstall() -> None:

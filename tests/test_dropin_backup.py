@@ -51,11 +51,15 @@ def test_backup_keyword_arguments_behave_like_sqlite3() -> None:
 
 
 def test_raw_backup_into_guarded_needs_unwrap(raw_items: sqlite3.Connection, observe_items: GuardedConnection) -> None:
-    """Documented: sqlite3's own ``backup`` type-checks its target in C and refuses the proxy;
+    """connect()'s connections are sqlite3.Connection objects: sqlite3's own ``backup`` (which
+    type-checks its target in C) takes them as they are. It refuses a ``wrap()`` proxy, for which
     ``guarded_sqlite.unwrap(target)`` is the way to back up from a raw connection into a guarded one."""
     target = guarded_sqlite.connect(":memory:")
-    with pytest.raises(TypeError):
-        raw_items.backup(target)
-    raw_items.backup(guarded_sqlite.unwrap(target))
+    raw_items.backup(target)
     sql = "SELECT * FROM items ORDER BY id"
     assert target.execute(sql).fetchall() == observe_items.execute(sql).fetchall()
+    proxy = guarded_sqlite.wrap(sqlite3.connect(":memory:"))
+    with pytest.raises(TypeError):
+        raw_items.backup(proxy)
+    raw_items.backup(guarded_sqlite.unwrap(proxy))
+    assert proxy.execute(sql).fetchall() == observe_items.execute(sql).fetchall()

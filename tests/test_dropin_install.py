@@ -40,7 +40,7 @@ def test_install_makes_sqlite3_connect_guarded(real_connect: Any) -> None:
         con = connect(":memory:")
         assert isinstance(con, GuardedConnection)
         assert con.guard_policy.mode == "observe"
-        assert type(guarded_sqlite.unwrap(con)) is sqlite3.Connection  # not guarded twice
+        assert guarded_sqlite.unwrap(con) is con and isinstance(con, sqlite3.Connection)  # not guarded twice
         assert isinstance(con.execute("SELECT 1"), GuardedCursor)
     assert sqlite3.connect(":memory:", guard="off").guard_policy.mode == "off"
     assert isinstance(sqlite3.connect(":memory:", factory=CountingConnection), CountingConnection)

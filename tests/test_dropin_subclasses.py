@@ -45,7 +45,7 @@ def test_connection_factory_subclass(raw_items: sqlite3.Connection, mode: str) -
     con = guarded_sqlite.connect(":memory:", factory=CountingConnection, guard=mode)
     fill_items(con)
     assert isinstance(con, CountingConnection) and isinstance(con, GuardedConnection)
-    assert type(guarded_sqlite.unwrap(con)) is CountingConnection
+    assert isinstance(guarded_sqlite.unwrap(con), CountingConnection)  # a subclass of it, not a proxy
     assert con.count("items") == ITEM_COUNT
     cur = con.execute("SELECT * FROM items ORDER BY id")
     assert isinstance(cur, GuardedCursor) and cur.guard_report is not None
@@ -67,7 +67,7 @@ def test_connection_subclass_default_cursor_class(raw_items: sqlite3.Connection,
 def test_cursor_factory_subclass(raw_items: sqlite3.Connection, guarded_items: GuardedConnection) -> None:
     """``cursor(factory=Sub)``: isinstance holds, the subclass's own methods work, rows match sqlite3."""
     cur = guarded_items.cursor(factory=TaggedCursor)
-    assert isinstance(cur, TaggedCursor) and type(guarded_sqlite.unwrap(cur)) is TaggedCursor
+    assert isinstance(cur, TaggedCursor) and isinstance(guarded_sqlite.unwrap(cur), TaggedCursor)
     cur.arraysize = 4
     assert cur.tag() == "tagged:4"
     sql = "SELECT id, name FROM items ORDER BY id"

@@ -61,9 +61,26 @@ from .strategies import (
 def open_db(tables: tuple[Table, ...], guard: Any) -> tuple[guarded_sqlite.GuardedConnection, sqlite3.Connection]:
     """A guarded in-memory connection holding ``tables``, and the plain sqlite3 connection behind it."""
     con = guarded_sqlite.connect(":memory:", guard=guard)
-    raw = guarded_sqlite.unwrap(con)
-    fill(raw, tables)
-    return con, raw
+    raw = _Plain(con)
+    fill(raw, tables)  # type: ignore[arg-type]
+    return con, raw  # type: ignore[return-value]
+
+
+class _Plain:
+    """sqlite3's own (unguarded) statements on a guarded connection: connect()'s connections are
+    sqlite3.Connection subclasses, so ``unwrap()`` returns them as they are."""
+
+    def __init__(self, con: Any) -> None:
+        self._con = con
+
+    def execute(self, *args: Any) -> sqlite3.Cursor:
+        return sqlite3.Connection.execute(self._con, *args)
+
+    def executemany(self, *args: Any) -> sqlite3.Cursor:
+        return sqlite3.Connection.executemany(self._con, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
 
 
 def fill(raw: sqlite3.Connection, tables: tuple[Table, ...]) -> None:

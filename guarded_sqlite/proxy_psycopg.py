@@ -1,0 +1,96 @@
+"""``wrap()``'s cursors for psycopg 3 (PostgreSQL): context managers, psycopg's ``execute`` keywords,
+``rowcount``/``rownumber`` of the rows served, and server-side cursors passed through."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from .core import unprobed
+from .engines import NO_PARAMETERS
+from .proxy import CursorProxy
+
+_SERVER_SIDE = "server-side cursor: rows stream from the server unbuffered and unprobed"
+_STREAMED = "stream(): rows stream from the server unbuffered and unprobed"
+
+
+class ContextCursor(CursorProxy):
+    """A guarded psycopg cursor: also a context manager (``with conn.cursor() as cur``), as psycopg's;
+    ``execute`` takes psycopg's own ``prepare``/``binary`` keywords; ``rowcount`` and ``rownumber``
+    describe the rows served (after a patch, the patched result)."""
+
+    def execute(
+        self,
+        sql: Any,
+        parameters: Any = NO_PARAMETERS,
+        /,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+        **rescue_inputs: Any,
+    ) -> ContextCursor:
+        self._self_driver_options = (
+            {"prepare": prepare, "binary": binary} if prepare is not None or binary is not None else None
+        )
+        return super().execute(sql, parameters, **rescue_inputs)  # type: ignore[return-value]
+
+    @property
+    def rowcount(self) -> int:
+        raw_count: int = self.__wrapped__.rowcount
+        state = self._self_state
+        if state is None or state.action == "none" or raw_count < 0:
+            return raw_count
+        final_rows: int = state.final_rows  # type: ignore[assignment]
+        return final_rows
+
+    @property
+    def rownumber(self) -> int | None:
+        rows, state = self._self_rows, self._self_state
+        if state is None or rows is self.__wrapped__ or state.final_rows is None:
+            number: int | None = self.__wrapped__.rownumber
+            return number
+        remaining = len(rows) if type(rows) is list else operator.length_hint(rows)
+        served: int = state.final_rows - remaining
+        return served
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        """psycopg's row-by-row streaming: passed through unbuffered and unprobed, as the report says."""
+        sql = args[0] if args else kwargs.get("query")
+        self._self_report = None
+        self._self_rows = self.__wrapped__
+        self._self_state = unprobed(self._self_guard.policy.mode, sql, _STREAMED)  # type: ignore[arg-type]
+        return self.__wrapped__.stream(*args, **kwargs)
+
+    def __enter__(self) -> ContextCursor:
+        self.__wrapped__.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self.__wrapped__.__exit__(*exc_info)
+
+
+class StreamingCursor(ContextCursor):
+    """A server-side cursor (psycopg ``conn.cursor(name=...)``): rows stay on the server and stream.
+
+    Buffering would defeat the reason it exists, so statements pass through unprobed and the report
+    says so."""
+
+    def execute(self, sql: str, parameters: Any = NO_PARAMETERS, /, **kwargs: Any) -> StreamingCursor:
+        self._self_report = None
+        self._self_rows = self.__wrapped__
+        self._self_state = unprobed(self._self_guard.policy.mode, sql, _SERVER_SIDE)
+        raw = self.__wrapped__
+        raw.execute(sql, **kwargs) if parameters is NO_PARAMETERS else raw.execute(sql, parameters, **kwargs)
+        return self
+
+
+def cursor_class(raw_cursor: Any) -> type[CursorProxy]:
+    """The proxy class for a psycopg cursor."""
+    import psycopg
+
+    return StreamingCursor if isinstance(raw_cursor, psycopg.ServerCursor) else ContextCursor
+
+
+# Former names.
+_ContextCursor = ContextCursor
+_StreamingCursor = StreamingCursor

@@ -1,0 +1,488 @@
+"""The SQLite fast path: guarded connections that *are* ``sqlite3.Connection`` objects.
+
+``connect()`` and ``install()`` open the database with ``factory=GuardedSQLiteConnection`` (or, when
+the caller passes a ``factory=`` subclass of their own, a class combining theirs with it, cached per
+factory). Its cursors are ``GuardedSQLiteCursor`` objects (likewise combined with a caller's
+``cursor(factory=...)`` class). Being real subclasses, they pass every type check sqlite3 makes in C
+(``sqlite3.Cursor(con)``, ``raw.backup(target=con)``, re-initialisation with ``con.__init__(...)``)
+and need no proxy: attribute reads are plain slot and C-member reads.
+
+The classes only do the I/O: sqlite3's own C methods run the statement and fetch its result once
+(up to ``row_cap + 1`` rows); ``core`` probes, decides, repairs and serves, exactly as for ``wrap()``'s
+proxies. sqlite3's ``Connection.execute`` makes its cursor in C without calling an overridden
+``cursor()``, so ``execute``/``executemany``/``executescript`` are overridden too.
+
+A cursor made on a connection that is not guarded (``GuardedSQLiteCursor(plain_connection)``) passes
+everything through; ``sqlite3.Cursor(con)`` on a guarded connection gives a plain, unguarded cursor,
+as the C type check demands.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import sqlite3
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .core import (
+    GUARD_OFF,
+    LIST_ITERATOR,
+    NOT_ROW_RETURNING,
+    NOTHING,
+    ConnectionGuard,
+    GuardedConnection,
+    GuardedCursor,
+    RescueInputs,
+    Streaming,
+    after_error,
+    after_fetch,
+    forget_schema,
+    redirect_outstanding,
+    report_of,
+    restore_writable,
+    run_unprobed,
+    serving,
+    unprobed,
+)
+from .engines import NO_PARAMETERS, SQLITE
+from .policy import GuardPolicy, resolve_policy
+from .probe import PartialCount
+
+if TYPE_CHECKING:
+    from .report import GuardReport, ReportState
+
+_NO = NO_PARAMETERS
+# sqlite3's own C methods, called on the subclass instances (their Python overrides would recurse).
+_connection_init = sqlite3.Connection.__init__
+_connection_cursor = sqlite3.Connection.cursor
+_connection_backup = sqlite3.Connection.backup
+_execute = sqlite3.Cursor.execute
+_executemany = sqlite3.Cursor.executemany
+_executescript = sqlite3.Cursor.executescript
+_fetchone = sqlite3.Cursor.fetchone
+_fetchmany = sqlite3.Cursor.fetchmany
+_fetchall = sqlite3.Cursor.fetchall
+_close = sqlite3.Cursor.close
+_next = sqlite3.Cursor.__next__
+_description = sqlite3.Cursor.description.__get__
+_DEFAULT_FACTORY: Any = object()
+
+
+class _Tail:
+    """The rows past ``row_cap``, from sqlite3's own ``__next__`` (the cursor's is the guard's).
+
+    Holds the cursor weakly: the cursor holds its serving iterator, and ``del cur`` must free a
+    cursor that still streams (which resets its statement and releases its table locks) at once, as
+    it does in sqlite3, not at the next garbage collection."""
+
+    __slots__ = ("cursor", "held")
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self.cursor = weakref.ref(cursor)
+        self.held: sqlite3.Cursor | None = None
+
+    def hold(self) -> None:
+        """Keep the cursor alive: its serving iterator was handed to the caller."""
+        self.held = self.cursor()
+
+    def __iter__(self) -> _Tail:
+        return self
+
+    def __next__(self) -> Any:
+        cursor = self.cursor()
+        if cursor is None:
+            raise StopIteration
+        return _next(cursor)
+
+
+def _tail(cursor: sqlite3.Cursor) -> tuple[Any, Iterator[Any]]:
+    return weakref.proxy(cursor), _Tail(cursor)
+
+
+class CursorMethods(sqlite3.Cursor, GuardedCursor):
+    """The guarded cursor's behaviour, without instance layout of its own, so it combines with any
+    ``sqlite3.Cursor`` subclass. Per-statement state lives in the instance ``__dict__``; the class
+    attributes below are its defaults (creating a cursor sets nothing)."""
+
+    __slots__ = ()
+
+    _self_rows: Any = NOTHING
+    _self_list: list[Any] | None = None
+    _self_buffer: list[Any] | Streaming | None = None
+    _self_state: ReportState | None = None
+    _self_report: GuardReport | None = None
+    _self_rescued_description: tuple[Any, Any] | None = None
+
+    @property
+    def guard_report(self) -> GuardReport | None:
+        """What the guard saw and did for the last statement; None before the first execute."""
+        return report_of(self)
+
+    @property
+    def description(self) -> Any:
+        rescued = self._self_rescued_description
+        if rescued is not None and rescued[0] is self._self_state:
+            return rescued[1]
+        return _description(self)
+
+    def execute(
+        self,
+        sql: str,
+        parameters: Any = _NO,
+        /,
+        *,
+        candidates: Sequence[str] | None = None,
+        question: str | None = None,
+        hint: str | None = None,
+    ) -> CursorMethods:
+        """``sqlite3.Cursor.execute``; with ``candidates`` (alternative SQLs for the same question) a
+        flagged statement may be rescued by the policy's rescuer."""
+        try:
+            guard = self.connection._self_guard  # type: ignore[attr-defined]
+        except AttributeError:  # not a guarded connection (or no connection yet): sqlite3's own
+            if parameters is _NO:
+                _execute(self, sql)
+            else:
+                _execute(self, sql, parameters)
+            self._self_rows = self
+            return self
+        rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
+        serial = guard.serial
+        if serial is not None:
+            serial.acquire()
+        try:
+            if guard.mode == "off" or guard.restore_writable:
+                rows, self._self_state = _run(self, guard, sql, parameters, rescue_inputs)
+            else:  # one statement's I/O, inline (_run has the rarer cases)
+                try:
+                    if parameters is _NO:
+                        _execute(self, sql)
+                    else:
+                        _execute(self, sql, parameters)
+                    rows = _fetchmany(self, guard.fetch_size)
+                except Exception as error:
+                    rescued = after_error(self, self, guard, sql, parameters, error, rescue_inputs)
+                    if rescued is None:
+                        raise
+                    rows, self._self_state = rescued
+                else:
+                    if rows or _description(self) is not None:
+                        rows, self._self_state = after_fetch(
+                            self, self, guard, sql, parameters, rows, rescue_inputs, _tail
+                        )
+                    else:
+                        rows, self._self_state = self, unprobed(guard.mode, sql, NOT_ROW_RETURNING)
+        except BaseException:
+            if self._self_buffer is not None:
+                redirect_outstanding(self, self)
+            # As after a failed sqlite3 execute: nothing of the previous statement is served any more.
+            self._self_rows = self
+            raise
+        finally:
+            if serial is not None:
+                serial.release()
+        self._self_rows = rows if self._self_buffer is None else redirect_outstanding(self, rows)
+        return self
+
+    def executemany(self, sql: str, parameters: Any, /) -> CursorMethods:
+        guard = _guard_or_none(self)
+        if guard is None:
+            _executemany(self, sql, parameters)
+            self._self_rows = self
+        else:
+            run_unprobed(self, self, guard, sql, True, lambda: _executemany(self, sql, parameters))
+        return self
+
+    def executescript(self, sql_script: str, /) -> CursorMethods:
+        guard = _guard_or_none(self)
+        if guard is None:
+            _executescript(self, sql_script)
+            self._self_rows = self
+        else:
+            run_unprobed(self, self, guard, sql_script, False, lambda: _executescript(self, sql_script))
+        return self
+
+    def fetchone(self) -> Any:
+        rows = self._self_rows
+        kind = type(rows)
+        if kind is LIST_ITERATOR:
+            _fetchone(self)  # raises as sqlite3 would: closed cursor or connection, wrong thread
+        elif rows is self:
+            return _fetchone(self)  # not buffered: sqlite3's own fetch (and its own errors)
+        else:
+            rows = serving(self, self, _fetchone)
+        return next(rows, None)
+
+    def fetchmany(self, size: Any = _NO) -> list[Any]:
+        size = self.arraysize if size is _NO else operator.index(size)
+        rows = serving(self, self, _fetchone)
+        if rows is self:
+            return _fetchmany(self, size)
+        # sqlite3 returns every remaining row for a size of zero or less.
+        return list(itertools.islice(rows, size)) if size > 0 else list(rows)
+
+    def fetchall(self) -> list[Any]:
+        rows = self._self_rows
+        if type(rows) is list:
+            _fetchone(self)  # raises as sqlite3 would: closed cursor or connection, wrong thread
+            current = self._self_state
+            # Untouched buffer: hand over the list itself instead of copying it, unless a partial
+            # distinct count still has to read it for the report.
+            if current is None or type(current.unique_rows) is not PartialCount:
+                self._self_rows = NOTHING
+                return rows
+        rows = serving(self, self, _fetchone)
+        if rows is self:
+            return _fetchall(self)
+        return list(rows)
+
+    def close(self) -> None:
+        _close(self)
+        self._self_rows = self
+        self._self_buffer = None
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        # The serving iterator itself rather than the cursor, so a for-loop runs at C speed; it shares
+        # its position with fetchone()/fetchmany(), and execute() redirects it to the new rows.
+        return serving(self, self, _fetchone, True)  # type: ignore[no-any-return]
+
+    def __next__(self) -> Any:
+        rows = serving(self, self, _fetchone)
+        if rows is self:
+            return _next(self)
+        return next(rows)
+
+
+class GuardedSQLiteCursor(CursorMethods):
+    """The cursor of ``connect()``'s connections: a ``sqlite3.Cursor`` that fetches each result once,
+    probes it, and serves it from a buffer."""
+
+
+def _guard_or_none(cursor: sqlite3.Cursor) -> ConnectionGuard | None:
+    try:
+        guard: ConnectionGuard = cursor.connection._self_guard  # type: ignore[attr-defined]
+    except AttributeError:
+        return None
+    return guard
+
+
+def _run(
+    cursor: CursorMethods, guard: ConnectionGuard, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
+) -> tuple[Any, ReportState]:
+    """One statement's I/O on sqlite3's C methods, then ``core.after_fetch``: the serving rows and the
+    report state. On an execution error the state is stored on ``cursor`` before the error propagates
+    unchanged (unless a rescue replaced the failed statement with a candidate)."""
+    policy = guard.policy
+    mode = policy.mode
+    if mode == "off":
+        off = unprobed(mode, sql, GUARD_OFF)
+        cursor._self_state = off  # also stands if execute raises: the guard reports nothing either way
+        if parameters is _NO:
+            _execute(cursor, sql)
+        else:
+            _execute(cursor, sql, parameters)
+        return cursor, off
+    if guard.restore_writable:
+        restore_writable(guard)
+    try:
+        if parameters is _NO:
+            _execute(cursor, sql)
+        else:
+            _execute(cursor, sql, parameters)
+        if _description(cursor) is None:
+            return cursor, unprobed(mode, sql, NOT_ROW_RETURNING)
+        rows = _fetchmany(cursor, guard.fetch_size)
+    except Exception as error:
+        rescued = after_error(cursor, cursor, guard, sql, parameters, error, rescue_inputs)
+        if rescued is None:
+            raise
+        return rescued
+    return after_fetch(cursor, cursor, guard, sql, parameters, rows, rescue_inputs, _tail)
+
+
+# --------------------------------------------------------------------------------------------------
+# Connections
+# --------------------------------------------------------------------------------------------------
+
+_CURSOR_CLASSES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+_CONNECTION_CLASSES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+
+
+def _combined(cache: weakref.WeakKeyDictionary[type, type], factory: type, guarded: type) -> type:
+    """``factory`` with the guard's methods under it (theirs first: their ``super()`` calls reach the
+    guard, then sqlite3), made once per factory. Named and placed like the caller's class."""
+    if issubclass(factory, ConnectionMethods) or issubclass(factory, CursorMethods):
+        return factory
+    combined = cache.get(factory)
+    if combined is None:
+        namespace = {"__module__": factory.__module__, "__qualname__": factory.__qualname__, "__doc__": factory.__doc__}
+        combined = cache[factory] = type(factory.__name__, (factory, guarded), namespace)
+    return combined
+
+
+def cursor_class(factory: type) -> type:
+    """The guarded cursor class for a caller's ``sqlite3.Cursor`` subclass."""
+    return _combined(_CURSOR_CLASSES, factory, CursorMethods)
+
+
+def connection_class(factory: type) -> type:
+    """The guarded connection class for a caller's ``sqlite3.Connection`` subclass. One that overrides
+    ``cursor()`` gets its own cursors from the ``execute`` shortcuts too (as from a ``wrap()`` proxy)."""
+    if factory is sqlite3.Connection:
+        return GuardedSQLiteConnection
+    overrides_cursor = factory.cursor is not sqlite3.Connection.cursor  # type: ignore[attr-defined]
+    return _combined(_CONNECTION_CLASSES, factory, _CursorHookMethods if overrides_cursor else ConnectionMethods)
+
+
+class ConnectionMethods(sqlite3.Connection, GuardedConnection):
+    """The guarded connection's behaviour, without instance layout of its own (see ``CursorMethods``)."""
+
+    __slots__ = ()
+    _self_guard: ConnectionGuard
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            guard: ConnectionGuard | None = self._self_guard
+        except AttributeError:
+            guard = None
+        # Re-initialising clears the instance's slots and __dict__ (sqlite3 runs tp_clear first).
+        try:
+            _connection_init(self, *args, **kwargs)
+        finally:
+            if guard is not None:
+                self._self_guard = guard
+        # check_same_thread is the fifth parameter, after the database.
+        single_thread = bool(kwargs.get("check_same_thread", args[4] if len(args) > 4 else True))
+        if guard is None:  # opened directly, not by connect(): the default policy until connect() sets one
+            self._self_guard = ConnectionGuard(_default_policy(), SQLITE, self, self, single_thread)
+        else:  # re-initialised: a new database handle, the same policy
+            guard.set_threading(single_thread)
+            forget_schema(guard)
+            guard.schema_cursor = None
+            guard.schema_version = None
+            guard.restore_writable = False
+
+    @property
+    def guard_policy(self) -> GuardPolicy:
+        """The policy this connection applies."""
+        return self._self_guard.policy
+
+    def cursor(self, factory: Any = _DEFAULT_FACTORY) -> Any:
+        if factory is _DEFAULT_FACTORY or factory is sqlite3.Cursor:
+            return _connection_cursor(self, GuardedSQLiteCursor)
+        if isinstance(factory, type) and issubclass(factory, sqlite3.Cursor):
+            return _connection_cursor(self, cursor_class(factory))
+        cursor = _connection_cursor(self, factory)  # sqlite3 checks what a callable factory returns
+        if isinstance(cursor, CursorMethods):
+            return cursor
+        # A callable (not a class) made a cursor the guard cannot extend: guard it through a proxy.
+        from .proxy import CursorProxy
+
+        proxy = CursorProxy(cursor)
+        proxy._self_guard = self._self_guard
+        return proxy
+
+    def execute(
+        self,
+        sql: str,
+        parameters: Any = _NO,
+        /,
+        *,
+        candidates: Sequence[str] | None = None,
+        question: str | None = None,
+        hint: str | None = None,
+    ) -> Any:
+        cursor = _connection_cursor(self, GuardedSQLiteCursor)
+        if candidates is None:
+            return cursor.execute(sql, parameters)
+        return cursor.execute(sql, parameters, candidates=candidates, question=question, hint=hint)
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any:
+        return _connection_cursor(self, GuardedSQLiteCursor).executemany(sql, parameters)
+
+    def executescript(self, sql_script: str, /) -> Any:
+        return _connection_cursor(self, GuardedSQLiteCursor).executescript(sql_script)
+
+    def backup(self, target: Any, **kwargs: Any) -> None:
+        # sqlite3 type-checks ``target`` in C: a wrap() proxy is replaced by the connection it wraps.
+        if not issubclass(type(target), sqlite3.Connection):
+            target = getattr(target, "__wrapped__", target)
+        _connection_backup(self, target, **kwargs)
+
+
+class _CursorHookMethods(ConnectionMethods):
+    """``ConnectionMethods`` for a subclass with its own ``cursor()``: the shortcuts call it."""
+
+    __slots__ = ()
+
+    def execute(
+        self,
+        sql: str,
+        parameters: Any = _NO,
+        /,
+        *,
+        candidates: Sequence[str] | None = None,
+        question: str | None = None,
+        hint: str | None = None,
+    ) -> Any:
+        cursor = self.cursor()
+        if candidates is None:
+            return cursor.execute(sql, parameters)
+        return cursor.execute(sql, parameters, candidates=candidates, question=question, hint=hint)
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any:
+        return self.cursor().executemany(sql, parameters)
+
+    def executescript(self, sql_script: str, /) -> Any:
+        return self.cursor().executescript(sql_script)
+
+
+class GuardedSQLiteConnection(ConnectionMethods):
+    """What ``connect()`` opens: a ``sqlite3.Connection`` whose cursors probe, and in patch mode
+    repair, every query result."""
+
+    __slots__ = ("_self_guard",)
+
+
+_DEFAULT: list[GuardPolicy] = []
+
+
+def _default_policy() -> GuardPolicy:
+    if not _DEFAULT:
+        _DEFAULT.append(resolve_policy(None))
+    return _DEFAULT[0]
+
+
+_FACTORY_POSITION = 4  # factory is sqlite3.connect's sixth parameter: the fifth after the database
+
+
+def open_connection(
+    connect: Any, database: Any, args: tuple[Any, ...], kwargs: dict[str, Any], policy: GuardPolicy
+) -> Any:
+    """``connect(database, *args, **kwargs)`` (sqlite3's) with the guarded class as ``factory``."""
+    args_list = list(args)
+    if len(args_list) > _FACTORY_POSITION:
+        factory = args_list[_FACTORY_POSITION]
+        place = "args"
+    else:
+        factory = kwargs.get("factory", sqlite3.Connection)
+        place = "kwargs"
+    proxied = not (isinstance(factory, type) and issubclass(factory, sqlite3.Connection))
+    if not proxied:
+        guarded = connection_class(factory)
+        if place == "args":
+            args_list[_FACTORY_POSITION] = guarded
+        else:
+            kwargs = {**kwargs, "factory": guarded}
+    # check_same_thread is the fourth parameter after the database.
+    single_thread = bool(kwargs.get("check_same_thread", args_list[3] if len(args_list) > 3 else True))
+    con = connect(database, *args_list, **kwargs)
+    if proxied or not isinstance(con, ConnectionMethods):
+        # A callable factory (not a class) made the connection: guard it through a proxy.
+        from .proxy import ConnectionProxy
+
+        return ConnectionProxy(con, policy, single_thread=single_thread)
+    con._self_guard = ConnectionGuard(policy, SQLITE, con, con, single_thread)
+    return con

@@ -9,11 +9,12 @@ for raw sqlite3 and for guarded connections in modes patch, observe and off. Eve
 by ``perf_counter_ns`` calls; the cost of an empty bracket is measured and subtracted. Variants are
 interleaved per repetition, and the tables give medians over repetitions of per-call means.
 
-Part B replays the steps the guarded hot path (``GuardedCursor.execute`` -> ``_execute_and_probe``,
-``GuardedConnection.cursor``, ``GuardedCursor.fetchall``) performs on top of the raw calls, one step
-at a time with ``timeit`` (minimum over many ~0.5 ms repeats), so their costs can be added up and compared
-with the overhead measured in part A. The replay mirrors guarded_sqlite/proxy.py as of this writing; if
-proxy.py changes, update ``STEPS`` below.
+Part B replays the steps the guarded hot path (``sqlite_fast``: ``CursorMethods.execute`` ->
+``_statement`` -> ``core.after_fetch``, ``ConnectionMethods.cursor``, ``CursorMethods.fetchall``)
+performs on top of the raw calls, one step at a time with ``timeit`` (minimum over many ~0.5 ms
+repeats), so their costs can be added up and compared with the overhead measured in part A. The replay
+mirrors guarded_sqlite/sqlite_fast.py and core.py as of this writing; if they change, update the steps.
+Part A also has a ``wrap()`` proxy variant for comparison.
 
 ``--profile`` adds a cProfile listing of the guarded loop (cProfile inflates small functions, so read
 it for call counts and relative weight, not absolute times).
@@ -29,15 +30,13 @@ import pstats
 import sqlite3
 import statistics
 import sys
-import threading
 import time
 import timeit
 from pathlib import Path
 from typing import Any
 
 import guarded_sqlite
-from guarded_sqlite.probe import classify
-from guarded_sqlite.proxy import GuardedCursor
+from guarded_sqlite import core, sqlite_fast
 from guarded_sqlite.report import GuardReport, ReportState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -98,12 +97,12 @@ def part_a(raw: sqlite3.Connection, reps: int, batch: int) -> dict[str, Any]:
 
     rng = random.Random(3)
     params = [(rng.randrange(TABLE_ROWS),) for _ in range(batch)]
-    variants = {
-        "raw": (raw, False),
-        "patch": (guarded_sqlite.wrap(raw, guard="patch"), True),
-        "observe": (guarded_sqlite.wrap(raw, guard="observe"), True),
-        "off": (guarded_sqlite.wrap(raw, guard="off"), True),
-    }
+    variants: dict[str, tuple[Any, bool]] = {"raw": (raw, False)}
+    for mode in ("patch", "observe", "off"):
+        con = guarded_sqlite.connect(":memory:", guard=mode)  # a sqlite3.Connection subclass (the fast path)
+        raw.backup(target=con)
+        variants[mode] = (con, True)
+    variants["patch (wrap() proxy)"] = (guarded_sqlite.wrap(raw, guard="patch"), True)
     names = list(variants)
     for name in names:  # warm up
         segments(*[variants[name][0], params, variants[name][1]])
@@ -131,42 +130,44 @@ def part_a(raw: sqlite3.Connection, reps: int, batch: int) -> dict[str, Any]:
 
 
 def part_b(raw: sqlite3.Connection, repeat: int) -> list[dict[str, Any]]:
-    patch_con = guarded_sqlite.wrap(raw, guard="patch")
+    patch_con = guarded_sqlite.connect(":memory:", guard="patch")
+    raw.backup(target=patch_con)
+    proxy_con = guarded_sqlite.wrap(raw, guard="patch")
     gcur = patch_con.cursor()
     gcur.execute(POINT_SQL, (1,))
     rcur = raw.cursor()
     rows = [(1, 2, "x" * 18)]
-    guard = gcur._self_guard
-    lock = threading.RLock()
+    guard = patch_con._self_guard
     sql = POINT_SQL
     p = (5,)
-    state = ("patch", sql, sql, None, "none", 1, 1, 1, None, None, (), 123, None)
+    state = gcur._self_state
 
     env: dict[str, Any] = dict(
         raw=raw,
         patch_con=patch_con,
+        proxy_con=proxy_con,
         rcur=rcur,
         gcur=gcur,
         guard=guard,
-        lock=lock,
         sql=sql,
         p=p,
         rows=rows,
-        classify=classify,
         perf_ns=perf_ns,
-        GuardedCursor=GuardedCursor,
         state=state,
         GuardReport=GuardReport,
         ReportState=ReportState,
+        core=core,
+        sqlite_fast=sqlite_fast,
+        new_state=tuple.__new__,
         set=set,
         len=len,
-        type=type,
-        list=list,
+        hash=hash,
     )
-    # (step, statement, what it stands for in proxy.py). "raw" steps are the sqlite3 work itself.
+    # (step, statement, what it stands for in sqlite_fast.py/core.py). "raw" steps are sqlite3's own work.
     steps = [
         ("whole: raw con.cursor()", "raw.cursor()", "baseline"),
-        ("whole: guarded con.cursor()", "patch_con.cursor()", "GuardedConnection.cursor"),
+        ("whole: guarded con.cursor()", "patch_con.cursor()", "ConnectionMethods.cursor (sqlite3 subclass)"),
+        ("whole: wrap() proxy con.cursor()", "proxy_con.cursor()", "proxy.ConnectionProxy.cursor"),
         (
             "whole: raw cur.execute(sql, p) + cur.fetchall() (one reused cursor)",
             "rcur.execute(sql, p); rcur.fetchall()",
@@ -175,63 +176,34 @@ def part_b(raw: sqlite3.Connection, repeat: int) -> list[dict[str, Any]]:
         (
             "whole: guarded cur.execute(sql, p) + cur.fetchall() (one reused cursor)",
             "gcur.execute(sql, p); gcur.fetchall()",
-            "GuardedCursor.execute + fetchall, patch mode",
+            "CursorMethods.execute + fetchall, patch mode",
         ),
         (
-            "raw: cur.execute(sql, p) + description + fetchmany(1_000_001)",
-            "rcur.execute(sql, p); rcur.description; rcur.fetchmany(1000001)",
-            "what _execute_and_probe asks of sqlite3 instead",
+            "raw: cur.execute(sql, p) + fetchmany(1_000_001)",
+            "rcur.execute(sql, p); rcur.fetchmany(1000001)",
+            "what sqlite_fast._statement asks of sqlite3 instead",
+        ),
+        ("read self.connection._self_guard", "gcur.connection._self_guard", "CursorMethods.execute"),
+        ("write _self_rows, _self_state", "gcur._self_rows, gcur._self_state = rows, state", "_statement"),
+        (
+            "core.after_fetch on 1 row (quick lane: hash check, ReportState)",
+            "core.after_fetch(gcur, gcur, guard, sql, p, rows, None, sqlite_fast._tail)",
+            "_statement -> core.after_fetch",
+        ),
+        ("hash(rows[0])", "hash(rows[0])", "the probe of a single row"),
+        ("two perf_counter_ns() calls (results of 2+ rows)", "perf_ns(); perf_ns()", "detect timing"),
+        (
+            "ReportState via tuple.__new__ (15 fields)",
+            "new_state(ReportState, ('patch', sql, sql, None, 'none', 1, 1, 1, None, None, (), 0, None, None, None))",
+            "after_fetch: the state, read by name",
         ),
         (
-            "GuardedCursor(raw_cursor) + set _self_guard",
-            "c = GuardedCursor(raw.cursor()); c._self_guard = guard",
-            "GuardedConnection.cursor (includes raw.cursor())",
+            "plain 15-tuple (for scale)",
+            "('patch', sql, sql, None, 'none', 1, 1, 1, None, None, (), 0, None, None, None)",
+            "what a positional state would cost",
         ),
-        ("proxy method lookup: gcur.execute (bound method)", "gcur.execute", "every call into the proxy"),
-        ("plain Python method call with 2 args (for scale)", "obj.m(sql, p)", "every call into the proxy"),
-        ("proxy read self._self_guard", "gcur._self_guard", "execute, fetchall (x2 per query)"),
-        ("proxy read self.__wrapped__", "gcur.__wrapped__", "execute"),
-        ("proxy write self._self_report = None", "gcur._self_report = None", "execute"),
-        ("guard.policy.mode == 'patch'", "guard.policy.mode == 'patch'", "execute, _execute_and_probe"),
-        ("with guard.lock: (RLock)", "with lock: pass", "execute, patch mode only"),
-        (
-            "policy attribute reads (mode, row_cap, _p2_min_rows, tau_inject)",
-            "pol = guard.policy; pol.mode; pol.row_cap; pol._p2_min_rows; pol.tau_inject",
-            "_execute_and_probe",
-        ),
-        ("two perf_counter_ns() calls", "perf_ns(); perf_ns()", "_execute_and_probe: detect timing"),
-        ("len(set(rows)) + classify()", "u = len(set(rows)); classify(1, u, 0.8)", "_execute_and_probe: the probe"),
-        (
-            "build the 13-field state tuple",
-            "('patch', sql, sql, None, 'none', 1, 1, 1, None, None, (), 123, None)",
-            "_execute_and_probe",
-        ),
-        ("proxy write _self_rows, _self_state", "gcur._self_rows, gcur._self_state = rows, state", "execute"),
-        ("rescue_inputs = None if candidates is None else ...", "ri = None if c is None else 1", "execute"),
-        (
-            "call overhead: execute -> _execute_and_probe (Python frames)",
-            "f(gcur, rcur, sql, p, guard, None)",
-            "execute",
-        ),
-        (
-            "fetchall body: type check + closed read + write _self_rows",
-            "r = gcur._self_rows; type(r) is list and not gcur._self_guard.closed; gcur._self_rows = r",
-            "GuardedCursor.fetchall",
-        ),
-        (
-            "GuardReport.from_state(ReportState(*state))",
-            "GuardReport.from_state(ReportState(*state))",
-            "first guard_report read (lazy, not in the workload)",
-        ),
+        ("GuardReport.from_state(state)", "GuardReport.from_state(state)", "first guard_report read (lazy)"),
     ]
-    env["f"] = lambda a, b, c, d, e, g: None
-    env["c"] = None
-
-    class Plain:
-        def m(self, a: Any, b: Any) -> None:
-            return None
-
-    env["obj"] = Plain()
     results = []
     for name, stmt, where in steps:
         timer = timeit.Timer(stmt, globals=env)
@@ -248,7 +220,8 @@ def part_b(raw: sqlite3.Connection, repeat: int) -> list[dict[str, Any]]:
 
 
 def profile_guarded(raw: sqlite3.Connection, n: int) -> str:
-    con = guarded_sqlite.wrap(raw, guard="patch")
+    con = guarded_sqlite.connect(":memory:", guard="patch")
+    raw.backup(target=con)
     params = [(i % TABLE_ROWS,) for i in range(n)]
 
     def loop() -> None:

@@ -63,9 +63,23 @@ MANY_NOT_PROBED = "executemany/executescript results are not probed"
 GUARD_OFF = "guard is off"
 _LOCKED = "database is locked"
 _VERDICTS = 256  # provenance verdicts kept per connection (one per SQL text), oldest dropped first
-# Statements after which DuckDB's/PostgreSQL's cached schema facts are dropped (SQLite has a version).
-SCHEMA_CHANGE = re.compile(r"\b(create|drop|alter|attach|detach|rename|truncate|use|search_path)\b", re.IGNORECASE)
-_UNKNOWN_NAME = re.compile(r"no such table|does not exist|catalog error|undefined", re.IGNORECASE)
+
+
+@functools.cache
+def _pattern(name: str) -> re.Pattern[str]:
+    """The module's regular expressions, compiled on first use (not by ``import guarded_sqlite``)."""
+    sources = {
+        # Statements after which DuckDB's/PostgreSQL's cached schema facts are dropped (SQLite has a version).
+        "schema_change": r"\b(create|drop|alter|attach|detach|rename|truncate|use|search_path)\b",
+        "unknown_name": r"no such table|does not exist|catalog error|undefined",
+    }
+    return re.compile(sources[name], re.IGNORECASE)
+
+
+def changes_schema(sql: str) -> bool:
+    """Whether ``sql`` may change the schema (DuckDB/PostgreSQL drop their cached facts then)."""
+    return _pattern("schema_change").search(sql) is not None
+
 
 NOTHING: Iterator[Any] = iter(())
 LIST_ITERATOR: type = type(iter([]))
@@ -145,6 +159,7 @@ class ConnectionGuard:
         "fetch_size",
         "lock",
         "mode",
+        "p2_rows",
         "policy",
         "proxy",
         "quick_below",
@@ -184,8 +199,8 @@ class ConnectionGuard:
         # Results of fewer rows than this, without a single duplicate, need nothing but the count: no
         # rule can apply (P2 needs at least policy._p2_min_rows rows), no early-stopping scan pays off.
         limits = [_SMALL_RESULT, policy.row_cap + 1]
-        if policy.mode == "patch":
-            limits.append(policy._p2_min_rows)
+        # From this many rows on, a DISTINCT query may be a P2 candidate (never outside patch mode).
+        self.p2_rows = policy._p2_min_rows if policy.mode == "patch" else _SMALL_RESULT
         if self.tau_below is not None and self.tau_below <= 0:
             limits.append(0)
         self.quick_below = min(limits)
@@ -388,20 +403,25 @@ def after_fetch(
     serves and the report state. ``tail(raw)`` gives the driver's cursor and its iterator over the
     rows past the cap, as ``Streaming`` keeps them."""
     count = len(rows)
-    if 0 < count < guard.quick_below:
+    if 0 < count < guard.quick_below and (count < guard.p2_rows or mentions_distinct(sql) is None):
         # The common case first: a small result with no duplicate row at all is healthy under every
-        # policy (no flag, no P1; too small for P2), so nothing below applies to it.
-        started = _perf_ns()
+        # policy (no flag, no P1; too small for P2 or no DISTINCT), so nothing below applies to it. A single row needs
+        # no comparison, only the check that it can be hashed (as set() would): its probe is not timed.
         try:
-            distinct = len(set(rows))
-        except Exception:  # unhashable or uncomparable rows: the general path below sorts them out
-            distinct = -1
-        if distinct == count:
-            return rows, _new_state(
-                ReportState,
-                (guard.mode, sql, sql, None, "none", count, count, count, None, None, (), _perf_ns() - started, None,
-                 None, None),
-            )  # fmt: skip
+            if count == 1:
+                hash(rows[0])
+                return rows, _new_state(
+                    ReportState, (guard.mode, sql, sql, None, "none", 1, 1, 1, None, None, (), 0, None, None, None)
+                )
+            started = _perf_ns()
+            if len(set(rows)) == count:
+                return rows, _new_state(
+                    ReportState,
+                    (guard.mode, sql, sql, None, "none", count, count, count, None, None, (), _perf_ns() - started,
+                     None, None, None),
+                )  # fmt: skip
+        except Exception:  # rows that cannot be hashed or compared: the general path below sorts them out
+            pass
     policy = guard.policy
     mode = policy.mode
     if count > policy.row_cap:
@@ -490,7 +510,7 @@ def after_error(
     """The statement failed: a rescue may serve a candidate instead (returns its rows and state);
     otherwise records the failure on ``cursor`` and returns None, and the caller re-raises ``error``."""
     mode = guard.policy.mode
-    if guard.schema_facts is not None and guard.engine is not SQLITE and _UNKNOWN_NAME.search(str(error)):
+    if guard.schema_facts is not None and guard.engine is not SQLITE and _pattern("unknown_name").search(str(error)):
         forget_schema(guard)  # an unknown table: the cached facts may predate someone's DDL
     failed = unprobed(mode, sql, None, EXEC_ERROR, describe_error(error))
     if rescue_inputs is not None and mode == "patch" and _LOCKED in str(error):
@@ -727,7 +747,6 @@ __all__ = [
     "NOTHING",
     "NOT_ROW_RETURNING",
     "NO_PARAMETERS",
-    "SCHEMA_CHANGE",
     "CandidateRunner",
     "ConnectionGuard",
     "GuardedConnection",
@@ -736,6 +755,7 @@ __all__ = [
     "Streaming",
     "after_error",
     "after_fetch",
+    "changes_schema",
     "explain",
     "forget_schema",
     "read_only_fetch",

@@ -30,7 +30,6 @@ from .core import (
     GUARD_OFF,
     NOT_ROW_RETURNING,
     NOTHING,
-    SCHEMA_CHANGE,
     ConnectionGuard,
     GuardedConnection,
     GuardedCursor,
@@ -38,6 +37,7 @@ from .core import (
     Streaming,
     after_error,
     after_fetch,
+    changes_schema,
     forget_schema,
     redirect_outstanding,
     report_of,
@@ -307,11 +307,11 @@ def _execute_and_probe(
         if guard.status_results:  # DuckDB: the raw connection is the cursor; guard re-runs reuse it
             cursor._self_description = raw.description
             if guard.engine.is_status_result(raw, sql):
-                if guard.schema_facts is not None and SCHEMA_CHANGE.search(sql):
+                if guard.schema_facts is not None and changes_schema(sql):
                     forget_schema(guard)
                 return raw, unprobed(mode, sql, NOT_ROW_RETURNING)
         elif raw.description is None:
-            if guard.schema_facts is not None and guard.engine is not SQLITE and SCHEMA_CHANGE.search(sql):
+            if guard.schema_facts is not None and guard.engine is not SQLITE and changes_schema(sql):
                 forget_schema(guard)
             return raw, unprobed(mode, sql, NOT_ROW_RETURNING)
         rows = raw.fetchmany(guard.policy.row_cap + 1)

@@ -6,11 +6,10 @@ Building a frozen dataclass costs about as much as the whole probe, so cursors k
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from .probe import PartialCount, dup_ratio
+from .probe import PartialCount
 
 if TYPE_CHECKING:
     from .provenance import Provenance
@@ -25,6 +24,8 @@ Action = Literal[
     "candidate_selected+distinct_removed",
 ]
 RuleName = Literal["P1", "P2", "rescue"]
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 
 
 @dataclass(frozen=True)
@@ -136,41 +137,42 @@ class GuardReport:
     used, or why the analysis could not tell. None with ``provenance``."""
 
     @classmethod
-    def from_state(cls, state: tuple[Any, ...]) -> GuardReport:
-        """Build the report from a ``ReportState`` (or a plain tuple with its fields in that order)."""
-        mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns = (
-            state[:13]
-        )
+    def from_state(cls, state: ReportState) -> GuardReport:
+        """Build the report from a ``ReportState``."""
+        if type(state) is not ReportState:
+            state = ReportState(*state)
+        (mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns,
+         rescue, provenance) = state  # fmt: skip
         if isinstance(unique, PartialCount):
             unique = unique.exact()
-        values = {
-            "sql": sql,
-            "final_sql": final_sql,
-            "mode": mode,
-            "trigger": trigger,
-            "flagged": trigger is not None,
-            "action": action,
-            "probed": rows is not None,
-            "rows": rows,
-            "unique_rows": unique,
-            "dup_ratio": dup_ratio(rows, unique) if rows and unique is not None else None,
-            "final_rows": final_rows,
-            "decisions": decisions,
-            "note": note,
-            "error": error,
-            "detect_us": None if detect_ns is None else detect_ns / 1_000,
-            "patch_ms": None if patch_ns is None else patch_ns / 1_000_000,
-            "rescue": state[13] if len(state) > 13 else None,
-            "provenance": None,
-            "provenance_evidence": None,
-        }
-        if len(state) > 14 and state[14] is not None:
-            values["provenance"] = state[14].verdict
-            values["provenance_evidence"] = state[14].evidence
-        # Filling __dict__ directly skips the frozen dataclass's per-field object.__setattr__ calls,
-        # which made reading a report cost more than the whole probe; the values are the same.
-        report = cls.__new__(cls)
-        report.__dict__.update(values)
+        # A new __dict__ set in one step skips the frozen dataclass's per-field object.__setattr__
+        # calls, which made reading a report cost more than the whole probe; the values are the same.
+        report = _new_object(cls)
+        _set_attribute(
+            report,
+            "__dict__",
+            {
+                "sql": sql,
+                "final_sql": final_sql,
+                "mode": mode,
+                "trigger": trigger,
+                "flagged": trigger is not None,
+                "action": action,
+                "probed": rows is not None,
+                "rows": rows,
+                "unique_rows": unique,
+                "dup_ratio": (rows - unique) / rows if rows and unique is not None else None,
+                "final_rows": final_rows,
+                "decisions": decisions,
+                "note": note,
+                "error": error,
+                "detect_us": None if detect_ns is None else detect_ns / 1_000,
+                "patch_ms": None if patch_ns is None else patch_ns / 1_000_000,
+                "rescue": rescue,
+                "provenance": None if provenance is None else provenance.verdict,
+                "provenance_evidence": None if provenance is None else provenance.evidence,
+            },
+        )
         return report
 
     @property
@@ -188,6 +190,8 @@ class GuardReport:
         return line
 
     def _repr_html_(self) -> str:
+        import html
+
         cells = "".join(
             f"<tr><th style='text-align:left'>{f.name}</th>"
             f"<td style='text-align:left'><code>{html.escape(_render(getattr(self, f.name)))}</code></td></tr>"

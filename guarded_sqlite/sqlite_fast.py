@@ -148,43 +148,9 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
                 _execute(self, sql, parameters)
             self._self_rows = self
             return self
-        rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
-        serial = guard.serial
-        if serial is not None:
-            serial.acquire()
-        try:
-            if guard.mode == "off" or guard.restore_writable:
-                rows, self._self_state = _run(self, guard, sql, parameters, rescue_inputs)
-            else:  # one statement's I/O, inline (_run has the rarer cases)
-                try:
-                    if parameters is _NO:
-                        _execute(self, sql)
-                    else:
-                        _execute(self, sql, parameters)
-                    rows = _fetchmany(self, guard.fetch_size)
-                except Exception as error:
-                    rescued = after_error(self, self, guard, sql, parameters, error, rescue_inputs)
-                    if rescued is None:
-                        raise
-                    rows, self._self_state = rescued
-                else:
-                    if rows or _description(self) is not None:
-                        rows, self._self_state = after_fetch(
-                            self, self, guard, sql, parameters, rows, rescue_inputs, _tail
-                        )
-                    else:
-                        rows, self._self_state = self, unprobed(guard.mode, sql, NOT_ROW_RETURNING)
-        except BaseException:
-            if self._self_buffer is not None:
-                redirect_outstanding(self, self)
-            # As after a failed sqlite3 execute: nothing of the previous statement is served any more.
-            self._self_rows = self
-            raise
-        finally:
-            if serial is not None:
-                serial.release()
-        self._self_rows = rows if self._self_buffer is None else redirect_outstanding(self, rows)
-        return self
+        return _statement(
+            self, guard, sql, parameters, None if candidates is None else RescueInputs(candidates, question, hint)
+        )
 
     def executemany(self, sql: str, parameters: Any, /) -> CursorMethods:
         guard = _guard_or_none(self)
@@ -207,8 +173,15 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
     def fetchone(self) -> Any:
         rows = self._self_rows
         kind = type(rows)
-        if kind is LIST_ITERATOR:
+        if kind is list:
             _fetchone(self)  # raises as sqlite3 would: closed cursor or connection, wrong thread
+            if len(rows) == 1:  # a point query: its one row, and nothing left to serve
+                self._self_rows = NOTHING
+                return rows[0]
+            self._self_list = rows
+            rows = self._self_rows = iter(rows)
+        elif kind is LIST_ITERATOR:
+            _fetchone(self)
         elif rows is self:
             return _fetchone(self)  # not buffered: sqlite3's own fetch (and its own errors)
         else:
@@ -266,6 +239,49 @@ def _guard_or_none(cursor: sqlite3.Cursor) -> ConnectionGuard | None:
     except AttributeError:
         return None
     return guard
+
+
+def _statement(
+    cursor: CursorMethods, guard: ConnectionGuard, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
+) -> CursorMethods:
+    """``execute`` on a guarded cursor: the statement's I/O on sqlite3's C methods, inline for the common
+    case, then ``core.after_fetch``; ``_run`` has the rarer cases."""
+    serial = guard.serial
+    if serial is not None:
+        serial.acquire()
+    try:
+        if guard.mode == "off" or guard.restore_writable:
+            rows, cursor._self_state = _run(cursor, guard, sql, parameters, rescue_inputs)
+        else:  # one statement's I/O, inline (_run has the rarer cases)
+            try:
+                if parameters is _NO:
+                    _execute(cursor, sql)
+                else:
+                    _execute(cursor, sql, parameters)
+                rows = _fetchmany(cursor, guard.fetch_size)
+            except Exception as error:
+                rescued = after_error(cursor, cursor, guard, sql, parameters, error, rescue_inputs)
+                if rescued is None:
+                    raise
+                rows, cursor._self_state = rescued
+            else:
+                if rows or _description(cursor) is not None:
+                    rows, cursor._self_state = after_fetch(
+                        cursor, cursor, guard, sql, parameters, rows, rescue_inputs, _tail
+                    )
+                else:
+                    rows, cursor._self_state = cursor, unprobed(guard.mode, sql, NOT_ROW_RETURNING)
+    except BaseException:
+        if cursor._self_buffer is not None:
+            redirect_outstanding(cursor, cursor)
+        # As after a failed sqlite3 execute: nothing of the previous statement is served any more.
+        cursor._self_rows = cursor
+        raise
+    finally:
+        if serial is not None:
+            serial.release()
+    cursor._self_rows = rows if cursor._self_buffer is None else redirect_outstanding(cursor, rows)
+    return cursor
 
 
 def _run(
@@ -394,10 +410,13 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         question: str | None = None,
         hint: str | None = None,
     ) -> Any:
-        cursor = _connection_cursor(self, GuardedSQLiteCursor)
-        if candidates is None:
-            return cursor.execute(sql, parameters)
-        return cursor.execute(sql, parameters, candidates=candidates, question=question, hint=hint)
+        return _statement(
+            _connection_cursor(self, GuardedSQLiteCursor),
+            self._self_guard,
+            sql,
+            parameters,
+            None if candidates is None else RescueInputs(candidates, question, hint),
+        )
 
     def executemany(self, sql: str, parameters: Any, /) -> Any:
         return _connection_cursor(self, GuardedSQLiteCursor).executemany(sql, parameters)

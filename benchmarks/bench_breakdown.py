@@ -263,7 +263,7 @@ def render(res: dict[str, Any]) -> str:
         "",
         "## Part B: steps the guarded path adds, replayed one at a time (ns; minimum over short timeit repeats)",
         "",
-        "| step | ns | where in proxy.py |",
+        "| step | ns | where |",
         "|---|---:|---|",
     ]
     for r in res["part_b"]:

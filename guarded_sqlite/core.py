@@ -5,7 +5,7 @@ Two thin I/O layers sit on top of this module: ``sqlite_fast`` (the ``sqlite3.Co
 ``wrap()`` (``proxy``, ``proxy_duckdb``, ``proxy_psycopg``). A layer executes the statement and fetches
 its result once (up to ``row_cap + 1`` rows); everything after that is here: the probe, the patch rules
 and the rescue (``after_fetch``, ``after_error``), the report state, serving the buffered rows
-(``serving``, ``redirect_outstanding``, ``Streaming``) and the per-connection facts (``ConnectionGuard``).
+(``serving``, ``redirect_outstanding``, ``Streaming``) and the per-connection facts (``ConnectionState``).
 
 Cursors of both layers keep the same attributes (``_self_rows``, ``_self_buffer``, ``_self_state``,
 ``_self_report``, ``_self_rescued_description``; the ``_self_`` prefix is what ``wrapt`` stores on a
@@ -13,7 +13,7 @@ proxy itself), so the functions below work on either.
 
 Provenance. A patch rule that needs to know why duplicates repeat (``GuardPolicy.provenance``) asks
 ``explain``, which keeps the schema facts and a bounded dict of verdicts (one per SQL text) on the
-``ConnectionGuard``. Nothing of it runs on a healthy result: the catalog is first read by the first
+``ConnectionState``. Nothing of it runs on a healthy result: the catalog is first read by the first
 statement a rule asks about. SQLite: the facts are re-read when ``PRAGMA schema_version`` of ``main``,
 ``temp`` or a schema attached at reading time changed (checked on every ask, two or three PRAGMAs).
 DuckDB and PostgreSQL have no cheap version: the facts are dropped when a statement through this
@@ -149,7 +149,7 @@ def unprobed(
     )
 
 
-class ConnectionGuard:
+class ConnectionState:
     """Per-connection facts the cursors need on every statement, in plain slots."""
 
     __slots__ = (
@@ -341,7 +341,7 @@ def redirect_outstanding(cursor: Any, new_rows: Any) -> Any:
     return outstanding
 
 
-def run_unprobed(cursor: Any, raw: Any, guard: ConnectionGuard, sql: Any, many: bool, call: Callable[[], Any]) -> None:
+def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: bool, call: Callable[[], Any]) -> None:
     """``executemany`` (``many``) or ``executescript`` through ``call()``: passed through unprobed."""
     mode = guard.policy.mode
     note = GUARD_OFF if mode == "off" else MANY_NOT_PROBED
@@ -392,7 +392,7 @@ def report_of(cursor: Any) -> GuardReport | None:
 def after_fetch(
     cursor: Any,
     raw: Any,
-    guard: ConnectionGuard,
+    guard: ConnectionState,
     sql: str,
     parameters: Any,
     rows: list[Any],
@@ -501,7 +501,7 @@ def after_fetch(
 def after_error(
     cursor: Any,
     raw: Any,
-    guard: ConnectionGuard,
+    guard: ConnectionState,
     sql: str,
     parameters: Any,
     error: Exception,
@@ -548,7 +548,7 @@ def after_error(
 
 
 def repair_statement(
-    guard: ConnectionGuard,
+    guard: ConnectionState,
     row_factory: Any,
     sql: str,
     parameters: Any,
@@ -595,7 +595,7 @@ def repair_statement(
 # --------------------------------------------------------------------------------------------------
 
 
-def explain(guard: ConnectionGuard, sql: str) -> Provenance:
+def explain(guard: ConnectionState, sql: str) -> Provenance:
     """The provenance of ``sql``'s duplicates on this connection: the verdict cached for this schema
     version, or analysed now (reading the catalog first if the facts are missing or stale)."""
     from .provenance import Provenance, analyse
@@ -623,7 +623,7 @@ def explain(guard: ConnectionGuard, sql: str) -> Provenance:
     return verdict
 
 
-def _read_schema(guard: ConnectionGuard) -> SchemaFacts:
+def _read_schema(guard: ConnectionState) -> SchemaFacts:
     from .schema import read_duckdb_schema, read_postgres_schema, read_sqlite_schema
 
     reader = {"sqlite": read_sqlite_schema, "duckdb": read_duckdb_schema}.get(guard.engine.name, read_postgres_schema)
@@ -633,13 +633,13 @@ def _read_schema(guard: ConnectionGuard) -> SchemaFacts:
     return facts
 
 
-def forget_schema(guard: ConnectionGuard) -> None:
+def forget_schema(guard: ConnectionState) -> None:
     """Drop the cached schema facts and verdicts: the next rule that asks reads the catalog again."""
     guard.schema_facts = None
     guard.verdicts.clear()
 
 
-def _sqlite_version(guard: ConnectionGuard, known: Any) -> tuple[tuple[str, int], ...]:
+def _sqlite_version(guard: ConnectionState, known: Any) -> tuple[tuple[str, int], ...]:
     """``PRAGMA schema_version`` of ``main``, ``temp`` and each schema the facts were read with: any DDL
     changes it, also through another connection. Schemas come from ``known`` (the last answer) so the
     check costs a PRAGMA per schema; without it ``PRAGMA database_list`` names them. A schema attached
@@ -674,7 +674,7 @@ def _sqlite_version(guard: ConnectionGuard, known: Any) -> tuple[tuple[str, int]
 
 
 def read_only_fetch(
-    guard: ConnectionGuard,
+    guard: ConnectionState,
     sql: str,
     parameters: Any,
     row_factory: Any,
@@ -691,7 +691,7 @@ def read_only_fetch(
         raise
 
 
-def restore_writable(guard: ConnectionGuard) -> None:
+def restore_writable(guard: ConnectionState) -> None:
     """Switch query_only off before the caller's next statement, after a guard statement could not."""
     if SQLITE.restore_writable(guard.raw):
         guard.restore_writable = False
@@ -701,7 +701,7 @@ class CandidateRunner:
     """The connection side of a rescue: runs candidates read-only, summarises the schema, keeps the
     connection's rescue budget (see ``patching.RescueContext``)."""
 
-    def __init__(self, guard: ConnectionGuard, inputs: RescueInputs, parameters: Any, row_factory: Any) -> None:
+    def __init__(self, guard: ConnectionState, inputs: RescueInputs, parameters: Any, row_factory: Any) -> None:
         self._guard = guard
         self._parameters = parameters
         self._row_factory = row_factory
@@ -748,7 +748,7 @@ __all__ = [
     "NOT_ROW_RETURNING",
     "NO_PARAMETERS",
     "CandidateRunner",
-    "ConnectionGuard",
+    "ConnectionState",
     "GuardedConnection",
     "GuardedCursor",
     "RescueInputs",

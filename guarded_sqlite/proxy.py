@@ -11,7 +11,7 @@ Fetch once: a statement that returns rows is fetched in full (up to ``row_cap + 
 driver on demand.
 
 Speed notes. Reading a proxy-owned attribute through wrapt costs several times a plain slot read,
-so per-connection facts live in one slotted ``ConnectionGuard`` that each cursor reaches with a single
+so per-connection facts live in one slotted ``ConnectionState`` that each cursor reaches with a single
 proxy read, and the hot path is a module function working on locals.
 """
 
@@ -30,7 +30,7 @@ from .core import (
     GUARD_OFF,
     NOT_ROW_RETURNING,
     NOTHING,
-    ConnectionGuard,
+    ConnectionState,
     GuardedConnection,
     GuardedCursor,
     RescueInputs,
@@ -72,13 +72,13 @@ class ConnectionProxy(_Proxy, GuardedConnection):
     patch mode repair, every query result. ``executescript``, ``backup`` and ``set_progress_handler``
     are the driver's and delegate to it like everything else."""
 
-    _self_guard: ConnectionGuard
+    _self_guard: ConnectionState
 
     def __init__(self, raw: Any, policy: GuardPolicy, engine: Engine = SQLITE, single_thread: bool = False) -> None:
         """``single_thread``: the caller knows the driver refuses use from other threads (a sqlite3
         connection opened with ``check_same_thread=True``), so statements need no lock."""
         super().__init__(raw)
-        self._self_guard = ConnectionGuard(policy, engine, self, raw, single_thread)
+        self._self_guard = ConnectionState(policy, engine, self, raw, single_thread)
 
     @property
     def guard_policy(self) -> GuardPolicy:
@@ -131,7 +131,7 @@ class CursorProxy(_Proxy, GuardedCursor):
     the class defaults below, which keeps creating a cursor cheap.
     """
 
-    _self_guard: ConnectionGuard
+    _self_guard: ConnectionState
     # Serves fetches: the buffer list (until first touched), an iterator over it, the buffer then the
     # raw tail (past row_cap), or the raw cursor itself.
     _self_rows: list[Any] | Iterator[Any] = NOTHING
@@ -279,7 +279,7 @@ def _execute_and_probe(
     raw: Any,
     sql: str,
     parameters: Any,
-    guard: ConnectionGuard,
+    guard: ConnectionState,
     rescue_inputs: RescueInputs | None = None,
 ) -> tuple[Any, ReportState]:
     """The driver I/O of one statement: execute, fetch once, then ``core.after_fetch``; returns the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import ConnectionGuard, GuardedConnection, serving
+from .core import ConnectionState, GuardedConnection, serving
 from .engines import DUCKDB, NO_PARAMETERS, execute_with
 from .policy import GuardPolicy
 from .proxy import CursorProxy, _fetchone
@@ -25,7 +25,7 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
 
     def __init__(self, raw: Any, policy: GuardPolicy) -> None:
         super().__init__(raw)
-        self._self_guard = ConnectionGuard(policy, DUCKDB, self, raw, single_thread=False)
+        self._self_guard = ConnectionState(policy, DUCKDB, self, raw, single_thread=False)
         DUCKDB.scan_callers_frames(raw)
 
     @property

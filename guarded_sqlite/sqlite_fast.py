@@ -31,7 +31,7 @@ from .core import (
     LIST_ITERATOR,
     NOT_ROW_RETURNING,
     NOTHING,
-    ConnectionGuard,
+    ConnectionState,
     GuardedConnection,
     GuardedCursor,
     RescueInputs,
@@ -233,16 +233,16 @@ class GuardedSQLiteCursor(CursorMethods):
     probes it, and serves it from a buffer."""
 
 
-def _guard_or_none(cursor: sqlite3.Cursor) -> ConnectionGuard | None:
+def _guard_or_none(cursor: sqlite3.Cursor) -> ConnectionState | None:
     try:
-        guard: ConnectionGuard = cursor.connection._self_guard  # type: ignore[attr-defined]
+        guard: ConnectionState = cursor.connection._self_guard  # type: ignore[attr-defined]
     except AttributeError:
         return None
     return guard
 
 
 def _statement(
-    cursor: CursorMethods, guard: ConnectionGuard, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
+    cursor: CursorMethods, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
 ) -> CursorMethods:
     """``execute`` on a guarded cursor: the statement's I/O on sqlite3's C methods, inline for the common
     case, then ``core.after_fetch``; ``_run`` has the rarer cases."""
@@ -285,7 +285,7 @@ def _statement(
 
 
 def _run(
-    cursor: CursorMethods, guard: ConnectionGuard, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
+    cursor: CursorMethods, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
 ) -> tuple[Any, ReportState]:
     """One statement's I/O on sqlite3's C methods, then ``core.after_fetch``: the serving rows and the
     report state. On an execution error the state is stored on ``cursor`` before the error propagates
@@ -356,11 +356,11 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
     """The guarded connection's behaviour, without instance layout of its own (see ``CursorMethods``)."""
 
     __slots__ = ()
-    _self_guard: ConnectionGuard
+    _self_guard: ConnectionState
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         try:
-            guard: ConnectionGuard | None = self._self_guard
+            guard: ConnectionState | None = self._self_guard
         except AttributeError:
             guard = None
         # Re-initialising clears the instance's slots and __dict__ (sqlite3 runs tp_clear first).
@@ -372,7 +372,7 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         # check_same_thread is the fifth parameter, after the database.
         single_thread = bool(kwargs.get("check_same_thread", args[4] if len(args) > 4 else True))
         if guard is None:  # opened directly, not by connect(): the default policy until connect() sets one
-            self._self_guard = ConnectionGuard(_default_policy(), SQLITE, self, self, single_thread)
+            self._self_guard = ConnectionState(_default_policy(), SQLITE, self, self, single_thread)
         else:  # re-initialised: a new database handle, the same policy
             guard.set_threading(single_thread)
             forget_schema(guard)
@@ -503,5 +503,5 @@ def open_connection(
         from .proxy import ConnectionProxy
 
         return ConnectionProxy(con, policy, single_thread=single_thread)
-    con._self_guard = ConnectionGuard(policy, SQLITE, con, con, single_thread)
+    con._self_guard = ConnectionState(policy, SQLITE, con, con, single_thread)
     return con

@@ -369,15 +369,9 @@ def _added_by_subclass(cls: type, name: str) -> Any:
     return None
 
 
-# The proxy classes under their former names, and the DuckDB proxy (its own module).
-GuardedConnectionProxy = ConnectionProxy
-GuardedCursorProxy = CursorProxy
-from .proxy_duckdb import GuardedDuckDBConnection  # noqa: E402
-
 __all__ = [
     "ConnectionProxy",
     "CursorProxy",
     "GuardedConnection",
     "GuardedCursor",
-    "GuardedDuckDBConnection",
 ]

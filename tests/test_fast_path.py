@@ -237,3 +237,19 @@ def test_import_is_light() -> None:
 def test_unknown_attribute_of_the_package() -> None:
     with pytest.raises(AttributeError):
         guarded_sqlite.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("driver", ["duckdb", "sqlite3"])
+def test_wrap_works_as_the_first_use_of_the_package_in_a_fresh_process(driver: str) -> None:
+    """Guarding a connection is the first thing a fresh process does with the package: the proxies'
+    modules must import in whatever order wrap() reaches them (a circular import once broke DuckDB)."""
+    pytest.importorskip(driver)
+    opener = "duckdb.connect()" if driver == "duckdb" else "sqlite3.connect(':memory:')"
+    code = (
+        f"import {driver}, guarded_sqlite\n"
+        f"con = guarded_sqlite.wrap({opener})\n"
+        "print(con.execute('SELECT 1').fetchall())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[(1,)]"

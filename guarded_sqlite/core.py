@@ -728,6 +728,8 @@ class CandidateRunner:
         guard, policy = self._guard, self._guard.policy
         if policy.max_rescues is not None and guard.rescues >= policy.max_rescues:
             return f"rescue budget exhausted: {guard.rescues} of max_rescues={policy.max_rescues} used"
+        if policy.max_rescue_cost is not None and guard.rescue_spend == math.inf:
+            return "rescue budget exhausted: a rescue reported an unusable cost (NaN, infinite or negative)"
         if policy.max_rescue_cost is not None and guard.rescue_spend >= policy.max_rescue_cost:
             return (
                 f"rescue budget exhausted: ${guard.rescue_spend:.6f} of max_rescue_cost=${policy.max_rescue_cost} spent"
@@ -736,9 +738,14 @@ class CandidateRunner:
 
     def record_rescue(self, cost_usd: float | None) -> None:
         self._guard.rescues += 1
-        # Only a real price counts: NaN or a negative figure from a provider must not switch the cap off.
-        if cost_usd is not None and math.isfinite(cost_usd) and cost_usd > 0:
+        if cost_usd is None:  # unknown price: documented as not counted
+            return
+        if math.isfinite(cost_usd) and cost_usd >= 0:
             self._guard.rescue_spend += cost_usd
+        else:
+            # NaN, infinite or negative: a broken price. Spend cannot be known any more, so a spending
+            # cap, if set, counts as reached rather than silently switched off.
+            self._guard.rescue_spend = math.inf
 
 
 __all__ = [

@@ -153,10 +153,12 @@ class ConnectionState:
     """Per-connection facts the cursors need on every statement, in plain slots."""
 
     __slots__ = (
+        "byte_cap",
         "dialect",
         "driver_options",
         "engine",
         "fetch_size",
+        "first_fetch",
         "lock",
         "mode",
         "p2_rows",
@@ -182,6 +184,10 @@ class ConnectionState:
         self.policy = policy
         self.mode = policy.mode
         self.fetch_size = policy.row_cap + 1  # rows fetched per statement: one more than are buffered
+        self.byte_cap = policy.byte_cap
+        # The first fetch of every statement: all it may buffer, or with a byte budget the first rows
+        # only (fetch_rest continues when they come back full).
+        self.first_fetch = self.fetch_size if policy.byte_cap is None else min(FIRST_ROWS, self.fetch_size)
         self.engine = engine
         self.dialect = engine.dialect
         self.status_results = engine.status_results  # read on every statement: kept in a slot
@@ -236,6 +242,55 @@ class RescueInputs:
 # --------------------------------------------------------------------------------------------------
 # Serving rows
 # --------------------------------------------------------------------------------------------------
+
+
+FIRST_ROWS = 16
+"""Rows fetched before the byte budget is looked at: results this small cost one fetch call, as before."""
+
+
+class BytesCapped(list):  # type: ignore[type-arg]
+    """The rows buffered before a result passed ``GuardPolicy.byte_cap``; the rest is still unfetched."""
+
+
+def fetch_rest(
+    fetchmany: Callable[[Any, int], list[Any]], cursor: Any, guard: ConnectionState, rows: list[Any]
+) -> list[Any]:
+    """After a first fetch of ``guard.first_fetch`` rows that came back full, the rest of the buffer: up
+    to ``row_cap + 1`` rows in all, or a ``BytesCapped`` list once their estimated size passes
+    ``byte_cap`` (the driver's cursor then holds the rest).
+
+    Callers fetch ``first_fetch`` rows themselves, so a small result costs one call, as a plain
+    ``fetchmany(row_cap + 1)`` would. The rest comes in chunks sized from the last row's estimated size,
+    so a result of huge rows stops near the budget instead of after ``row_cap`` of them.
+    """
+    budget = guard.byte_cap
+    wanted = guard.fetch_size
+    if budget is None:
+        return rows + fetchmany(cursor, wanted - len(rows))
+    per_row = row_bytes(rows[-1])
+    used = per_row * len(rows)
+    while used <= budget:
+        chunk = min(wanted - len(rows), max(1, (budget - used) // per_row))
+        more = fetchmany(cursor, chunk)
+        rows += more
+        if len(more) < chunk or len(rows) >= wanted:
+            return rows
+        per_row = row_bytes(more[-1])
+        used += per_row * len(more)
+    return BytesCapped(rows)
+
+
+def row_bytes(row: Any) -> int:
+    """A rough size of one fetched row: 64 bytes, plus 16 per value, plus the length of text and blobs."""
+    size = 64
+    try:
+        for value in row.values() if isinstance(row, dict) else row:
+            size += 16
+            if isinstance(value, (str, bytes, bytearray)):
+                size += len(value)
+    except TypeError:  # a row factory's object that is not a sequence
+        pass
+    return size
 
 
 class Streaming:
@@ -403,7 +458,11 @@ def after_fetch(
     serves and the report state. ``tail(raw)`` gives the driver's cursor and its iterator over the
     rows past the cap, as ``Streaming`` keeps them."""
     count = len(rows)
-    if 0 < count < guard.quick_below and (count < guard.p2_rows or mentions_distinct(sql) is None):
+    if (
+        0 < count < guard.quick_below
+        and type(rows) is list
+        and (count < guard.p2_rows or mentions_distinct(sql) is None)
+    ):
         # The common case first: a small result with no duplicate row at all is healthy under every
         # policy (no flag, no P1; too small for P2 or no DISTINCT), so nothing below applies to it. A single row needs
         # no comparison, only the check that it can be hashed (as set() would): its probe is not timed.
@@ -427,6 +486,9 @@ def after_fetch(
     if count > policy.row_cap:
         note = f"more than row_cap={policy.row_cap} rows: not probed, rows stream through unchanged"
         return Streaming(rows, *tail(raw)), unprobed(mode, sql, note)
+    if type(rows) is BytesCapped:
+        note = f"more than byte_cap={policy.byte_cap:,} bytes (estimated): not probed, rows stream through unchanged"
+        return Streaming(list(rows), *tail(raw)), unprobed(mode, sql, note)
     patch = mode == "patch"
     # P2's cheap precondition (policy.removal_applies without its unique == count part, known below).
     removal_candidate = patch and count >= policy._p2_min_rows and mentions_distinct(sql) is not None
@@ -754,6 +816,7 @@ __all__ = [
     "NOTHING",
     "NOT_ROW_RETURNING",
     "NO_PARAMETERS",
+    "BytesCapped",
     "CandidateRunner",
     "ConnectionState",
     "GuardedConnection",
@@ -764,6 +827,7 @@ __all__ = [
     "after_fetch",
     "changes_schema",
     "explain",
+    "fetch_rest",
     "forget_schema",
     "read_only_fetch",
     "redirect_outstanding",

@@ -100,6 +100,12 @@ class GuardPolicy:
     flagged (``trigger`` stays None); the report shows the action and the reason. 0.30 is the
     leave-one-database-out choice on Spider dev (``TEXT_TO_SQL_TAU``)."""
 
+    byte_cap: int | None = 256 * 2**20
+    """About how many bytes of rows may be buffered per query (besides ``row_cap``), estimated from
+    sampled rows: the length of their text and blob values plus a fixed cost per value and per row.
+    Past it, as past ``row_cap``, the result is not probed and the rest streams from the driver. The
+    first 16 rows are always buffered. None: rows only."""
+
     @classmethod
     def text_to_sql(cls, **changes: Any) -> GuardPolicy:
         """The ``"text_to_sql"`` preset: ``GuardPolicy(provenance="text_to_sql", **changes)``."""
@@ -119,6 +125,10 @@ class GuardPolicy:
             raise ValueError(f"tau_remove must be in [0, 1), not {self.tau_remove!r}")
         if isinstance(self.row_cap, bool) or not isinstance(self.row_cap, int) or self.row_cap < 1:
             raise ValueError(f"row_cap must be a positive int, not {self.row_cap!r}")
+        if self.byte_cap is not None and (
+            isinstance(self.byte_cap, bool) or not isinstance(self.byte_cap, int) or self.byte_cap < 1
+        ):
+            raise ValueError(f"byte_cap must be a positive int or None, not {self.byte_cap!r}")
         if self.order not in _ORDERS:
             raise ValueError(f"order must be one of {', '.join(map(repr, _ORDERS))}, not {self.order!r}")
         if self.rescue is not None and not callable(self.rescue):

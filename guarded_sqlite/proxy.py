@@ -38,6 +38,7 @@ from .core import (
     after_error,
     after_fetch,
     changes_schema,
+    fetch_rest,
     forget_schema,
     redirect_outstanding,
     report_of,
@@ -56,6 +57,12 @@ if TYPE_CHECKING:
 
 _NO_PARAMETERS = NO_PARAMETERS
 _fetchone = operator.methodcaller("fetchone")
+
+
+def _driver_fetchmany(raw: Any, size: int) -> list[Any]:
+    rows: list[Any] = raw.fetchmany(size)
+    return rows
+
 
 if TYPE_CHECKING:
     _Proxy = wrapt.ObjectProxy[Any]
@@ -314,7 +321,9 @@ def _execute_and_probe(
             if guard.schema_facts is not None and guard.engine is not SQLITE and changes_schema(sql):
                 forget_schema(guard)
             return raw, unprobed(mode, sql, NOT_ROW_RETURNING)
-        rows = raw.fetchmany(guard.policy.row_cap + 1)
+        rows = raw.fetchmany(guard.first_fetch)
+        if len(rows) == guard.first_fetch < guard.fetch_size:
+            rows = fetch_rest(_driver_fetchmany, raw, guard, rows)
     except Exception as error:
         if guard.status_results:
             cursor._self_description = raw.description

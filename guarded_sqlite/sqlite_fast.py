@@ -38,6 +38,7 @@ from .core import (
     Streaming,
     after_error,
     after_fetch,
+    fetch_rest,
     forget_schema,
     redirect_outstanding,
     report_of,
@@ -258,7 +259,9 @@ def _statement(
                     _execute(cursor, sql)
                 else:
                     _execute(cursor, sql, parameters)
-                rows = _fetchmany(cursor, guard.fetch_size)
+                rows = _fetchmany(cursor, guard.first_fetch)
+                if len(rows) == guard.first_fetch < guard.fetch_size:
+                    rows = fetch_rest(_fetchmany, cursor, guard, rows)
             except Exception as error:
                 rescued = after_error(cursor, cursor, guard, sql, parameters, error, rescue_inputs)
                 if rescued is None:
@@ -309,7 +312,9 @@ def _run(
             _execute(cursor, sql, parameters)
         if _description(cursor) is None:
             return cursor, unprobed(mode, sql, NOT_ROW_RETURNING)
-        rows = _fetchmany(cursor, guard.fetch_size)
+        rows = _fetchmany(cursor, guard.first_fetch)
+        if len(rows) == guard.first_fetch < guard.fetch_size:
+            rows = fetch_rest(_fetchmany, cursor, guard, rows)
     except Exception as error:
         rescued = after_error(cursor, cursor, guard, sql, parameters, error, rescue_inputs)
         if rescued is None:

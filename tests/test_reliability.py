@@ -1784,3 +1784,33 @@ def test_r36_duckdb_quick_checks() -> None:
         (con if guarded else raw).execute(EXPLODE.replace("SELECT t.name", "SELECT f(t.name)")).fetchall()
         counts.append(len(calls))
     assert counts[1] == counts[0] == 200
+
+
+def test_r13_byte_cap_bounds_the_buffer_of_wide_rows() -> None:
+    """r13 (scaled down): rows of 10 kB blobs past a byte budget of about 100 kB are not all buffered:
+    the result streams unprobed after the budget, every row is still served as sqlite3 serves it, and
+    the report says why."""
+    sql = "SELECT t.b FROM t, (SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3) AS n, t AS t2"
+    served = {}
+    for label, con in [
+        ("raw", sqlite3.connect(":memory:")),
+        ("guarded", guarded_sqlite.connect(":memory:", guard=GuardPolicy(byte_cap=100_000))),
+    ]:
+        con.execute("CREATE TABLE t(b)")
+        con.executemany("INSERT INTO t VALUES (?)", [(bytes([i]) * 10_000,) for i in range(10)])
+        cur = con.execute(sql)
+        served[label] = (list(cur), getattr(cur, "guard_report", None))
+    rows, report = served["guarded"]
+    assert rows == served["raw"][0] and len(rows) == 300
+    assert not report.probed and "byte_cap=100,000" in report.note
+
+
+def test_byte_cap_leaves_small_results_and_takes_only_sensible_values() -> None:
+    """A result within the budget is probed and patched as before; byte_cap must be a positive int or None."""
+    con = guarded_sqlite.connect(":memory:", guard=GuardPolicy(byte_cap=1_000_000))
+    setup(con)
+    assert con.execute(EXPLODE).guard_report.action == "distinct_injected"
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="byte_cap"):
+            GuardPolicy(byte_cap=bad)  # type: ignore[arg-type]
+    assert GuardPolicy(byte_cap=None).byte_cap is None

@@ -5,15 +5,16 @@ engine knows how to run one query *read-only* on the caller's connection without
 to stop it after a time limit, which sqlglot dialect its SQL is written in, and whether a result is a
 real row set or a status (DuckDB answers ``CREATE`` and ``INSERT`` with a one-column status result).
 
-- SQLite (``sqlite3``): ``PRAGMA query_only`` on the same connection, so uncommitted changes are seen;
-  a progress handler interrupts past the time limit.
+- SQLite (``sqlite3``): ``PRAGMA query_only`` (and ``busy_timeout = 0``) on the same connection, so
+  uncommitted changes are seen; both restored on every path; ``interrupt()`` from the watchdog thread
+  (``deadlines``) past the time limit.
 - PostgreSQL (psycopg 3): ``conn.transaction(force_rollback=True)`` — a savepoint inside an open
   transaction, ``BEGIN``/``ROLLBACK`` otherwise — with ``SET LOCAL transaction_read_only = on`` and a
   local ``statement_timeout``; the caller's transaction state is left exactly as it was. Refused when
   the caller's transaction has already failed (nothing can run in it) or a statement is in flight.
 - DuckDB: no savepoints, and any error inside an explicit transaction aborts it, so re-execution runs
   only when no explicit transaction is open, on a duplicate cursor in ``BEGIN TRANSACTION READ ONLY``,
-  with ``interrupt()`` past the time limit.
+  with ``interrupt()`` from the watchdog thread past the time limit.
 
 Drivers are imported only to recognise their connections, never by ``import guarded_sqlite``.
 """

@@ -222,8 +222,11 @@ class ConnectionState:
         # through this connection from other threads wait on this lock instead of hitting that window.
         # A connection sqlite3 itself keeps to one thread (check_same_thread=True) needs none.
         self.lock: threading.RLock | None = None if single_thread else threading.RLock()
-        # The lock a statement takes: only patch mode runs statements of its own.
-        self.serial = self.lock if self.policy.mode == "patch" else None
+        # The lock a statement takes. Patch mode runs statements of its own; observe mode steps through
+        # a whole result at execute(), a much longer window than sqlite3's single step, during which
+        # other threads' statements on the shared connection can trip sqlite3's own races ("another
+        # row available"); so both serialise. "off" is sqlite3 itself.
+        self.serial = self.lock if self.policy.mode != "off" else None
 
 
 class RescueInputs:

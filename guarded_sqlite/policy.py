@@ -159,6 +159,12 @@ class GuardPolicy:
     ``tau_inject`` (text_to_sql), else ``tau_inject``. Results below it never reach the analysis."""
 
     @property
+    def p1_threshold(self) -> float:
+        """The smallest ``dup_ratio`` at which P1 may fire under this policy: ``tau_amplified`` for the
+        ``"text_to_sql"`` preset in patch mode, else ``tau_inject``."""
+        return self._tau_act
+
+    @property
     def preset(self) -> str:
         """The preset name this policy's mode and provenance rule correspond to (thresholds aside)."""
         if self.mode != "patch":

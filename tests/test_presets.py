@@ -413,3 +413,12 @@ def test_postgres_gives_the_same_verdicts(pg: EngineDB, catalog_reads: list[str]
 def _no_install_leak() -> Iterator[None]:
     yield
     guarded_sqlite.uninstall()
+
+
+def test_p1_threshold_is_where_p1_may_first_fire() -> None:
+    """The public threshold the evaluator's replay reads: tau_amplified only for text_to_sql in patch mode."""
+    assert GuardPolicy().p1_threshold == 0.8
+    assert GuardPolicy.paper(tau_inject=0.6).p1_threshold == 0.6
+    assert GuardPolicy.text_to_sql().p1_threshold == 0.30
+    assert GuardPolicy.text_to_sql(mode="observe").p1_threshold == 0.8
+    assert GuardPolicy.text_to_sql(tau_amplified=0.9).p1_threshold == 0.8  # never above tau_inject

@@ -58,7 +58,7 @@ def sweep_policies(grid: SweepGrid, base: GuardPolicy) -> SweepPolicies:
 def _injection_can_act(rows: int, duplicates: int, policy: GuardPolicy) -> bool:
     # P1 can only act where rows - unique >= threshold * rows; the slack keeps float rounding from
     # skipping a boundary case (the guard itself decides).
-    return duplicates > 0 and duplicates >= policy._tau_act * rows - 1e-9 * rows
+    return duplicates > 0 and duplicates >= policy.p1_threshold * rows - 1e-9 * rows
 
 
 def replay_for_sweep(

@@ -199,9 +199,9 @@ def _patches(
     if rows is None or unique_rows is None:
         return sql, rows, "none"
     if trigger == CARTESIAN_EXPLOSION:
-        decision, new = _inject(sql, rows, unique_rows, policy, may_collate, dialect, why, below_tau=False)
+        decision, new = _inject(sql, rows, unique_rows, policy, rerun, may_collate, dialect, why, below_tau=False)
     elif trigger is None and below_tau_applies(len(rows), unique_rows, policy):
-        decision, new = _inject(sql, rows, unique_rows, policy, may_collate, dialect, why, below_tau=True)
+        decision, new = _inject(sql, rows, unique_rows, policy, rerun, may_collate, dialect, why, below_tau=True)
     elif trigger is None and removal_applies(sql, len(rows), unique_rows, policy):
         decision, new = _remove(sql, rows, policy, rerun, dialect, why)
     else:
@@ -227,6 +227,7 @@ def _inject(
     rows: list[Any],
     unique_rows: int,
     policy: GuardPolicy,
+    rerun: Rerun,
     may_collate: MayCollate,
     dialect: str,
     why: _Why,
@@ -270,23 +271,29 @@ def _inject(
     else:
         origin = f"; provenance unknown ({provenance.evidence}): the paper's rule applies"
     new_rows = distinct_in_order(rows)
-    # Text that a collation could merge shows among the distinct rows already: no need to scan them all.
-    refusal = _collation_refusal(sql, new_rows, may_collate)
-    if refusal is not None:
-        return RuleDecision("P1", False, refusal), None
     if len(new_rows) != unique_rows:  # the probe and the de-duplication disagree: serve nothing new
         return RuleDecision("P1", False, _SET_CHANGED), None
-    reason = (
-        f"{threshold}{origin}; {len(rows)} -> {len(new_rows)} rows "
-        "(the fetched rows de-duplicated in order of first occurrence; nothing re-executed)"
-    )
+    # Text that a collation could merge shows among the distinct rows already: no need to scan them all.
+    doubt = _collation_doubt(sql, new_rows, may_collate)
+    if doubt is None:
+        how = "the fetched rows de-duplicated in order of first occurrence; nothing re-executed"
+    else:
+        # Only the engine knows what its DISTINCT merges here: run the rewrite once, read-only, and serve
+        # the de-duplicated rows only if it returns exactly them.
+        verified, failure = _run(rerun, rewrite.sql, unique_rows)
+        if verified is None:
+            return RuleDecision("P1", False, f"{doubt}; {failure or _SET_CHANGED}"), None
+        if len(verified) != unique_rows or count_unique(verified) != unique_rows or not _same_set(verified, rows):
+            return RuleDecision("P1", False, f"{doubt}; {_SET_CHANGED}"), None
+        how = f"the fetched rows de-duplicated in order of first occurrence, checked by one read-only run ({doubt})"
+    reason = f"{threshold}{origin}; {len(rows)} -> {len(new_rows)} rows ({how})"
     return RuleDecision("P1", True, reason), (rewrite.sql, new_rows)
 
 
 _COLLATE = re.compile(r"\bcollate\b", re.IGNORECASE)
 
 
-def _collation_refusal(sql: str, rows: Sequence[Any], may_collate: MayCollate) -> str | None:
+def _collation_doubt(sql: str, rows: Sequence[Any], may_collate: MayCollate) -> str | None:
     """Why SQL's DISTINCT might merge rows that Python keeps apart, or None.
 
     Python compares text by code points; a NOCASE or RTRIM collation (or a caller's own) also merges

@@ -267,10 +267,23 @@ def test_p1_refused_where_a_declared_collation_merges_distinct_python_values(
     _assert_p1_refused(raw, con, EXPLODE)
 
 
-def test_p1_refused_when_the_query_itself_says_collate() -> None:
+def test_p1_with_a_collate_in_the_query_is_checked_by_one_read_only_run() -> None:
     """r01 (P1 from the buffer): a COLLATE in the SQL could make DISTINCT merge rows Python keeps
-    apart, so P1 is refused even when the values happen not to collide."""
+    apart, so P1 runs the rewrite once, read-only, to check: values that do not collide are served
+    de-duplicated; values the collation merges keep the original rows (next test)."""
     raw, con = _collation_db("", [f"name{i}" for i in range(1, 21)])
+    sql = "SELECT t.name COLLATE NOCASE FROM t JOIN u ON u.t_id = t.id"
+    cur = con.execute(sql)
+    rows = cur.fetchall()
+    assert rows == list(dict.fromkeys(raw.execute(sql).fetchall()))
+    (p1,) = [d for d in cur.guard_report.decisions if d.rule == "P1"]
+    assert p1.applied and "checked by one read-only run" in p1.reason and "COLLATE" in p1.reason
+
+
+def test_p1_refused_when_a_collate_in_the_query_merges_values() -> None:
+    """r01: the check run merges 'Ann'/'ANN'/'ann' under the query's COLLATE NOCASE: P1 is refused and
+    the original rows are served."""
+    raw, con = _collation_db("", ["Ann", "ANN", "ann", "Bob", "bob"])
     _assert_p1_refused(raw, con, "SELECT t.name COLLATE NOCASE FROM t JOIN u ON u.t_id = t.id")
 
 
@@ -1814,3 +1827,23 @@ def test_byte_cap_leaves_small_results_and_takes_only_sensible_values() -> None:
         with pytest.raises(ValueError, match="byte_cap"):
             GuardPolicy(byte_cap=bad)  # type: ignore[arg-type]
     assert GuardPolicy(byte_cap=None).byte_cap is None
+
+
+def test_p1_applies_when_a_collation_elsewhere_cannot_merge_the_projected_text() -> None:
+    """A database that declares NOCASE on another table: 'a' and 'A' in an uncollated column stay two
+    rows under SQL's DISTINCT too, so P1 applies after its one read-only check run (found by the
+    property tests: refusing here was over-cautious)."""
+    con = guarded_sqlite.connect(":memory:")
+    con.executescript(
+        """
+        CREATE TABLE t0 (k INTEGER, c TEXT);
+        CREATE TABLE t1 (n TEXT COLLATE NOCASE);
+        INSERT INTO t0 VALUES (1, 'a'), (2, 'A');
+        INSERT INTO t1 VALUES ('x'), ('x'), ('x'), ('x'), ('x');
+        """
+    )
+    cur = con.execute("SELECT t0.c FROM t0 JOIN t1 ON 1", ())
+    assert cur.fetchall() == [("a",), ("A",)]
+    report = cur.guard_report
+    assert report.action == "distinct_injected"
+    assert "checked by one read-only run" in report.decisions[0].reason

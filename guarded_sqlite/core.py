@@ -705,32 +705,18 @@ def forget_schema(guard: ConnectionState) -> None:
 
 
 def _sqlite_version(guard: ConnectionState, known: Any) -> tuple[tuple[str, int], ...]:
-    """``PRAGMA schema_version`` of ``main``, ``temp`` and each schema the facts were read with: any DDL
-    changes it, also through another connection. Schemas come from ``known`` (the last answer) so the
-    check costs a PRAGMA per schema; without it ``PRAGMA database_list`` names them. A schema attached
-    later changes no name the cached verdicts resolved (SQLite looks in temp, main, then in attach
-    order); one detached since makes its PRAGMA fail, which reads everything again. The cursor is kept
-    on the connection's guard (only used under its lock), which saves creating one per check."""
+    """``schema.sqlite_schema_version`` of the connection, asking only for the schemas of ``known`` (the
+    last answer): a PRAGMA per schema. A schema attached later changes no name the cached verdicts
+    resolved (SQLite looks in temp, main, then in attach order); one detached since gives a token that
+    matches nothing, which reads everything again. The cursor is kept on the connection's guard (only
+    used under its lock), which saves creating one per check."""
+    from .schema import sqlite_schema_version
+
     cursor = guard.schema_cursor
     if cursor is None:
         cursor = guard.schema_cursor = sqlite3.Cursor(guard.raw)
         cursor.row_factory = None
-    if known:
-        names = [name for name, _ in known]
-    else:
-        listed = [str(row[1]) for row in cursor.execute("PRAGMA database_list").fetchall()]
-        names = ["main", "temp", *(n for n in listed if n.lower() not in ("main", "temp"))]
-    out = []
-    for name in names:
-        quoted = '"' + name.replace('"', '""') + '"'
-        try:
-            # fetchall, not fetchone: the statement must finish, or it keeps the database busy
-            # (a backup into this connection would fail with "destination database is in use").
-            found = cursor.execute(f"PRAGMA {quoted}.schema_version").fetchall()
-        except sqlite3.OperationalError:  # detached since: read everything again
-            return ()
-        out.append((name, int(found[0][0]) if found else -1))
-    return tuple(out)
+    return sqlite_schema_version(guard.raw, [name for name, _ in known] if known else None, cursor)
 
 
 # --------------------------------------------------------------------------------------------------

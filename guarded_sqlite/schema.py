@@ -22,21 +22,19 @@ PRIMARY KEY columns as NOT NULL, as every other engine enforces and as data prac
 Readers never raise on an odd catalog: whatever cannot be read simply has no keys. Reading runs through
 a private plain cursor, so a caller's ``row_factory`` or cursor factory never sees or changes anything.
 Nothing here runs on a healthy result: the guard reads the catalog only once duplicates were found, and
-``SchemaCache`` keeps the facts until the schema version changes.
+keeps the facts per connection (``core.explain``) until ``sqlite_schema_version`` changes.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 __all__ = [
     "ForeignKey",
-    "SchemaCache",
     "SchemaFacts",
     "TableFacts",
     "read_duckdb_schema",
@@ -254,26 +252,41 @@ def read_sqlite_schema(con: Any) -> SchemaFacts:
         _close(cur)
 
 
-def sqlite_schema_version(con: Any) -> tuple[tuple[str, int], ...]:
+def sqlite_schema_version(
+    con: Any, names: Iterable[str] | None = None, cursor: sqlite3.Cursor | None = None
+) -> tuple[tuple[str, int], ...]:
     """``PRAGMA schema_version`` of every schema (temp included), for cache invalidation.
 
-    Any DDL, ATTACH or DETACH changes the answer. Costs a few microseconds per schema.
+    Any DDL, ATTACH or DETACH changes the answer, also through another connection. ``names``: the
+    schemas of an earlier answer, which saves ``PRAGMA database_list`` (a schema detached since
+    answers ``()``, a token that matches nothing); ``cursor``: a plain ``sqlite3.Cursor`` on ``con``
+    (``row_factory`` None) to reuse instead of creating one. Costs a few microseconds per schema.
     """
+    own = cursor is None
     try:
-        cur = sqlite3.Cursor(_raw_sqlite(con))
+        cur = sqlite3.Cursor(_raw_sqlite(con)) if cursor is None else cursor
     except (TypeError, sqlite3.Error):
         return ()
-    cur.row_factory = None
+    if own:
+        cur.row_factory = None
     try:
+        if names is None:
+            if not _rows(cur, "PRAGMA database_list"):
+                return ()  # closed or unusable connection
+            names = _sqlite_schemas(cur)
         out: list[tuple[str, int]] = []
-        if not _rows(cur, "PRAGMA database_list"):
-            return ()  # closed or unusable connection
-        for schema in _sqlite_schemas(cur):
-            row = _rows(cur, f"PRAGMA {_quote(schema)}.schema_version")
+        for schema in names:
+            try:
+                # fetchall, not fetchone: the statement must finish, or it keeps the database busy
+                # (a backup into this connection would fail with "destination database is in use").
+                row = cur.execute(f"PRAGMA {_quote(schema)}.schema_version").fetchall()
+            except sqlite3.Error:  # detached since, or the connection closed
+                return ()
             out.append((schema.lower(), int(row[0][0]) if row else -1))
         return tuple(out)
     finally:
-        _close(cur)
+        if own:
+            _close(cur)
 
 
 # ---------------------------------------------------------------------------------------------- DuckDB
@@ -481,51 +494,3 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
     for schema in temp:  # ``pg_temp`` names the session's temporary schema in SQL
         facts._by_name.update({("pg_temp", n): t for (s, n), t in facts._by_name.items() if s == schema.lower()})
     return facts
-
-
-# ---------------------------------------------------------------------------------------------- cache
-
-
-class SchemaCache:
-    """One ``SchemaFacts`` per connection, re-read when the connection's schema version changes.
-
-    ``version`` is a cheap callable returning a comparable token (``sqlite_schema_version`` for
-    SQLite); pass ``None`` for engines without one, and call ``invalidate`` after DDL. Entries are keyed
-    by ``id(con)`` and hold the connection itself, so an id is never reused while its entry lives;
-    ``discard`` (on close) or the ``maxsize`` bound (oldest first) drops them.
-    """
-
-    def __init__(self, maxsize: int = 64) -> None:
-        self._entries: dict[int, tuple[Any, Hashable, SchemaFacts]] = {}
-        self._lock = threading.Lock()
-        self._maxsize = maxsize
-
-    def get(
-        self,
-        con: Any,
-        read: Callable[[Any], SchemaFacts],
-        version: Callable[[Any], Hashable] | None = None,
-    ) -> SchemaFacts:
-        """The facts for ``con``: cached if its version is unchanged, else read (and cached) now."""
-        token = version(con) if version is not None else None
-        with self._lock:
-            entry = self._entries.get(id(con))
-            if entry is not None and entry[0] is con and entry[1] == token:
-                return entry[2]
-        facts = read(con)
-        with self._lock:
-            self._entries.pop(id(con), None)
-            self._entries[id(con)] = (con, token, facts)
-            while len(self._entries) > self._maxsize:
-                del self._entries[next(iter(self._entries))]
-        return facts
-
-    def invalidate(self, con: Any) -> None:
-        """Forget ``con``'s facts; the next ``get`` reads the catalog again."""
-        with self._lock:
-            self._entries.pop(id(con), None)
-
-    discard = invalidate
-
-    def __len__(self) -> int:
-        return len(self._entries)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -12,7 +11,6 @@ import guarded_sqlite
 from guarded_sqlite.provenance import analyse
 from guarded_sqlite.schema import (
     ForeignKey,
-    SchemaCache,
     SchemaFacts,
     TableFacts,
     read_duckdb_schema,
@@ -148,30 +146,19 @@ def test_sqlite_schema_version_changes_on_ddl(con: sqlite3.Connection) -> None:
     assert sqlite_schema_version(con)[0] != after[0]
 
 
-def test_schema_cache(con: sqlite3.Connection) -> None:
-    cache = SchemaCache()
-    reads: list[Any] = []
-
-    def read(c: Any) -> SchemaFacts:
-        reads.append(c)
-        return read_sqlite_schema(c)
-
-    first = cache.get(con, read, sqlite_schema_version)
-    assert cache.get(con, read, sqlite_schema_version) is first and len(reads) == 1
-    con.execute("CREATE TABLE brand_new (id INTEGER PRIMARY KEY)")
-    second = cache.get(con, read, sqlite_schema_version)
-    assert len(reads) == 2 and second.table("brand_new") is not None
-    other = sqlite3.connect(":memory:")
-    assert cache.get(other, read, sqlite_schema_version).table("plain") is None and len(cache) == 2
-    cache.invalidate(other)
-    assert len(cache) == 1
-    assert cache.get(con, read) is not None and len(reads) == 4  # a None version is a new token
-    assert cache.get(con, read) is not None and len(reads) == 4
-    small = SchemaCache(maxsize=1)
-    small.get(con, read)
-    small.get(other, read)
-    assert len(small) == 1
-    other.close()
+def test_sqlite_schema_version_from_known_names(con: sqlite3.Connection) -> None:
+    """Given the names of an earlier answer it skips PRAGMA database_list; a schema detached since gives a
+    token that matches nothing; a caller's cursor is reused and left open."""
+    con.execute("ATTACH DATABASE ':memory:' AS aux3")
+    full = sqlite_schema_version(con)
+    names = [name for name, _ in full]
+    cursor = sqlite3.Cursor(con)
+    assert sqlite_schema_version(con, names, cursor) == full
+    con.execute("CREATE TABLE aux3.fresh (x)")
+    assert sqlite_schema_version(con, names, cursor) != full
+    con.execute("DETACH DATABASE aux3")
+    assert sqlite_schema_version(con, names, cursor) == ()
+    assert cursor.execute("SELECT 1").fetchall() == [(1,)]
 
 
 def test_sqlite_facts_drive_the_analysis(con: sqlite3.Connection) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 __all__ = ["TransactionLost", "describe_error"]
@@ -16,14 +17,18 @@ class TransactionLost(sqlite3.OperationalError):
     """
 
 
+_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")  # sqlglot underlines the offending token for terminals
+
+
 def describe_error(error: BaseException) -> str:
     """``"ExceptionClass: message"`` on one line, for reports, logs and tables (DuckDB and PostgreSQL
-    messages carry context lines; their white space is folded into single spaces).
+    messages carry context lines; their white space is folded into single spaces; sqlglot's terminal
+    highlighting codes are dropped).
 
     >>> describe_error(ValueError("bad\\n  value"))
     'ValueError: bad value'
     >>> describe_error(KeyboardInterrupt())
     'KeyboardInterrupt'
     """
-    message = " ".join(str(error).split())
+    message = " ".join(_TERMINAL_STYLE.sub("", str(error)).split())
     return f"{type(error).__name__}: {message}" if message else type(error).__name__

@@ -30,7 +30,6 @@ time it takes; a query it cannot transpile comes back with the reason instead of
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -46,16 +45,10 @@ ENGINE_DIALECTS = {name: name for name in ENGINE_NAMES if name != "sqlite"}
 engine names are sqlglot's dialect names."""
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")  # sqlglot underlines the offending token for terminals
 
 
 class TranspileError(Exception):
     """sqlglot could not read the query as SQLite or could not write it for the engine."""
-
-
-def _sqlglot_error(error: BaseException) -> str:
-    """``describe_error`` of a sqlglot failure, without the terminal underline codes sqlglot adds."""
-    return _TERMINAL_STYLE.sub("", describe_error(error))
 
 
 class NotOneStatement(ValueError):
@@ -86,9 +79,9 @@ def transpile(sql: str, engine: str, names: Iterable[str] = ()) -> str:
         tokens = sqlite.tokenize(sql)  # once, for the parser and for the double-quoted names
         statements = [tree for tree in sqlite.parser().parse(tokens, sql) if tree is not None]
     except SqlglotError as error:
-        raise TranspileError(f"sqlglot cannot parse it as SQLite: {_sqlglot_error(error)}") from None
+        raise TranspileError(f"sqlglot cannot parse it as SQLite: {describe_error(error)}") from None
     except Exception as error:  # a failure inside sqlglot must score this query 0, not stop the run
-        raise TranspileError(f"sqlglot failed to parse it: {_sqlglot_error(error)}") from None
+        raise TranspileError(f"sqlglot failed to parse it: {describe_error(error)}") from None
     if len(statements) != 1:
         raise NotOneStatement(f"{len(statements)} statements; exactly one statement is evaluated")
     tree = statements[0]
@@ -104,9 +97,9 @@ def transpile(sql: str, engine: str, names: Iterable[str] = ()) -> str:
             identifier.set("quoted", True)
         return tree.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as error:
-        raise TranspileError(f"sqlglot cannot write it for {engine}: {_sqlglot_error(error)}") from None
+        raise TranspileError(f"sqlglot cannot write it for {engine}: {describe_error(error)}") from None
     except Exception as error:
-        raise TranspileError(f"sqlglot failed to write it for {engine}: {_sqlglot_error(error)}") from None
+        raise TranspileError(f"sqlglot failed to write it for {engine}: {describe_error(error)}") from None
 
 
 class Prepared(NamedTuple):

@@ -153,9 +153,7 @@ class SQLiteEngine(Engine):
                 try:
                     with interrupt_after(time_limit, raw.interrupt) if time_limit is not None else _NO_DEADLINE:
                         execute_with(cursor, sql, parameters)
-                        rows = cursor.fetchmany(max_rows + 1)
-                    if description is not None:
-                        description.append(cursor.description)
+                        rows = _fetch_described(cursor, max_rows + 1, description)
                 finally:
                     cursor.close()
             except Exception as error:
@@ -267,9 +265,7 @@ class PostgresEngine(Engine):
                         "SELECT set_config('statement_timeout', %s, true)", (f"{max(1, int(time_limit * 1000))}ms",)
                     )
                 execute_with(cursor, sql, parameters)
-                rows = cursor.fetchmany(max_rows + 1)
-                if description is not None:
-                    description.append(cursor.description)
+                rows = _fetch_described(cursor, max_rows + 1, description)
         finally:
             cursor.close()
         return None if len(rows) > max_rows else rows
@@ -361,6 +357,7 @@ class DuckDBEngine(Engine):
 
 
 def _fetch_described(cursor: Any, count: int, description: list[Any] | None) -> list[Any]:
+    """``cursor.fetchmany(count)``, passing the cursor's description to ``description`` when asked."""
     rows: list[Any] = cursor.fetchmany(count)
     if description is not None:
         description.append(cursor.description)

@@ -668,10 +668,12 @@ def explain(guard: ConnectionState, sql: str) -> Provenance:
     try:
         facts = guard.schema_facts
         if guard.engine is SQLITE:
-            version = _sqlite_version(guard, guard.schema_version)
-            if facts is None or version != guard.schema_version:
+            known = guard.schema_version
+            version = _sqlite_version(guard, known)
+            if facts is None or version != known:
                 facts = _read_schema(guard)
-                guard.schema_version = _sqlite_version(guard, None)
+                # Asked by known names, the version misses schemas attached since: list them anew.
+                guard.schema_version = _sqlite_version(guard, None) if known else version
         elif facts is None:
             facts = _read_schema(guard)
     except TransactionLost:

@@ -15,7 +15,8 @@ to fire asks ``explain`` (the connection's cached ``guarded_sqlite.provenance`` 
 rewrite itself was accepted, so statements the rewrite refuses never cost a catalog read: P1 leaves
 ``value_repeats`` alone and fires on join amplification (``unknown`` keeps the paper's rule, and the
 reason says so); under ``"text_to_sql"`` P1 also fires below ``tau_inject`` on amplification only; P2
-refuses to remove a DISTINCT that may hide a join's multiplication.
+refuses to remove a DISTINCT that may hide a join's multiplication or that merges ``value_repeats``, so
+it acts only where the analysis cannot tell (``unknown``).
 """
 
 from __future__ import annotations
@@ -340,6 +341,16 @@ def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialec
             False,
             f"the DISTINCT may hide join amplification ({fans} can repeat rows; provenance "
             f"{provenance.verdict}: {provenance.evidence}): not removed, nothing re-executed",
+        ), None
+    if provenance is not None and provenance.verdict == "value_repeats":
+        # The DISTINCT merges equal values of distinct rows, which is what it says: on Spider dev the
+        # paper's P2 fixed none of these and broke five (benchmarks/provenance_spider_results.md), and
+        # an ORM's .distinct() is the caller's explicit request.
+        return RuleDecision(
+            "P2",
+            False,
+            f"the DISTINCT merges repeated values of distinct rows (provenance value_repeats: "
+            f"{provenance.evidence}): kept as written, nothing re-executed",
         ), None
     can_commit_up_to = removal_row_limit(len(rows), policy.tau_remove)
     new_rows, failure = _run(rerun, rewrite.sql, min(policy.row_cap, can_commit_up_to))

@@ -291,21 +291,32 @@ def _people(db: EngineDB, names: list[str]) -> None:
     db.raw_many(f"INSERT INTO people VALUES ({db.param})", [(n,) for n in names])
 
 
-def test_p2_removes_a_distinct_that_hides_legitimate_duplicates(db: EngineDB) -> None:
-    """11 rows with 10 distinct: DISTINCT hides a legitimate duplicate, and P2 removes it."""
+def test_paper_p2_removes_a_distinct_that_hides_legitimate_duplicates(db: EngineDB) -> None:
+    """11 rows with 10 distinct: DISTINCT hides a legitimate duplicate, and the paper's P2 removes it."""
     names = [f"person{i}" for i in range(10)] + ["person0"]
     _people(db, names)
-    rows, report = db.fetch(db.con, "SELECT DISTINCT name FROM people")
+    rows, report = db.fetch(db.guarded("paper"), "SELECT DISTINCT name FROM people")
     assert Counter(rows) == Counter((n,) for n in names)
     assert report.trigger is None and report.action == "distinct_removed"
     assert report.final_sql == "SELECT name FROM people" and (report.rows, report.final_rows) == (10, 11)
     assert [(d.rule, d.applied) for d in report.decisions] == [("P2", True)]
 
 
+def test_default_keeps_a_distinct_over_value_repeats(db: EngineDB) -> None:
+    """The same DISTINCT under the default preset: one table, so the DISTINCT merges repeated values of
+    distinct rows, as written; P2 says so and runs nothing."""
+    _people(db, [f"person{i}" for i in range(10)] + ["person0"])
+    rows, report = db.fetch(db.con, "SELECT DISTINCT name FROM people")
+    assert sorted(rows) == [(f"person{i}",) for i in range(10)]
+    assert report.action == "none" and report.provenance == "value_repeats"
+    (decision,) = report.decisions
+    assert decision.rule == "P2" and not decision.applied and "kept as written" in decision.reason
+
+
 def test_p2_keeps_the_distinct_when_removal_adds_too_many_duplicates(db: EngineDB) -> None:
     """12 rows with 10 distinct (dup_ratio 1/6 > tau_remove): the DISTINCT stays, with the reason."""
     _people(db, [f"person{i}" for i in range(10)] + ["person0", "person1"])
-    rows, report = db.fetch(db.con, "SELECT DISTINCT name FROM people")
+    rows, report = db.fetch(db.guarded("paper"), "SELECT DISTINCT name FROM people")
     assert sorted(rows) == [(f"person{i}",) for i in range(10)]
     assert report.action == "none"
     (decision,) = report.decisions

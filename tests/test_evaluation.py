@@ -364,14 +364,15 @@ def test_observe_mode_scores_the_guarded_side_as_the_baseline(tmp_path: Path, sh
 
 
 def test_patch_removing_distinct_is_counted_under_p2(tmp_path: Path) -> None:
-    # 11 rows, 10 distinct: with DISTINCT the result has no duplicate and 10 rows; without it
+    # The paper's P2 (the default preset keeps a DISTINCT over one table's values). 11 rows, 10
+    # distinct: with DISTINCT the result has no duplicate and 10 rows; without it
     # dup_ratio is 1/11 <= 0.10, so P2 commits. The gold wants all 11 rows: a P2 fix.
     values = [*list(range(10)), 0]
     root = tmp_path / "dbs"
     make_db(root, "d", "CREATE TABLE t (v INTEGER);" + "".join(f"INSERT INTO t VALUES ({v});" for v in values))
     gold = write_tsv_gold(tmp_path / "gold.sql", [("SELECT v FROM t", "d")])
     pred = write_lines(tmp_path / "pred.txt", ["SELECT DISTINCT v FROM t"])
-    report = evaluate(root, gold, pred, workers=1)
+    report = evaluate(root, gold, pred, workers=1, guard="paper")
     p2 = report.rules["P2"]
     assert (p2.fired, p2.fix, p2.break_) == (1, 1, 0)
     assert report.pairs[0].action == "distinct_removed"

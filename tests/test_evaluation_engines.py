@@ -336,8 +336,8 @@ def test_schema_names_are_safe() -> None:
 
 def test_engine_verdicts_equal_sqlite_on_simple_queries(tmp_path: Path, shop: Path, engine: dict[str, Any]) -> None:
     gold, pred = write_inputs(tmp_path, CRAFTED)
-    on_sqlite = evaluate(shop, gold, pred, workers=1)
-    report = evaluate(shop, gold, pred, workers=1, **engine)
+    on_sqlite = evaluate(shop, gold, pred, workers=1, guard="paper")
+    report = evaluate(shop, gold, pred, workers=1, guard="paper", **engine)
 
     assert report.engine == engine["engine"] and on_sqlite.engine == "sqlite"
     assert report.n == on_sqlite.n == len(CRAFTED) - 2
@@ -346,7 +346,7 @@ def test_engine_verdicts_equal_sqlite_on_simple_queries(tmp_path: Path, shop: Pa
     assert [f.transpile_failed for f in on_sqlite.gold_failures] == [False, False]
     assert verdicts(report) == verdicts(on_sqlite)
     by_index = {r.index: r for r in report.pairs}
-    # The fan-out fix and the break, and P2's fix, counted as on SQLite.
+    # The fan-out fix and the break, and P2's fix (the paper preset: the default keeps that DISTINCT), as on SQLite.
     assert report.rules == on_sqlite.rules
     assert (report.rules["P1"].fired, report.rules["P1"].fix, report.rules["P1"].break_) == (2, 1, 1)
     assert (report.rules["P2"].fired, report.rules["P2"].fix) == (1, 1)
@@ -368,7 +368,7 @@ def test_engine_verdicts_equal_sqlite_on_simple_queries(tmp_path: Path, shop: Pa
     # Copies are reported, and a second run reuses them.
     assert [(c.db_id, c.action) for c in report.copies] == [("shop", "copied")]
     assert report.timings.copy_s > 0 and report.timings.transpile_s > 0
-    again = evaluate(shop, gold, pred, workers=1, **engine)
+    again = evaluate(shop, gold, pred, workers=1, guard="paper", **engine)
     assert [(c.db_id, c.action) for c in again.copies] == [("shop", "reused")]
     assert verdicts(again) == verdicts(report)
 

@@ -274,6 +274,33 @@ def test_p2_refuses_to_remove_a_distinct_that_hides_amplification() -> None:
     assert "T2 (city)" in decision.reason and report.provenance == "value_repeats"
 
 
+@pytest.mark.parametrize("guard", ["patch", "text_to_sql"])
+def test_p2_keeps_a_distinct_over_value_repeats(guard: str) -> None:
+    """One table's repeated values (two cities named city0): the DISTINCT says what it means, so the
+    key-based presets keep it and run nothing; the paper's P2 would remove it (21 rows)."""
+    con = _country_city(guard)
+    seen: list[str] = []
+    guarded_sqlite.unwrap(con).set_trace_callback(seen.append)
+    rows, report = _run(con, "SELECT DISTINCT Name FROM city")
+    assert len(rows) == 20 and report.action == "none" and report.provenance == "value_repeats"
+    (decision,) = report.decisions
+    assert decision.rule == "P2" and not decision.applied and "kept as written" in decision.reason
+    assert not any(s.startswith("SELECT Name FROM city") for s in seen), seen  # no re-execution
+    assert len(_run(_country_city("paper"), "SELECT DISTINCT Name FROM city")[0]) == 21
+
+
+def test_p2_acts_as_the_papers_where_the_analysis_cannot_tell() -> None:
+    """A join with a view (no known key): verdict unknown, so P2 keeps the paper's rule and removes the
+    DISTINCT (21 rows, dup_ratio 1/21 <= 0.1)."""
+    con = _country_city("patch")
+    con.execute("CREATE VIEW capital AS SELECT CountryCode, Name FROM city")
+    rows, report = _run(
+        con, "SELECT DISTINCT c.Name FROM city c JOIN capital k ON k.Name = c.Name AND k.CountryCode = c.CountryCode"
+    )
+    assert len(rows) == 21 and report.action == "distinct_removed" and report.provenance == "unknown"
+    assert "view capital" in (report.provenance_evidence or "")
+
+
 def test_paper_p2_removes_that_distinct() -> None:
     rows, report = _run(_country_city("paper"), P2_SQL)
     assert len(rows) == 21 and report.action == "distinct_removed" and report.provenance is None

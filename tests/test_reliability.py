@@ -352,7 +352,7 @@ def test_p2_inside_a_transaction_sees_uncommitted_rows_and_restores_query_only(t
     """r24/r09: inside an open transaction P2 runs on the caller's connection (it sees uncommitted
     rows), under query_only, which is off again afterwards; the transaction stays open and rolls back."""
     path = _p2_db(tmp_path)
-    con = guarded_sqlite.connect(path)
+    con = guarded_sqlite.connect(path, guard="paper")
     con.execute("INSERT INTO p2 VALUES ('a2'), ('uncommitted')")
     cur = con.execute(P2_SQL)
     rows = cur.fetchall()
@@ -366,7 +366,7 @@ def test_p2_inside_a_transaction_sees_uncommitted_rows_and_restores_query_only(t
 def test_p2_on_a_memory_database_restores_query_only() -> None:
     """r09: a :memory: database has no second connection: P2 runs on the caller's, and leaves
     query_only off."""
-    con = guarded_sqlite.connect(":memory:")
+    con = guarded_sqlite.connect(":memory:", guard="paper")
     con.executescript(P2_TABLE + "CREATE TABLE audit (x);")
     cur = con.execute(P2_SQL)
     assert len(cur.fetchall()) == 21 and cur.guard_report.action == "distinct_removed"
@@ -1006,7 +1006,7 @@ def test_r11_p2_stops_fetching_once_it_cannot_commit() -> None:
 def test_r11_p2_still_commits_within_its_bound() -> None:
     """r11 (the bound is not too tight): a DISTINCT that only removed one duplicate of 21 rows is still
     removed (21 <= 20/(1-0.10))."""
-    con = guarded_sqlite.connect(":memory:")
+    con = guarded_sqlite.connect(":memory:", guard="paper")
     con.executescript(P2_TABLE)
     cur = con.execute(P2_SQL)
     assert sorted(cur.fetchall()) == sorted([*P2_NAMES, ("a1",)])

@@ -431,15 +431,27 @@ def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: 
 def report_of(cursor: Any) -> GuardReport | None:
     """``guard_report``: built from the state on first read. ``_self_report`` pairs a built report with
     the state it describes, so executing never has to clear it."""
+    global _last_report
     current = cursor._self_state
     if current is None:
         return None
     built = cursor._self_report
     if built is not None and built[0] is current:
         return built[1]  # type: ignore[no-any-return]
-    report = GuardReport.from_state(current)
+    # A statement repeated with the same facts (a point query by key: one healthy row, untimed) gets the
+    # report already built for them: reports are immutable, and building one costs more than the probe.
+    last = _last_report
+    if last[0] == current:
+        report = last[1]
+    else:
+        report = GuardReport.from_state(current)
+        _last_report = (current, report)
     cursor._self_report = (current, report)
     return report
+
+
+_last_report: tuple[ReportState | None, GuardReport | None] = (None, None)
+"""The last report built in this process, with the state it was built from (one pair, replaced whole)."""
 
 
 # --------------------------------------------------------------------------------------------------

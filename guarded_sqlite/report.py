@@ -139,40 +139,46 @@ class GuardReport:
     @classmethod
     def from_state(cls, state: ReportState) -> GuardReport:
         """Build the report from a ``ReportState``."""
-        if type(state) is not ReportState:
-            state = ReportState(*state)
         (mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns,
          rescue, provenance) = state  # fmt: skip
-        if isinstance(unique, PartialCount):
-            unique = unique.exact()
-        # A new __dict__ set in one step skips the frozen dataclass's per-field object.__setattr__
-        # calls, which made reading a report cost more than the whole probe; the values are the same.
+        # The frozen dataclass's __init__ sets each field with object.__setattr__, which made reading a report
+        # cost more than the whole probe. Instead: a copy of the healthy, unpatched report's fields, then only
+        # the fields this statement changes, installed as the instance's __dict__ in one step.
+        values = _HEALTHY_FIELDS.copy()
+        values["sql"] = sql
+        values["final_sql"] = final_sql
+        values["mode"] = mode
+        values["action"] = action
+        if rows is None:
+            values["probed"] = False
+        else:
+            if isinstance(unique, PartialCount):
+                unique = unique.exact()
+            values["rows"] = rows
+            values["unique_rows"] = unique
+            values["final_rows"] = final_rows
+            if rows and unique is not None:
+                values["dup_ratio"] = (rows - unique) / rows
+        if trigger is not None:
+            values["trigger"] = trigger
+            values["flagged"] = True
+        if decisions:
+            values["decisions"] = decisions
+        if note is not None:
+            values["note"] = note
+        if error is not None:
+            values["error"] = error
+        if detect_ns is not None:
+            values["detect_us"] = detect_ns / 1_000
+        if patch_ns is not None:
+            values["patch_ms"] = patch_ns / 1_000_000
+        if rescue is not None:
+            values["rescue"] = rescue
+        if provenance is not None:
+            values["provenance"] = provenance.verdict
+            values["provenance_evidence"] = provenance.evidence
         report = _new_object(cls)
-        _set_attribute(
-            report,
-            "__dict__",
-            {
-                "sql": sql,
-                "final_sql": final_sql,
-                "mode": mode,
-                "trigger": trigger,
-                "flagged": trigger is not None,
-                "action": action,
-                "probed": rows is not None,
-                "rows": rows,
-                "unique_rows": unique,
-                "dup_ratio": (rows - unique) / rows if rows and unique is not None else None,
-                "final_rows": final_rows,
-                "decisions": decisions,
-                "note": note,
-                "error": error,
-                "detect_us": None if detect_ns is None else detect_ns / 1_000,
-                "patch_ms": None if patch_ns is None else patch_ns / 1_000_000,
-                "rescue": rescue,
-                "provenance": None if provenance is None else provenance.verdict,
-                "provenance_evidence": None if provenance is None else provenance.evidence,
-            },
-        )
+        _set_attribute(report, "__dict__", values)
         return report
 
     @property
@@ -198,6 +204,15 @@ class GuardReport:
             for f in fields(self)
         )
         return f"<table><caption>GuardReport: {html.escape(self.summary())}</caption>{cells}</table>"
+
+
+_HEALTHY_FIELDS: dict[str, object] = {
+    **dict.fromkeys(f.name for f in fields(GuardReport)),
+    "flagged": False,
+    "probed": True,
+    "decisions": (),
+}
+"""Every field of ``GuardReport``, in order, at its value for a statement nothing was found or done about."""
 
 
 def _render(value: object) -> str:

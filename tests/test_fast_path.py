@@ -4,6 +4,7 @@ shared core decides exactly as for wrap()'s proxies, and importing the package s
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sqlite3
 import subprocess
@@ -12,9 +13,12 @@ import threading
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import guarded_sqlite
-from guarded_sqlite import GuardedConnection, GuardedCursor, GuardPolicy
+from guarded_sqlite import GuardedConnection, GuardedCursor, GuardPolicy, GuardReport, RuleDecision
+from guarded_sqlite.report import ReportState
 from guarded_sqlite.sqlite_fast import GuardedSQLiteConnection, GuardedSQLiteCursor, connection_class, cursor_class
 
 from .helpers import EXPLODING_SQL, CountingConnection, fill_fanout
@@ -253,3 +257,91 @@ def test_wrap_works_as_the_first_use_of_the_package_in_a_fresh_process(driver: s
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[(1,)]"
+
+
+# --- guard_report: built once per new set of facts -------------------------------------------------------
+
+_POINT_SQLS = ["SELECT k FROM t WHERE k = ?", "SELECT v FROM t WHERE k = ?", "SELECT v FROM t WHERE k <= ?"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(_POINT_SQLS), st.integers(0, 5), st.booleans()),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_every_report_describes_its_own_statement(steps: list[tuple[str, str, int, bool]]) -> None:
+    """Reports are reused for a statement repeated with the same facts: whatever the sequence of
+    statements, cursors and reads, each report gives its own statement's SQL and counts."""
+    con = guarded_sqlite.connect(":memory:", guard="observe")
+    con.execute("CREATE TABLE t (k INTEGER, v INTEGER)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(k, k % 2) for k in range(4)] + [(3, 1), (3, 1)])
+    cursors = {"a": con.cursor(), "b": con.cursor()}
+    for name, sql, key, read_twice in steps:
+        cur = cursors[name]
+        rows = cur.execute(sql, (key,)).fetchall()
+        report = cur.guard_report
+        assert (report.sql, report.rows, report.unique_rows) == (sql, len(rows), len(set(rows)))
+        assert report.dup_ratio == ((len(rows) - len(set(rows))) / len(rows) if rows else None)
+        if read_twice:
+            assert cur.guard_report is report
+    last = {name: (sql, key) for name, sql, key, _ in steps}
+    for name, (sql, key) in last.items():  # each cursor's last report is still its own
+        rows = con.execute(sql, (key,)).fetchall()
+        assert (cursors[name].guard_report.sql, cursors[name].guard_report.rows) == (sql, len(rows))
+    assert all(cursors[name].guard_report is None for name in cursors.keys() - last.keys())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.one_of(st.none(), st.integers(0, 50)),
+    duplicates=st.integers(0, 50),
+    trigger=st.sampled_from([None, "exec_error", "empty_result", "cartesian_explosion"]),
+    action=st.sampled_from(["none", "distinct_injected", "distinct_removed"]),
+    note=st.one_of(st.none(), st.just("a note")),
+    error=st.one_of(st.none(), st.just("OperationalError: x")),
+    decided=st.booleans(),
+    detect_ns=st.one_of(st.none(), st.integers(0, 10**6)),
+    patch_ns=st.one_of(st.none(), st.integers(0, 10**9)),
+)
+def test_report_fields_follow_their_definitions(
+    rows: int | None,
+    duplicates: int,
+    trigger: str | None,
+    action: Any,
+    note: str | None,
+    error: str | None,
+    decided: bool,
+    detect_ns: int | None,
+    patch_ns: int | None,
+) -> None:
+    """GuardReport.from_state against the field definitions, written out for any state."""
+    unique = None if rows is None else max(rows - duplicates, 1 if rows else 0)
+    final_rows = None if rows is None else unique if action == "distinct_injected" else rows
+    decisions = (RuleDecision("P1", action != "none", "why"),) if decided else ()
+    state = ReportState(
+        "patch", "SELECT 1", "SELECT 2", trigger, action, rows, unique, final_rows, note, error, decisions,
+        detect_ns, patch_ns,
+    )  # fmt: skip
+    expected = GuardReport(
+        sql="SELECT 1",
+        final_sql="SELECT 2",
+        mode="patch",
+        trigger=trigger,
+        flagged=trigger is not None,
+        action=action,
+        probed=rows is not None,
+        rows=rows,
+        unique_rows=unique,
+        dup_ratio=None if not rows or unique is None else (rows - unique) / rows,
+        final_rows=final_rows,
+        decisions=decisions,
+        note=note,
+        error=error,
+        detect_us=None if detect_ns is None else detect_ns / 1000,
+        patch_ms=None if patch_ns is None else patch_ns / 1e6,
+    )
+    built = GuardReport.from_state(state)
+    assert built == expected and list(vars(built)) == [f.name for f in dataclasses.fields(GuardReport)]

@@ -284,16 +284,20 @@ def fetch_rest(
 
 
 def row_bytes(row: Any) -> int:
-    """A rough size of one fetched row: 64 bytes, plus 16 per value, plus the length of text and blobs."""
-    size = 64
+    """A rough size of one fetched row: 64 bytes, plus 16 per value, plus the length of text and blobs
+    (values of exactly the types SQLite returns them as; a converter's objects count 16 bytes)."""
     try:
-        for value in row.values() if isinstance(row, dict) else row:
-            size += 16
-            if isinstance(value, (str, bytes, bytearray)):
+        values = row.values() if isinstance(row, dict) else row
+        size = 64 + 16 * len(values)
+        for value in values:
+            if type(value) in _SIZED_TYPES:  # exact types: half the cost of isinstance on this hot path
                 size += len(value)
-    except TypeError:  # a row factory's object that is not a sequence
-        pass
+    except TypeError:  # a row factory's object that is not a sized sequence
+        return 64
     return size
+
+
+_SIZED_TYPES = frozenset((str, bytes, bytearray))
 
 
 class Streaming:

@@ -18,6 +18,7 @@ import pytest
 
 import guarded_sqlite
 from guarded_sqlite import GuardedConnection, GuardPolicy
+from guarded_sqlite.core import row_bytes
 
 from .helpers import (
     EXPLODING_SQL,
@@ -76,3 +77,24 @@ def test_row_cap_exploding_result_streams_unpatched() -> None:
     cur = con.execute(EXPLODING_SQL)
     assert cur.fetchall() == raw.execute(EXPLODING_SQL).fetchall()
     assert cur.guard_report is not None and cur.guard_report.action == "none" and not cur.guard_report.probed
+
+
+@pytest.mark.parametrize(
+    ("row", "size"),
+    [
+        ((1, 2.5, None), 64 + 3 * 16),
+        (("abc", b"\x00" * 10, bytearray(b"xy")), 64 + 3 * 16 + 3 + 10 + 2),
+        ({"a": "hello", "b": 7}, 64 + 2 * 16 + 5),
+        ([], 64),
+        (object(), 64),  # a row factory's object that is not a sequence: the fixed cost only
+    ],
+)
+def test_row_size_estimate_for_the_byte_budget(row: object, size: int) -> None:
+    assert row_bytes(row) == size
+
+
+def test_row_size_estimate_of_sqlite3_rows() -> None:
+    con = sqlite3.connect(":memory:")
+    con.row_factory = sqlite3.Row
+    row = con.execute("SELECT 'abcd' AS a, x'0102' AS b, 3 AS c").fetchone()
+    assert row_bytes(row) == 64 + 3 * 16 + 4 + 2

@@ -562,6 +562,13 @@ class _Analysis:
             cols = ", ".join(f"{instance.display}.{instance.original.get(c, c)}" for c in joined)
             verb = "is not a key" if len(joined) == 1 else "are not a key"
             return f"{head} ({cols} {verb})"
+        # Equalities only with instances that are not determined themselves: name those joined before
+        # this one (the way the FROM clause reaches it), else any.
+        others = {a[0] for a, b in self.edges if b[0] == k and a[0] != k}
+        through = sorted({t for t in others if t < k} or others)
+        if through:
+            labels = ", ".join(self.instances[t].label for t in through)
+            return f"{head} (joined only through {labels}, which {'fans' if len(through) == 1 else 'fan'} out)"
         if not instance.joined_with_condition:
             return f"{head} (cross join)"
         return f"{head} (no equality on its columns)"

@@ -46,13 +46,16 @@ Verdicts (the analysis ignores the outermost DISTINCT flag: it describes the que
   computed values (no column read outside window functions: constants, ``count(*) OVER ()``), or each
   row is a group (GROUP BY or an aggregate): duplicates repeat values and are legitimate.
 * ``unknown``: the analysis cannot see it, and ``evidence`` says why: unparseable SQL, compound
-  queries, RIGHT/FULL joins, nested join groups, a view, derived table, table function or unknown table
-  whose keys are unknown and which is not determined, an unresolvable column, or a statement too large
-  (``MAX_SQL_CHARS``, ``MAX_NODES``).
+  queries, RIGHT/FULL joins, a USING/NATURAL join of a join group, a view, derived table, table function
+  or unknown table whose keys are unknown and which is not determined, an unresolvable column, or a
+  statement too large (``MAX_SQL_CHARS``, ``MAX_NODES``).
 
 Keyless base tables are treated as fanning out (a link table without a key is the commonest source of
 join repeats); views and unknown names are not guessed at (``unknown``). A LEFT JOIN is used in one
 direction only: its ON equalities let the left side determine the right side, never the reverse.
+A parenthesised join group, ``a LEFT JOIN (b JOIN c ON c.id = b.c_id) ON b.a_id = a.id`` (how ORMs
+eager-load across a many-to-many), is read table by table: inside it, equalities work both ways; from
+outside a LEFT-joined group, only into it.
 Derived tables and CTEs are seen through when simple: a DISTINCT or grouped body is keyed by its output
 (or group) columns, an aggregate without GROUP BY has at most one row, a single-table body keeps the
 keys it projects; any other derived table is opaque.
@@ -234,9 +237,9 @@ class _Analysis:
         if from_ is None:
             return Provenance("value_repeats", "no FROM clause: one row")
 
-        self._add_source(from_.this)
+        self._add_sources(from_.this, None)
         for join in select.args.get("joins") or ():
-            self._add_join(join)
+            self._add_join(join, None)
         where = select.args.get("where")
         if where is not None:
             for conjunct in _conjuncts(where.this):
@@ -253,11 +256,21 @@ class _Analysis:
         self.instances.append(instance)
         return len(self.instances) - 1
 
+    def _add_sources(self, source: exp.Expression, restriction: frozenset[int] | None) -> None:
+        """Add a FROM item's instances: one table or derived table, or each table of a parenthesised join
+        group, ``(b JOIN c ON ...)``, whose own joins are read under ``restriction`` (see ``_add_join``)."""
+        group = _join_group(source)
+        if group is None:
+            self._add_source(source)
+            return
+        first, joins = group
+        self._add_source(first)
+        for join in joins:
+            self._add_join(join, restriction)
+
     def _instance(self, source: exp.Expression) -> _Instance:
         alias = source.alias if isinstance(source, (exp.Table, exp.Subquery)) else ""
         if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
-            if source.args.get("joins"):
-                raise _Unknown("nested join group in FROM: not analysed")
             name = source.name
             db = source.db or None
             label = f"{alias} ({name})" if alias and alias.lower() != name.lower() else name
@@ -305,22 +318,32 @@ class _Analysis:
             opaque_reason="" if keys else f"{what} {why}",
         )  # fmt: skip
 
-    def _add_join(self, join: exp.Join) -> None:
+    def _add_join(self, join: exp.Join, enclosing: frozenset[int] | None) -> None:
+        """Add a join's instances and read its condition.
+
+        ``enclosing``: the instances of the LEFT-joined group this join sits in, if any. A LEFT JOIN's
+        condition (and an inner join's inside such a group) may let the rest of the query determine the
+        joined side, never the reverse, and pins only that side: its rows can be NULL-extended."""
         side = (join.side or "").upper()
         if side in ("RIGHT", "FULL"):
             raise _Unknown(f"{side} JOIN: not analysed")
         kind = (join.kind or "").upper()
         if kind in ("SEMI", "ANTI"):
             return  # filters the left side, never multiplies it
-        index = self._add_source(join.this)
-        instance = self.instances[index]
         left = side == "LEFT"
-        instance.left_joined = left
+        index = len(self.instances)
+        members = frozenset(range(index, index + _source_count(join.this)))
+        restriction = members if left else enclosing
+        self._add_sources(join.this, restriction)
+        instance = self.instances[index]
+        instance.left_joined = left or enclosing is not None
         condition = join.args.get("on")
         using = join.args.get("using")
         natural = (join.method or "").upper() == "NATURAL"
         instance.joined_with_condition = condition is not None or bool(using) or natural
         names: list[str] = []
+        if (using or natural) and len(members) > 1:
+            raise _Unknown("USING or NATURAL join of a parenthesised join group: not analysed")
         if using:
             names = [identifier.name.lower() for identifier in using]
         elif natural and instance.columns is not None:
@@ -333,15 +356,18 @@ class _Analysis:
             if holder is None:
                 continue
             self.merged.setdefault(column, holder)
-            self._equal((holder, column), (index, column), directed=left)
+            self._equal(
+                (holder, column), (index, column), directed=restriction is not None and holder not in restriction
+            )
         if condition is not None:
             for conjunct in _conjuncts(condition):
-                self._constraint(conjunct, inner=index if left else None)
+                self._constraint(conjunct, inner=restriction)
 
     # ------------------------------------------------------------------ constraints
 
-    def _constraint(self, node: exp.Expression, inner: int | None) -> None:
-        """Record an equality or a pin. ``inner`` is the right side of a LEFT JOIN whose ON this is."""
+    def _constraint(self, node: exp.Expression, inner: frozenset[int] | None) -> None:
+        """Record an equality or a pin. ``inner``: the instances on the NULL-extended side of the LEFT JOIN
+        whose ON this is (None for WHERE and inner joins outside such a join)."""
         if isinstance(node, exp.Not) and isinstance(node.this, exp.Is) and isinstance(node.this.expression, exp.Null):
             column = self._resolve_node(node.this.this)
             if column is not None and inner is None:
@@ -356,16 +382,16 @@ class _Analysis:
         if a is not None and b is not None:
             if inner is None:
                 self._equal(a, b, directed=False)
-            elif b[0] == inner and a[0] != inner:
+            elif b[0] in inner and a[0] not in inner:
                 self._equal(a, b, directed=True)
-            elif a[0] == inner and b[0] != inner:
+            elif a[0] in inner and b[0] not in inner:
                 self._equal(b, a, directed=True)
-            elif a[0] == b[0] == inner:
+            elif a[0] in inner and b[0] in inner:
                 self._equal(a, b, directed=False)
             return
         for column, other in ((a, right), (b, left)):
             if column is not None and _is_constant(other):
-                if inner is None or column[0] == inner:
+                if inner is None or column[0] in inner:
                     self.pins.add(column)
                     self.non_null.add(column)
 
@@ -586,6 +612,27 @@ def _combine(reference: Reference, leading: bool, projected: bool) -> bool:
     if reference == "either":
         return leading or projected
     return leading and projected
+
+
+def _join_group(source: exp.Expression) -> tuple[exp.Expression, list[exp.Join]] | None:
+    """A parenthesised join group, ``(b JOIN c ON ...)`` (sqlglot: an alias-less subquery around a table
+    that carries the joins), as its first table and its joins; None for any other FROM item."""
+    node = source
+    while isinstance(node, (exp.Subquery, exp.Paren)) and not node.alias:
+        node = node.this
+    if isinstance(node, exp.Table) and node.args.get("joins"):
+        return node, list(node.args["joins"])
+    return None
+
+
+def _source_count(source: exp.Expression) -> int:
+    """How many instances ``_add_sources`` adds for a FROM item (SEMI/ANTI joins add none)."""
+    group = _join_group(source)
+    if group is None:
+        return 1
+    _, joins = group
+    semi = ("SEMI", "ANTI")
+    return 1 + sum(_source_count(j.this) for j in joins if (j.kind or "").upper() not in semi)
 
 
 def _too_big(node: exp.Expression) -> bool:

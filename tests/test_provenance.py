@@ -191,6 +191,16 @@ def join_query(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
         st.lists(st.tuples(st.sampled_from(aliases), st.sampled_from(columns)), min_size=1, max_size=3, unique=True)
     )
     select = ", ".join(f"{a}.{c}" for a, c in projected)
+    if count == 3 and draw(st.booleans()):
+        # The last two as a parenthesised join group, "x0 JOIN (x1 JOIN x2 ON x2-x1) ON x1-x0", as ORMs
+        # write eager loads across a many-to-many.
+        outer = draw(st.sampled_from(["JOIN", "LEFT JOIN"]))
+        inner = draw(st.sampled_from(["JOIN", "LEFT JOIN", "JOIN"]))
+        inner_on = f"x2.{draw(st.sampled_from(columns))} = x1.{draw(st.sampled_from(columns))}"
+        if draw(st.booleans()):
+            inner_on += f" AND x2.{draw(st.sampled_from(columns))} = {draw(st.integers(0, 3))}"
+        outer_on = f"x1.{draw(st.sampled_from(columns))} = x0.{draw(st.sampled_from(columns))}"
+        joins = [f"{outer} ({tables[1]} x1 {inner} {tables[2]} x2 ON {inner_on}) ON {outer_on}"]
     sql = f"SELECT {select} FROM {tables[0]} {aliases[0]} " + " ".join(joins)
     return sql, tables, aliases
 
@@ -217,11 +227,12 @@ def test_property_no_multiplication_is_true(
     assert result.verdict != "unknown", result.evidence
     event(f"{result.verdict}, fans out: {bool(result.fanning_leading)}")
     if not result.fanning_leading and result.verdict in ("value_repeats", "identified"):
-        with_lead = sql.replace("SELECT ", f"SELECT {aliases[0]}.rowid, ", 1)
+        # id is each table's INTEGER PRIMARY KEY, its rowid (which a parenthesised join group hides).
+        with_lead = sql.replace("SELECT ", f"SELECT {aliases[0]}.id, ", 1)
         per_lead = Counter(row[0] for row in con.execute(with_lead))
         assert all(n == 1 for n in per_lead.values()), (sql, result.evidence)
     if result.verdict == "identified":
-        rowids = ", ".join(f"{a}.rowid" for a in aliases if a in {p.split(" ")[0] for p in result.projected})
+        rowids = ", ".join(f"{a}.id" for a in aliases if a in {p.split(" ")[0] for p in result.projected})
         select = sql[len("SELECT ") : sql.index(" FROM ")]
         detailed = f"SELECT {select}, {rowids} FROM" + sql.split(" FROM", 1)[1]
         width = select.count(",") + 1
@@ -260,6 +271,8 @@ def test_property_examples_cover_every_verdict() -> None:
     facts = read_sqlite_schema(con)
     shapes = {
         "SELECT x0.b FROM t0 x0 JOIN t1 x1 ON x1.b = x0.id": "amplified",
+        "SELECT x0.b FROM t1 x0 LEFT JOIN (t0 x1 JOIN t0 x2 ON x2.id = x1.id) ON x1.a = x0.b": "value_repeats",
+        "SELECT x0.b FROM t0 x0 LEFT JOIN (t1 x1 JOIN t0 x2 ON x2.id = x1.id) ON x1.b = x0.id": "amplified",
         "SELECT x0.a FROM t0 x0 JOIN t1 x1 ON x1.b = x0.id": "identified",
         "SELECT x0.b FROM t1 x0 JOIN t0 x1 ON x1.a = x0.b": "value_repeats",
     }

@@ -96,21 +96,21 @@ def _cold(guard: Any, reps: int) -> list[float]:
 
 
 def _lookup(number: int) -> list[str]:
-    """The warm verdict lookup alone (``proxy._explain``: the schema-version check and one dict lookup),
+    """The warm verdict lookup alone (``core.explain``: the schema-version check and one dict lookup),
     timed directly: the whole of what ``patch`` adds to a flagged statement whose verdict is cached."""
     import timeit
 
-    from guarded_sqlite import proxy
+    from guarded_sqlite.core import explain
 
     con = guarded_sqlite.wrap(_database(20), guard="patch")
     con.execute(SQL).fetchall()
     guard = con._self_guard
     assert SQL in guard.verdicts
-    seconds = min(timeit.repeat(lambda: proxy._explain(guard, SQL), number=number // 5, repeat=5))
+    seconds = min(timeit.repeat(lambda: explain(guard, SQL), number=number // 5, repeat=5))
     return [
         "### The warm verdict lookup alone",
         "",
-        f"`proxy._explain` with the verdict cached (two PRAGMA schema_version + a dict lookup): "
+        f"`core.explain` with the verdict cached (two PRAGMA schema_version + a dict lookup): "
         f"{seconds / (number // 5) * 1e6:.1f} µs (best of 5 x {number // 5}).",
         "",
     ]

@@ -47,7 +47,6 @@ from .core import (
     serving,
     unprobed,
 )
-from .core import explain as _explain  # noqa: F401  (benchmarks time it under this name)
 from .engines import NO_PARAMETERS, SQLITE, Engine, execute_with
 from .policy import GuardPolicy
 from .probe import PartialCount

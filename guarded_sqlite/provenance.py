@@ -72,7 +72,7 @@ keys it projects; any other derived table is opaque.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
@@ -512,22 +512,20 @@ class _Analysis:
         }
         if certain:
             used = [side for name, side in sides.items() if side[0] and reference in (name, "either", "both")]
-            reasons = list(dict.fromkeys(self._why_fans(k, c, st) for ks, c, st in used for k in ks))
+            reasons = _clauses(dict.fromkeys(self._why_fans(k, c, st) for ks, c, st in used for k in ks))
             fanned = tuple(dict.fromkeys(labels[k] for ks, _, _ in used for k in ks))
             if identified:
-                held = "; ".join(self._key_text(k, identity) for k in sorted(projected))
-                evidence = f"{'; '.join(reasons)}; the projection identifies {held}: duplicates repeat the same rows"
+                held = _clauses(self._key_text(k, identity) for k in sorted(projected))
+                evidence = f"{reasons}; the projection identifies {held}: duplicates repeat the same rows"
                 return Provenance("identified", evidence, fanned, **common)
             missing = ", ".join(labels[k] for k in sorted(projected - identity.determined))
-            return Provenance(
-                "amplified", f"{'; '.join(reasons)}; projection has no key of {missing}", fanned, **common
-            )
+            return Provenance("amplified", f"{reasons}; projection has no key of {missing}", fanned, **common)
         if possible:
             opaque = dict.fromkeys(k for k in [*fan_l, *fan_p] if not self._known(k))
-            why = "; ".join(self.instances[k].opaque_reason for k in opaque)
+            why = _clauses(self.instances[k].opaque_reason for k in opaque)
             return Provenance("unknown", f"{why}, and nothing determines its rows", **common)
         if identified:
-            held = "; ".join(self._key_text(k, identity) for k in sorted(projected))
+            held = _clauses(self._key_text(k, identity) for k in sorted(projected))
             return Provenance("identified", f"the projection identifies {held}: no duplicate rows", **common)
         if len(self.instances) == 1:
             return Provenance("value_repeats", f"one table ({labels[0]}): duplicates repeat its values", **common)
@@ -536,11 +534,11 @@ class _Analysis:
             return Provenance("value_repeats", f"no join multiplies rows: {lookups}", **common)
         # Fans out relative to one reference only (reference "both"): say which way.
         if not fan_l:
-            note = "; ".join(self._why_fans(k, closure_p, by_projection) for k in known_p)
+            note = _clauses(self._why_fans(k, closure_p, by_projection) for k in known_p)
             lookups = self._lookups(closure_l, leading)
             evidence = f"no join multiplies {labels[0]}: {lookups} (relative to the projected tables: {note})"
         else:
-            note = "; ".join(self._why_fans(k, closure_l, leading) for k in known_l)
+            note = _clauses(self._why_fans(k, closure_l, leading) for k in known_l)
             lookups = self._lookups(closure_p, by_projection)
             evidence = f"no join repeats a row of the projected tables: {lookups} (but {note})"
         return Provenance("value_repeats", evidence, **common)
@@ -558,7 +556,7 @@ class _Analysis:
             for k in range(len(self.instances))
             if k not in start
         ]
-        return "; ".join(parts) or "the projected tables are the only ones"
+        return _clauses(parts) or "the projected tables are the only ones"
 
     def _key_text(self, k: int, closure: _Closure) -> str:
         """``label (by key a.x)``, the key the closure used to determine instance ``k``."""
@@ -612,6 +610,20 @@ def _combine(reference: Reference, leading: bool, projected: bool) -> bool:
     if reference == "either":
         return leading or projected
     return leading and projected
+
+
+MAX_CLAUSES = 4
+"""Most per-table clauses one list in ``evidence`` spells out; the rest are counted ("and 3 more"). The
+fields ``fanning_leading``, ``fanning_projected`` and ``keys_used`` always list every table."""
+
+
+def _clauses(parts: Iterable[str]) -> str:
+    """``parts`` joined with "; ", the first ``MAX_CLAUSES`` of them, then how many more there were: an
+    ORM's eager load can join a dozen tables, and the evidence goes into log records."""
+    listed = list(parts)
+    shown = "; ".join(listed[:MAX_CLAUSES])
+    rest = len(listed) - MAX_CLAUSES
+    return f"{shown}; and {rest} more" if rest > 0 else shown
 
 
 def _join_group(source: exp.Expression) -> tuple[exp.Expression, list[exp.Join]] | None:

@@ -134,7 +134,8 @@ class GuardReport:
 
     provenance_evidence: str | None = None
     """The verdict's evidence in one sentence: which table fans out along which join and which keys were
-    used, or why the analysis could not tell. None with ``provenance``."""
+    used, or why the analysis could not tell (at most four tables per list, then "and N more"). None
+    with ``provenance``."""
 
     @classmethod
     def from_state(cls, state: ReportState) -> GuardReport:

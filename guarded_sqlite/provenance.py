@@ -209,6 +209,9 @@ class _Analysis:
         self.edges: list[tuple[_Col, _Col]] = []  # directed: knowing [0] gives [1]
         self.pins: set[_Col] = set()
         self.non_null: set[_Col] = set()
+        # Instances a WHERE conjunct or an inner join's condition reads with an equality or IS NOT NULL:
+        # rows where a LEFT JOIN NULL-extended them are filtered out, so their keys identify them.
+        self.null_rejected: set[int] = set()
         self.merged: dict[str, int] = {}  # USING/NATURAL column name -> first instance holding it
         self.ctes: dict[str, exp.Expression] = {}
 
@@ -356,6 +359,8 @@ class _Analysis:
             if holder is None:
                 continue
             self.merged.setdefault(column, holder)
+            if restriction is None:
+                self.null_rejected.update((holder, index))
             self._equal(
                 (holder, column), (index, column), directed=restriction is not None and holder not in restriction
             )
@@ -372,6 +377,7 @@ class _Analysis:
             column = self._resolve_node(node.this.this)
             if column is not None and inner is None:
                 self.non_null.add(column)
+                self.null_rejected.add(column[0])
             return
         if isinstance(node, exp.In) and not node.args.get("query") and len(node.expressions) == 1:
             node = exp.EQ(this=node.this, expression=node.expressions[0])
@@ -382,6 +388,7 @@ class _Analysis:
         if a is not None and b is not None:
             if inner is None:
                 self._equal(a, b, directed=False)
+                self.null_rejected.update((a[0], b[0]))
             elif b[0] in inner and a[0] not in inner:
                 self._equal(a, b, directed=True)
             elif a[0] in inner and b[0] not in inner:
@@ -394,6 +401,8 @@ class _Analysis:
                 if inner is None or column[0] in inner:
                     self.pins.add(column)
                     self.non_null.add(column)
+                if inner is None:
+                    self.null_rejected.add(column[0])
 
     def _equal(self, a: _Col, b: _Col, directed: bool) -> None:
         self.edges.append((a, b))
@@ -461,7 +470,10 @@ class _Analysis:
 
     # ------------------------------------------------------------------ closure and verdict
 
-    def _closure(self, start: set[int], seeds: set[_Col]) -> _Closure:
+    def _closure(self, start: set[int], seeds: set[_Col], identity: bool = False) -> _Closure:
+        """What ``start`` and ``seeds`` determine. ``identity``: whether equal output rows are one row
+        combination, where a LEFT-joined instance's key does not count unless its NULL-extended rows
+        are filtered out (two unmatched rows share its NULL key)."""
         result = _Closure(set(start), set(seeds) | self.pins)
         non_null = set(self.non_null)
         changed = True
@@ -473,7 +485,7 @@ class _Analysis:
                     non_null.add(b)
                     changed = True
             for k, instance in enumerate(self.instances):
-                if k in result.determined:
+                if k in result.determined or (identity and instance.left_joined and k not in self.null_rejected):
                     continue
                 for key in instance.keys:
                     if all((k, c) in result.known and (c in instance.not_null or (k, c) in non_null) for c in key):
@@ -498,7 +510,7 @@ class _Analysis:
         sides = {"leading": (known_l, closure_l, leading), "projected": (known_p, closure_p, by_projection)}
         certain = _combine(reference, bool(known_l), bool(known_p))
         possible = _combine(reference, bool(fan_l), bool(fan_p))
-        identity = self._closure(set(), bare)
+        identity = self._closure(set(), bare, identity=True)
         identified = bool(projected) and projected <= identity.determined
         keys_used = {**closure_l.keys_used, **identity.keys_used}
         common = {
@@ -518,7 +530,10 @@ class _Analysis:
                 held = _clauses(self._key_text(k, identity) for k in sorted(projected))
                 evidence = f"{reasons}; the projection identifies {held}: duplicates repeat the same rows"
                 return Provenance("identified", evidence, fanned, **common)
-            missing = ", ".join(labels[k] for k in sorted(projected - identity.determined))
+            missing = ", ".join(
+                labels[k] + (" (LEFT JOIN: NULL for unmatched rows)" if self.instances[k].left_joined else "")
+                for k in sorted(projected - identity.determined)
+            )
             return Provenance("amplified", f"{reasons}; projection has no key of {missing}", fanned, **common)
         if possible:
             opaque = dict.fromkeys(k for k in [*fan_l, *fan_p] if not self._known(k))

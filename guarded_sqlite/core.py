@@ -477,11 +477,7 @@ def after_fetch(
     serves and the report state. ``tail(raw)`` gives the driver's cursor and its iterator over the
     rows past the cap, as ``Streaming`` keeps them."""
     count = len(rows)
-    if (
-        0 < count < guard.quick_below
-        and type(rows) is list
-        and (count < guard.p2_rows or mentions_distinct(sql) is None)
-    ):
+    if 0 < count < guard.quick_below and type(rows) is list and (count < guard.p2_rows or not mentions_distinct(sql)):
         # The common case first: a small result with no duplicate row at all is healthy under every
         # policy (no flag, no P1; too small for P2 or no DISTINCT), so nothing below applies to it. A single row needs
         # no comparison, only the check that it can be hashed (as set() would): its probe is not timed.
@@ -510,7 +506,7 @@ def after_fetch(
         return Streaming(list(rows), *tail(raw)), unprobed(mode, sql, note)
     patch = mode == "patch"
     # P2's cheap precondition (policy.removal_applies without its unique == count part, known below).
-    removal_candidate = patch and count >= policy._p2_min_rows and mentions_distinct(sql) is not None
+    removal_candidate = patch and count >= policy._p2_min_rows and mentions_distinct(sql)
     started = _perf_ns()
     unique: int | PartialCount
     try:

@@ -178,7 +178,7 @@ def removal_applies(sql: str, rows: int, unique_rows: int, policy: GuardPolicy) 
     """Whether P2 (DISTINCT removal) is worth considering for a result: duplicate-free, big enough to
     ever commit, and of SQL that says DISTINCT somewhere. Decided without parsing; the rewrite then
     checks that the DISTINCT is the outermost SELECT's."""
-    return unique_rows == rows and rows >= policy._p2_min_rows and mentions_distinct(sql) is not None
+    return unique_rows == rows and rows >= policy._p2_min_rows and mentions_distinct(sql)
 
 
 def removal_row_limit(rows: int, tau_remove: float) -> int:

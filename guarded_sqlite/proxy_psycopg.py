@@ -32,7 +32,10 @@ class ContextCursor(CursorProxy):
         self._self_driver_options = (
             {"prepare": prepare, "binary": binary} if prepare is not None or binary is not None else None
         )
-        return super().execute(sql, parameters, **rescue_inputs)  # type: ignore[return-value]
+        return super().execute(query_text(sql, self.__wrapped__), parameters, **rescue_inputs)  # type: ignore[return-value]
+
+    def executemany(self, sql: Any, parameters: Any, /, **kwargs: Any) -> ContextCursor:
+        return super().executemany(query_text(sql, self.__wrapped__), parameters, **kwargs)  # type: ignore[return-value]
 
     @property
     def rowcount(self) -> int:
@@ -58,7 +61,7 @@ class ContextCursor(CursorProxy):
         sql = args[0] if args else kwargs.get("query")
         self._self_report = None
         self._self_rows = self.__wrapped__
-        self._self_state = unprobed(self._self_guard.policy.mode, sql, _STREAMED)  # type: ignore[arg-type]
+        self._self_state = unprobed(self._self_guard.policy.mode, query_text(sql, self.__wrapped__), _STREAMED)
         return self.__wrapped__.stream(*args, **kwargs)
 
     def __enter__(self) -> ContextCursor:
@@ -76,12 +79,28 @@ class StreamingCursor(ContextCursor):
     says so."""
 
     def execute(self, sql: str, parameters: Any = NO_PARAMETERS, /, **kwargs: Any) -> StreamingCursor:
-        self._self_report = None
-        self._self_rows = self.__wrapped__
-        self._self_state = unprobed(self._self_guard.policy.mode, sql, _SERVER_SIDE)
         raw = self.__wrapped__
+        self._self_report = None
+        self._self_rows = raw
+        self._self_state = unprobed(self._self_guard.policy.mode, query_text(sql, raw), _SERVER_SIDE)
         raw.execute(sql, **kwargs) if parameters is NO_PARAMETERS else raw.execute(sql, parameters, **kwargs)
         return self
+
+
+def query_text(query: Any, raw_cursor: Any) -> Any:
+    """The SQL text of a query psycopg accepts: ``str`` as is; ``bytes`` decoded with the connection's
+    encoding; a ``psycopg.sql.Composable`` (``sql.SQL(...).format(...)``) rendered for the connection.
+    The guard reads and rewrites SQL text, and psycopg sends the text exactly as it would have sent
+    the original. Anything else (bytes that do not decode) goes to psycopg unchanged."""
+    if type(query) is str:
+        return query
+    if isinstance(query, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(query).decode(raw_cursor.connection.info.encoding)
+        except (UnicodeDecodeError, LookupError):
+            return query
+    as_string = getattr(query, "as_string", None)
+    return as_string(raw_cursor.connection) if callable(as_string) else query
 
 
 def cursor_class(raw_cursor: Any) -> type[CursorProxy]:

@@ -576,6 +576,29 @@ def test_pg_execute_accepts_psycopgs_own_keywords(pg_db: EngineDB, keyword: dict
     assert pg_db.con.execute("SELECT 1", None, **keyword).fetchall() == [(1,)]
 
 
+def test_pg_composed_and_bytes_queries_are_guarded(pg_db: EngineDB) -> None:
+    """psycopg takes a query as ``psycopg.sql.Composable`` or ``bytes`` too: they run as on psycopg, and
+    the guard reads (and patches) the text psycopg sends."""
+    from psycopg import sql as pgsql
+
+    composed = pgsql.SQL("SELECT {} FROM customers AS c JOIN orders AS o ON {} = c.id").format(
+        pgsql.Identifier("c", "name"), pgsql.Identifier("o", "customer_id")
+    )
+    with_parameter = pgsql.SQL(_exploding_with_parameter(pg_db))
+    for query, params in [(composed, None), (with_parameter, (0,)), (EXPLODING_SQL.encode(), None)]:
+        raw_rows = pg_db.raw.execute(query, params).fetchall()
+        cur = pg_db.con.cursor()
+        cur.execute(query, params)
+        rows = cur.fetchall()
+        report = cur.guard_report
+        assert sorted(rows) == sorted(set(raw_rows)) == DISTINCT_NAMES and len(raw_rows) > len(rows)
+        assert report.action == "distinct_injected" and report.sql.startswith("SELECT")
+        observed = pg_db.guarded("observe").execute(query, params)
+        assert observed.fetchall() == raw_rows and observed.guard_report.sql == report.sql
+    count = pgsql.SQL("SELECT count(*) FROM {}").format(pgsql.Identifier("orders"))
+    assert pg_db.con.execute(count).fetchall() == pg_db.raw.execute(count).fetchall()
+
+
 def test_pg_rowcount_counts_the_rows_served(pg_db: EngineDB) -> None:
     """psycopg's ``rowcount`` of a SELECT is its number of rows; after a patch the cursor serves the
     patched rows, so ``rowcount`` must count those (unpatched: as raw psycopg)."""

@@ -39,3 +39,19 @@ def test_probe_large_stops_early_but_counts_exactly_on_demand() -> None:
 def test_probe_large_scans_everything_for_an_explosion() -> None:
     rows = [(i % 7,) for i in range(10_000)]
     assert probe.probe_large(rows, 0.8) == (probe.CARTESIAN_EXPLOSION, 7)
+
+
+@pytest.mark.parametrize(
+    ("sql", "mentions"),
+    [
+        ("SELECT DISTINCT a FROM t", True),
+        ("select distinct a from t", True),
+        ("SeLeCt DiStInCt a FROM t", True),
+        ("SELECT a FROM t WHERE note = 'distinctive'", True),  # a pre-screen: the parser decides later
+        ("SELECT a FROM t", False),
+        ("SELECT DISTINC a FROM t", False),
+        ("", False),
+    ],
+)
+def test_distinct_pre_screen(sql: str, mentions: bool) -> None:
+    assert probe.mentions_distinct(sql) is mentions

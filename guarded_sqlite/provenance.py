@@ -608,6 +608,10 @@ class _Analysis:
         if through:
             labels = ", ".join(self.instances[t].label for t in through)
             return f"{head} (joined only through {labels}, which {'fans' if len(through) == 1 else 'fan'} out)"
+        determines = sorted({b[0] for a, b in self.edges if a[0] == k and b[0] != k})
+        if determines:  # equalities only into other instances: the ON of a LEFT JOIN, one direction only
+            labels = ", ".join(self.instances[t].label for t in determines)
+            return f"{head} (a LEFT JOIN's condition lets it determine {labels}, not the reverse)"
         if not instance.joined_with_condition:
             return f"{head} (cross join)"
         return f"{head} (no equality on its columns)"

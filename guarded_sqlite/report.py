@@ -139,7 +139,9 @@ class GuardReport:
 
     @classmethod
     def from_state(cls, state: ReportState) -> GuardReport:
-        """Build the report from a ``ReportState``."""
+        """Build the report from a ``ReportState`` (or a plain tuple of its fields)."""
+        if type(state) is not ReportState:
+            state = ReportState(*state)
         (mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns,
          rescue, provenance) = state  # fmt: skip
         # The frozen dataclass's __init__ sets each field with object.__setattr__, which made reading a report

@@ -271,6 +271,7 @@ def test_report_fast_path_derives_its_fields_like_the_definitions() -> None:
         3_000_000,
     )
     report = GuardReport.from_state(unprobed)
+    assert GuardReport.from_state(tuple(unprobed)[:13]) == report  # a plain tuple, trailing fields defaulted
     assert not report.probed and not report.flagged and report.dup_ratio is None and report.unique_rows is None
     assert report.patch_ms == 3.0 and report.note == "statement returns no rows"
 

@@ -11,14 +11,11 @@ Cursors of both layers keep the same attributes (``_self_rows``, ``_self_buffer`
 ``_self_report``, ``_self_rescued_description``; the ``_self_`` prefix is what ``wrapt`` stores on a
 proxy itself), so the functions below work on either.
 
-Provenance. A patch rule that needs to know why duplicates repeat (``GuardPolicy.provenance``) asks
-``explain``, which keeps the schema facts and a bounded dict of verdicts (one per SQL text) on the
-``ConnectionState``. Nothing of it runs on a healthy result: the catalog is first read by the first
-statement a rule asks about. SQLite: the facts are re-read when ``PRAGMA schema_version`` of ``main``,
-``temp`` or a schema attached at reading time changed (checked on every ask, two or three PRAGMAs).
-DuckDB and PostgreSQL have no cheap version: the facts are dropped when a statement through this
-connection looks like DDL (``CREATE``/``DROP``/``ALTER``/...; also every ``executescript``) or fails
-with an unknown-table error; DDL by other connections is seen only then.
+Provenance. A patch rule that needs to know why duplicates repeat asks ``catalog.explain``, which
+keeps the connection's schema view in ``ConnectionState.catalog`` (see ``guarded_sqlite.catalog`` for
+what is read and when it is reused); ``forget_schema`` drops it. DuckDB and PostgreSQL have no cheap
+way to tell a schema change: their view is dropped when a statement through this connection looks like
+DDL (``CREATE``/``DROP``/``ALTER``/...; also every ``executescript``) or fails with an unknown-table error.
 """
 
 from __future__ import annotations
@@ -49,11 +46,10 @@ from .probe import (
 from .report import GuardReport, ReportState, RuleDecision, RuleName
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
-
+    from .catalog import SnapshotSchemaView, SqliteSchemaView
     from .patching import PatchOutcome
-    from .provenance import Provenance
-    from .schema import SchemaFacts
+
+    SchemaView = SqliteSchemaView | SnapshotSchemaView
 
 # Below this many rows one set() is cheaper than the early-stopping scan's bookkeeping.
 _SMALL_RESULT = 2048
@@ -62,7 +58,6 @@ NOT_ROW_RETURNING = "statement returns no rows"
 MANY_NOT_PROBED = "executemany/executescript results are not probed"
 GUARD_OFF = "guard is off"
 _LOCKED = "database is locked"
-_VERDICTS = 256  # provenance verdicts kept per connection (one per SQL text), oldest dropped first
 
 
 @functools.cache
@@ -154,6 +149,7 @@ class ConnectionState:
 
     __slots__ = (
         "byte_cap",
+        "catalog",
         "dialect",
         "driver_options",
         "engine",
@@ -169,13 +165,9 @@ class ConnectionState:
         "rescue_spend",
         "rescues",
         "restore_writable",
-        "schema_cursor",
-        "schema_facts",
-        "schema_version",
         "serial",
         "status_results",
         "tau_below",
-        "verdicts",
     )
 
     def __init__(self, policy: GuardPolicy, engine: Engine, proxy: Any, raw: Any, single_thread: bool) -> None:
@@ -210,12 +202,8 @@ class ConnectionState:
         if self.tau_below is not None and self.tau_below <= 0:
             limits.append(0)
         self.quick_below = min(limits)
-        # Provenance (see the module docstring): schema facts read on first need, the schema version
-        # they were read at (SQLite: the schema names and their versions), verdicts by SQL text.
-        self.schema_facts: SchemaFacts | None = None
-        self.schema_cursor: sqlite3.Cursor | None = None  # SQLite: a plain cursor for the version PRAGMAs
-        self.schema_version: Hashable = None
-        self.verdicts: dict[str, Provenance] = {}
+        # Provenance: the schema view (``catalog``), made by the first statement a rule asks about.
+        self.catalog: SchemaView | None = None
 
     def set_threading(self, single_thread: bool) -> None:
         # Patch re-execution flips PRAGMA query_only for the whole connection; statements issued
@@ -427,7 +415,7 @@ def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: 
         cursor._self_state = unprobed(mode, sql, note, trigger, text)
         raise
     finally:
-        if guard.schema_facts is not None and guard.engine is not SQLITE:
+        if guard.catalog is not None and guard.engine is not SQLITE:
             forget_schema(guard)  # a script or batch may change the schema; cheap to re-read once
     cursor._self_state = unprobed(mode, sql, note)
 
@@ -587,7 +575,7 @@ def after_error(
     """The statement failed: a rescue may serve a candidate instead (returns its rows and state);
     otherwise records the failure on ``cursor`` and returns None, and the caller re-raises ``error``."""
     mode = guard.policy.mode
-    if guard.schema_facts is not None and guard.engine is not SQLITE and _pattern("unknown_name").search(str(error)):
+    if guard.catalog is not None and guard.engine is not SQLITE and _pattern("unknown_name").search(str(error)):
         forget_schema(guard)  # an unknown table: the cached facts may predate someone's DDL
     failed = unprobed(mode, sql, None, EXEC_ERROR, describe_error(error))
     if rescue_inputs is not None and mode == "patch" and _LOCKED in str(error):
@@ -637,6 +625,7 @@ def repair_statement(
     """Rescue and patch rules for a flagged (or DISTINCT) statement, with the connection's I/O."""
     # Imported here so that sqlglot (and, through a rescuer, litellm) is loaded by the first statement
     # that needs a repair, not by ``import guarded_sqlite``.
+    from .catalog import explain
     from .patching import PatchOutcome, repair
 
     policy = guard.policy
@@ -667,70 +656,9 @@ def repair_statement(
         return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
 
 
-# --------------------------------------------------------------------------------------------------
-# Provenance: schema facts and verdicts per connection
-# --------------------------------------------------------------------------------------------------
-
-
-def explain(guard: ConnectionState, sql: str) -> Provenance:
-    """The provenance of ``sql``'s duplicates on this connection: the verdict cached for this schema
-    version, or analysed now (reading the catalog first if the facts are missing or stale)."""
-    from .provenance import Provenance, analyse
-
-    try:
-        facts = guard.schema_facts
-        if guard.engine is SQLITE:
-            known = guard.schema_version
-            version = _sqlite_version(guard, known)
-            if facts is None or version != known:
-                facts = _read_schema(guard)
-                # Asked by known names, the version misses schemas attached since: list them anew.
-                guard.schema_version = _sqlite_version(guard, None) if known else version
-        elif facts is None:
-            facts = _read_schema(guard)
-    except TransactionLost:
-        raise
-    except Exception as error:  # the connection cannot tell us its schema: the paper's rules apply
-        return Provenance("unknown", f"schema facts unavailable: {describe_error(error)}")
-    verdicts = guard.verdicts
-    verdict = verdicts.get(sql)
-    if verdict is None:
-        verdict = analyse(sql, facts, guard.dialect)
-        if len(verdicts) >= _VERDICTS:
-            del verdicts[next(iter(verdicts))]
-        verdicts[sql] = verdict
-    return verdict
-
-
-def _read_schema(guard: ConnectionState) -> SchemaFacts:
-    from .schema import read_duckdb_schema, read_postgres_schema, read_sqlite_schema
-
-    reader = {"sqlite": read_sqlite_schema, "duckdb": read_duckdb_schema}.get(guard.engine.name, read_postgres_schema)
-    facts = reader(guard.raw)
-    guard.schema_facts = facts
-    guard.verdicts.clear()
-    return facts
-
-
 def forget_schema(guard: ConnectionState) -> None:
-    """Drop the cached schema facts and verdicts: the next rule that asks reads the catalog again."""
-    guard.schema_facts = None
-    guard.verdicts.clear()
-
-
-def _sqlite_version(guard: ConnectionState, known: Any) -> tuple[tuple[str, int], ...]:
-    """``schema.sqlite_schema_version`` of the connection, asking only for the schemas of ``known`` (the
-    last answer): a PRAGMA per schema. A schema attached later changes no name the cached verdicts
-    resolved (SQLite looks in temp, main, then in attach order); one detached since gives a token that
-    matches nothing, which reads everything again. The cursor is kept on the connection's guard (only
-    used under its lock), which saves creating one per check."""
-    from .schema import sqlite_schema_version
-
-    cursor = guard.schema_cursor
-    if cursor is None:
-        cursor = guard.schema_cursor = sqlite3.Cursor(guard.raw)
-        cursor.row_factory = None
-    return sqlite_schema_version(guard.raw, [name for name, _ in known] if known else None, cursor)
+    """Drop the connection's schema view (facts and verdicts): the next rule that asks reads anew."""
+    guard.catalog = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -829,7 +757,6 @@ __all__ = [
     "after_error",
     "after_fetch",
     "changes_schema",
-    "explain",
     "fetch_rest",
     "forget_schema",
     "read_only_fetch",

@@ -12,11 +12,13 @@ except ``TransactionLost`` and KeyboardInterrupt/SystemExit, which must reach th
 
 Provenance (``GuardPolicy.provenance``). Unless it is ``"off"`` (the paper preset), a rule that is about
 to fire asks ``explain`` (the connection's cached ``guarded_sqlite.provenance`` verdict) *after* the
-rewrite itself was accepted, so statements the rewrite refuses never cost a catalog read: P1 leaves
-``value_repeats`` alone and fires on join amplification (``unknown`` keeps the paper's rule, and the
-reason says so); under ``"text_to_sql"`` P1 also fires below ``tau_inject`` on amplification only; P2
-refuses to remove a DISTINCT that may hide a join's multiplication or that merges ``value_repeats``, so
-it acts only where the analysis cannot tell (``unknown``).
+rewrite itself was accepted, so statements the rewrite refuses never cost a catalog read. P1 fails
+closed: it fires only on established join amplification, and leaves ``value_repeats``, ``unknown`` and a
+verdict the rows contradict (``identified`` without a fan-out, yet rows repeat) alone; under
+``"text_to_sql"`` it also fires below ``tau_inject``, on amplification only. P2 refuses to remove a
+DISTINCT that may hide a join's multiplication, that merges ``value_repeats`` or that the keys prove a
+no-op (``identified``), so it acts only where the analysis cannot tell (``unknown``), and then only if
+the re-execution passes its checks on the data.
 """
 
 from __future__ import annotations
@@ -182,6 +184,13 @@ class _Why:
         self.last = self.explain(sql)
         return self.last
 
+    def contradicted(self, why: str) -> Provenance:
+        """The verdict replaced by ``unknown`` because the result contradicts it (reported as such)."""
+        from .provenance import Provenance
+
+        self.last = Provenance("unknown", f"{why}: the facts and the data disagree")
+        return self.last
+
 
 def _patches(
     sql: str,
@@ -247,6 +256,13 @@ def _inject(
     else:
         threshold = f"dup_ratio {ratio:.3f} >= tau_inject {policy.tau_inject}"
     provenance = why(sql)
+    if provenance is not None and provenance.verdict == "identified" and not provenance.amplification:
+        # The keys say no row can repeat, yet rows repeat: the data breaks a declared key, or the
+        # catalog is not what it says. Nothing the verdict rests on can be trusted.
+        provenance = why.contradicted(
+            f"the declared keys say no row can repeat ({provenance.evidence}), "
+            f"yet {len(rows) - unique_rows} of {len(rows)} rows repeat"
+        )
     if provenance is None:
         origin = ""
     elif provenance.amplification:
@@ -264,13 +280,14 @@ def _inject(
             False,
             f"{threshold}, but the duplicates are value repeats, not join amplification: {provenance.evidence}",
         ), None
-    elif provenance.verdict == "identified":
-        origin = (
-            f"; the declared keys say no row can repeat ({provenance.evidence}), so the data breaks a key: "
-            "the paper's rule applies"
-        )
     else:
-        origin = f"; provenance unknown ({provenance.evidence}): the paper's rule applies"
+        # Fail closed: rows change only on established join amplification.
+        return RuleDecision(
+            "P1",
+            False,
+            f"{threshold}, but provenance unknown ({provenance.evidence}): P1 acts only on established "
+            "join amplification, rows left as they are",
+        ), None
     new_rows = distinct_in_order(rows)
     if len(new_rows) != unique_rows:  # the probe and the de-duplication disagree: serve nothing new
         return RuleDecision("P1", False, _SET_CHANGED), None
@@ -341,6 +358,15 @@ def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialec
             False,
             f"the DISTINCT may hide join amplification ({fans} can repeat rows; provenance "
             f"{provenance.verdict}: {provenance.evidence}): not removed, nothing re-executed",
+        ), None
+    if provenance is not None and provenance.verdict == "identified":
+        # No join multiplies rows and the projection identifies them: the DISTINCT removes nothing, so
+        # a run without it could never return more rows.
+        return RuleDecision(
+            "P2",
+            False,
+            f"the projection identifies the rows, so the DISTINCT removes none (provenance identified: "
+            f"{provenance.evidence}): nothing to gain, nothing re-executed",
         ), None
     if provenance is not None and provenance.verdict == "value_repeats":
         # The DISTINCT merges equal values of distinct rows, which is what it says: on Spider dev the

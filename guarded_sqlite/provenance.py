@@ -81,9 +81,19 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from .rewrite import quiet_sqlglot
-from .schema import SchemaFacts, TableFacts
+from .schema import SchemaFacts, TableFacts, fold
 
-__all__ = ["MAX_NODES", "MAX_SQL_CHARS", "Provenance", "Reference", "Verdict", "analyse", "analyse_tree"]
+__all__ = [
+    "MAX_NODES",
+    "MAX_SQL_CHARS",
+    "Provenance",
+    "Reference",
+    "Verdict",
+    "analyse",
+    "analyse_tree",
+    "parse_statement",
+    "table_names",
+]
 
 Verdict = Literal["amplified", "identified", "value_repeats", "unknown"]
 Reference = Literal["leading", "projected", "either", "both"]
@@ -140,6 +150,14 @@ class Provenance:
 
 def analyse(sql: str, schema: SchemaFacts, dialect: str = "sqlite", reference: Reference = "both") -> Provenance:
     """The provenance of ``sql``'s duplicates, given the schema facts. Never raises."""
+    parsed = parse_statement(sql, dialect)
+    if isinstance(parsed, Provenance):
+        return parsed
+    return analyse_tree(parsed, schema, dialect, reference)
+
+
+def parse_statement(sql: str, dialect: str = "sqlite") -> exp.Expression | Provenance:
+    """The syntax tree of a single statement, or the ``unknown`` verdict saying why there is none."""
     if len(sql) > MAX_SQL_CHARS:
         return Provenance("unknown", f"statement longer than {MAX_SQL_CHARS} characters: not analysed")
     try:
@@ -150,7 +168,18 @@ def analyse(sql: str, schema: SchemaFacts, dialect: str = "sqlite", reference: R
         return Provenance("unknown", f"unparseable SQL: {first}")
     if len(trees) != 1:
         return Provenance("unknown", "not a single statement")
-    return analyse_tree(cast(exp.Expression, trees[0]), schema, dialect, reference)
+    return cast(exp.Expression, trees[0])
+
+
+def table_names(tree: exp.Expression) -> tuple[tuple[str | None, str], ...]:
+    """Every table the statement could read, as (folded schema qualifier or None, folded name), sorted;
+    CTE names included: a superset of what ``analyse_tree`` looks up in the schema facts."""
+    names = {
+        (fold(node.db) if node.db else None, fold(node.name))
+        for node in tree.find_all(exp.Table)
+        if isinstance(node.this, exp.Identifier) and node.name
+    }
+    return tuple(sorted(names, key=lambda n: (n[0] or "", n[1])))
 
 
 def analyse_tree(
@@ -212,6 +241,11 @@ class _Analysis:
         # Instances a WHERE conjunct or an inner join's condition reads with an equality or IS NOT NULL:
         # rows where a LEFT JOIN NULL-extended them are filtered out, so their keys identify them.
         self.null_rejected: set[int] = set()
+        # column = f(other columns), f deterministic: knowing all of the sources gives the column.
+        self.derived: list[tuple[frozenset[_Col], _Col]] = []
+        # Instances matched by a condition the analysis does not model (why, per instance): whether
+        # they fan out cannot be told, so they never establish a fan-out.
+        self.undecidable: dict[int, str] = {}
         self.merged: dict[str, int] = {}  # USING/NATURAL column name -> first instance holding it
         self.ctes: dict[str, exp.Expression] = {}
 
@@ -228,7 +262,7 @@ class _Analysis:
         with_ = select.args.get("with_") or select.args.get("with")
         if with_ is not None:
             for cte in with_.expressions:
-                self.ctes[cte.alias_or_name.lower()] = cte.this
+                self.ctes[fold(cte.alias_or_name)] = cte.this
 
         grouped = _grouping(select)
         if grouped:
@@ -276,17 +310,17 @@ class _Analysis:
         if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
             name = source.name
             db = source.db or None
-            label = f"{alias} ({name})" if alias and alias.lower() != name.lower() else name
+            label = f"{alias} ({name})" if alias and fold(alias) != fold(name) else name
             display = alias or name
-            if db is None and name.lower() in self.ctes:
-                return self._derived(self.ctes[name.lower()], label, display, name, f"CTE {name}")
+            if db is None and fold(name) in self.ctes:
+                return self._derived(self.ctes[fold(name)], label, display, name, f"CTE {name}")
             facts = self.schema.table(name, db)
             if facts is None:
                 shown = f"{db}.{name}" if db else name
                 return _Instance(
                     label,
-                    display.lower(),
-                    name.lower(),
+                    fold(display),
+                    fold(name),
                     display,
                     "unknown",
                     None,
@@ -300,7 +334,7 @@ class _Analysis:
             display = alias or source.this.sql(self.dialect)
             function = source.this.sql(self.dialect)
             return _Instance(
-                display, display.lower(), display.lower(), display, "function", None,
+                display, fold(display), fold(display), display, "function", None,
                 opaque_reason=f"table function {function} has no known key",
             )  # fmt: skip
         raise _Unknown(f"unsupported FROM item {type(source).__name__}")
@@ -308,16 +342,21 @@ class _Analysis:
     def _from_facts(self, facts: TableFacts, label: str, display: str) -> _Instance:
         kind = "view" if facts.is_view else "table"
         columns = facts.column_names | (_ROWID & frozenset().union(*facts.keys))
+        if facts.is_view:
+            opaque = f"view {facts.name} has no known key"
+        elif facts.keys_unknown:
+            opaque = f"{facts.keys_unknown}: keys unknown"
+        else:
+            opaque = ""
         return _Instance(
-            label, display.lower(), facts.name.lower(), display, kind, columns, facts.keys, facts.not_null,
-            opaque_reason=f"view {facts.name} has no known key" if facts.is_view else "",
-            original={c.lower(): c for c in facts.columns},
+            label, fold(display), fold(facts.name), display, kind, columns or None, facts.keys, facts.not_null,
+            opaque_reason=opaque, original={fold(c): c for c in facts.columns},
         )  # fmt: skip
 
     def _derived(self, body: exp.Expression, label: str, display: str, name: str, what: str) -> _Instance:
         columns, keys, why = _derived_keys(body, self.schema, self.ctes)
         return _Instance(
-            label, display.lower(), name.lower(), display, "derived", columns, keys, frozenset().union(*keys),
+            label, fold(display), fold(name), display, "derived", columns, keys, frozenset().union(*keys),
             opaque_reason="" if keys else f"{what} {why}",
         )  # fmt: skip
 
@@ -348,7 +387,7 @@ class _Analysis:
         if (using or natural) and len(members) > 1:
             raise _Unknown("USING or NATURAL join of a parenthesised join group: not analysed")
         if using:
-            names = [identifier.name.lower() for identifier in using]
+            names = [fold(identifier.name) for identifier in using]
         elif natural and instance.columns is not None:
             earlier = set().union(*(i.columns or frozenset() for i in self.instances[:index]))
             names = sorted((instance.columns - _ROWID) & earlier)
@@ -371,8 +410,10 @@ class _Analysis:
     # ------------------------------------------------------------------ constraints
 
     def _constraint(self, node: exp.Expression, inner: frozenset[int] | None) -> None:
-        """Record an equality or a pin. ``inner``: the instances on the NULL-extended side of the LEFT JOIN
-        whose ON this is (None for WHERE and inner joins outside such a join)."""
+        """Record an equality, a pin, or a functional dependency. ``inner``: the instances on the
+        NULL-extended side of the LEFT JOIN whose ON this is (None for WHERE and inner joins outside such
+        a join). ``IS`` (and ``IS NOT DISTINCT FROM``) counts as ``=`` except that it matches NULL, so it
+        proves no column non-NULL and filters out no NULL-extended row."""
         if isinstance(node, exp.Not) and isinstance(node.this, exp.Is) and isinstance(node.this.expression, exp.Null):
             column = self._resolve_node(node.this.this)
             if column is not None and inner is None:
@@ -381,46 +422,88 @@ class _Analysis:
             return
         if isinstance(node, exp.In) and not node.args.get("query") and len(node.expressions) == 1:
             node = exp.EQ(this=node.this, expression=node.expressions[0])
-        if not isinstance(node, exp.EQ):
+        if not isinstance(node, (exp.EQ, exp.NullSafeEQ, exp.Is)):
             return
+        strict = isinstance(node, exp.EQ)
         left, right = node.this, node.expression
         a, b = self._resolve_node(left), self._resolve_node(right)
+        if any(isinstance(n, exp.Collate) for side in (left, right) for n in side.walk()):
+            # A collation decides which rows compare equal: keys declared under another collation do
+            # not say how many rows match.
+            for column in (a, b):
+                if column is not None:
+                    self.undecidable.setdefault(column[0], "matched under an explicit COLLATE")
+            return
         if a is not None and b is not None:
             if inner is None:
-                self._equal(a, b, directed=False)
-                self.null_rejected.update((a[0], b[0]))
+                self._equal(a, b, directed=False, strict=strict)
+                if strict:
+                    self.null_rejected.update((a[0], b[0]))
             elif b[0] in inner and a[0] not in inner:
-                self._equal(a, b, directed=True)
+                self._equal(a, b, directed=True, strict=strict)
             elif a[0] in inner and b[0] not in inner:
-                self._equal(b, a, directed=True)
+                self._equal(b, a, directed=True, strict=strict)
             elif a[0] in inner and b[0] in inner:
-                self._equal(a, b, directed=False)
+                self._equal(a, b, directed=False, strict=strict)
             return
         for column, other in ((a, right), (b, left)):
-            if column is not None and _is_constant(other):
-                if inner is None or column[0] in inner:
-                    self.pins.add(column)
+            if column is None:
+                continue
+            if inner is not None and column[0] not in inner:
+                continue  # a LEFT JOIN's condition constrains only its NULL-extended side
+            why = _not_modelled(other)
+            sources = None if why else self._columns_of(other)
+            if why or sources is None:
+                # An equality whose other side the analysis cannot evaluate (a user function, a
+                # non-deterministic one, a subquery, a column it cannot place): it may well
+                # determine this instance, so a fan-out through it is not established.
+                shown = other.sql(self.dialect)
+                self.undecidable.setdefault(column[0], f"matched on {shown} ({why or 'columns not resolved'})")
+                continue
+            if not sources:  # a constant or a parameter: a pin
+                self.pins.add(column)
+                if strict:
                     self.non_null.add(column)
+                    if inner is None:
+                        self.null_rejected.add(column[0])
+                continue
+            # column = deterministic expression of other columns: those columns determine it.
+            self.derived.append((frozenset(sources), column))
+            if strict:
+                self.non_null.add(column)
                 if inner is None:
                     self.null_rejected.add(column[0])
 
-    def _equal(self, a: _Col, b: _Col, directed: bool) -> None:
+    def _columns_of(self, node: exp.Expression) -> list[_Col] | None:
+        """The resolved columns an expression reads, or None if one cannot be placed."""
+        out: list[_Col] = []
+        for child in node.walk():
+            if isinstance(child, exp.Column) and not isinstance(child.this, exp.Star) and not _is_parameter(child):
+                resolved = self._resolve(child)
+                if resolved is None:
+                    return None
+                out.append(resolved)
+        return out
+
+    def _equal(self, a: _Col, b: _Col, directed: bool, strict: bool = True) -> None:
         self.edges.append((a, b))
-        self.non_null.add(b)
+        if strict:
+            self.non_null.add(b)
         if not directed:
             self.edges.append((b, a))
-            self.non_null.add(a)
+            if strict:
+                self.non_null.add(a)
 
     def _resolve_node(self, node: exp.Expression) -> _Col | None:
         while isinstance(node, exp.Paren):
             node = node.this
-        if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+        if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star) or _is_parameter(node):
             return None
         return self._resolve(node)
 
     def _resolve(self, column: exp.Column) -> _Col | None:
-        name = column.name.lower()
-        qualifier = column.table.lower() if column.table else ""
+        name = fold(column.name)
+        qualifier = fold(column.table) if column.table else ""
         if qualifier:
             matches = [k for k, i in enumerate(self.instances) if i.alias == qualifier]
             if not matches:
@@ -447,8 +530,8 @@ class _Analysis:
         for column in read_columns:
             resolved = self._resolve(column)
             if resolved is None:
-                if column.name.lower() in _ROWID and len(self.instances) == 1:
-                    resolved = (0, column.name.lower())
+                if fold(column.name) in _ROWID and len(self.instances) == 1:
+                    resolved = (0, fold(column.name))
                 else:
                     raise _Unknown(f"cannot tell which table column {column.sql(self.dialect)} belongs to")
             projected.add(resolved[0])
@@ -462,7 +545,7 @@ class _Analysis:
                 bare |= {(k, c) for key in instance.keys for c in key}
         for item in select.expressions:
             body = item.unalias()
-            if isinstance(body, exp.Column) and not isinstance(body.this, exp.Star):
+            if isinstance(body, exp.Column) and not isinstance(body.this, exp.Star) and not _is_parameter(body):
                 resolved = self._resolve(body)
                 if resolved is not None:
                     bare.add(resolved)
@@ -482,7 +565,10 @@ class _Analysis:
             for a, b in self.edges:
                 if (a[0] in result.determined or a in result.known) and b not in result.known:
                     result.known.add(b)
-                    non_null.add(b)
+                    changed = True
+            for sources, target in self.derived:
+                if target not in result.known and all(c[0] in result.determined or c in result.known for c in sources):
+                    result.known.add(target)
                     changed = True
             for k, instance in enumerate(self.instances):
                 if k in result.determined or (identity and instance.left_joined and k not in self.null_rejected):
@@ -507,8 +593,14 @@ class _Analysis:
         fan_p, closure_p = self._fanning(by_projection)
         known_l = [k for k in fan_l if self._known(k)]
         known_p = [k for k in fan_p if self._known(k)]
-        sides = {"leading": (known_l, closure_l, leading), "projected": (known_p, closure_p, by_projection)}
-        certain = _combine(reference, bool(known_l), bool(known_p))
+        # A fan-out is established only if it holds whatever the instances the analysis cannot see
+        # do: with every opaque or undecidably matched instance taken as determined, a table with
+        # known keys that is still not determined fans out for certain.
+        unseen = {k for k in range(len(self.instances)) if not self._known(k) or k in self.undecidable}
+        sure_l = [k for k in self._fanning(leading | unseen)[0] if k not in unseen] if unseen else known_l
+        sure_p = [k for k in self._fanning(by_projection | unseen)[0] if k not in unseen] if unseen else known_p
+        sides = {"leading": (sure_l, closure_l, leading), "projected": (sure_p, closure_p, by_projection)}
+        certain = _combine(reference, bool(sure_l), bool(sure_p))
         possible = _combine(reference, bool(fan_l), bool(fan_p))
         identity = self._closure(set(), bare, identity=True)
         identified = bool(projected) and projected <= identity.determined
@@ -536,8 +628,13 @@ class _Analysis:
             )
             return Provenance("amplified", f"{reasons}; projection has no key of {missing}", fanned, **common)
         if possible:
-            opaque = dict.fromkeys(k for k in [*fan_l, *fan_p] if not self._known(k))
-            why = _clauses(self.instances[k].opaque_reason for k in opaque)
+            hidden = dict.fromkeys(k for k in [*fan_l, *fan_p] if k in unseen)
+            why = _clauses(
+                self.instances[k].opaque_reason
+                if not self._known(k)
+                else f"{self.instances[k].label} is {self.undecidable[k]}"
+                for k in hidden
+            )
             return Provenance("unknown", f"{why}, and nothing determines its rows", **common)
         if identified:
             held = _clauses(self._key_text(k, identity) for k in sorted(projected))
@@ -592,8 +689,14 @@ class _Analysis:
         head = f"{instance.label} fans out {ref}"
         if not any(key and not key & _ROWID for key in instance.keys):  # nothing declared besides the rowid
             return f"{head} ({instance.label} has no key)"
+        known = closure.known
+
+        def given(c: _Col) -> bool:
+            return c[0] in closure.determined or c in known
+
         linked = sorted(
-            {b[1] for a, b in self.edges if b[0] == k and (a[0] in closure.determined or a in closure.known)}
+            {b[1] for a, b in self.edges if b[0] == k and given(a)}
+            | {t[1] for sources, t in self.derived if t[0] == k and all(given(c) for c in sources)}
         )
         pinned = sorted(c for i, c in self.pins if i == k)
         joined = [*linked, *(c for c in pinned if c not in linked)]
@@ -603,7 +706,9 @@ class _Analysis:
             return f"{head} ({cols} {verb})"
         # Equalities only with instances that are not determined themselves: name those joined before
         # this one (the way the FROM clause reaches it), else any.
-        others = {a[0] for a, b in self.edges if b[0] == k and a[0] != k}
+        others = {a[0] for a, b in self.edges if b[0] == k and a[0] != k} | {
+            c[0] for sources, t in self.derived if t[0] == k for c in sources if c[0] != k
+        }
         through = sorted({t for t in others if t < k} or others)
         if through:
             labels = ", ".join(self.instances[t].label for t in through)
@@ -701,10 +806,10 @@ def _select_list(select: exp.Select) -> tuple[set[str] | bool, list[exp.Column],
             star = True
             continue
         if isinstance(body, exp.Column) and isinstance(body.this, exp.Star):
-            qualified.add(body.table.lower())
+            qualified.add(fold(body.table))
             continue
         for node in _outer_scope(body):
-            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star) and not _is_parameter(node):
                 columns.append(node)
             elif isinstance(node, exp.Window):
                 windows = True
@@ -731,14 +836,54 @@ def _grouping(select: exp.Select) -> str:
     return ""
 
 
-def _is_constant(node: exp.Expression) -> bool:
-    """A literal, a parameter, or an expression over them (no column, no subquery, no random())."""
+def _is_parameter(column: exp.Column) -> bool:
+    """A ``$name`` parameter, which sqlglot's SQLite dialect parses as a column."""
+    ident = column.this
+    return (
+        not column.table and isinstance(ident, exp.Identifier) and not ident.quoted and str(ident.this).startswith("$")
+    )
+
+
+# SQLite's deterministic built-in functions that sqlglot parses as anonymous calls; any other anonymous
+# name may be a user function (which may be non-deterministic, e.g. registered without deterministic=True).
+_DETERMINISTIC_BUILTINS = frozenset(
+    {
+        "char", "datetime", "format", "glob", "iif", "json", "json_extract", "json_type", "julianday",
+        "like", "likelihood", "likely", "ltrim", "printf", "quote", "rtrim", "sign", "soundex", "unhex",
+        "unicode", "unixepoch", "unlikely",
+    }
+)  # fmt: skip
+_NON_DETERMINISTIC = tuple(
+    getattr(exp, name)
+    for name in (
+        "Rand",
+        "Randn",
+        "Randstr",
+        "Uuid",
+        "CurrentDate",
+        "CurrentDatetime",
+        "CurrentTime",
+        "CurrentTimestamp",
+    )
+    if hasattr(exp, name)
+)
+
+
+def _not_modelled(node: exp.Expression) -> str:
+    """Why the analysis cannot treat ``node`` as a deterministic function of the columns it reads
+    (the same inputs always give the same value), or "" when it can."""
     for child in node.walk():
-        if isinstance(child, (exp.Column, exp.Subquery, exp.Select, exp.Star, exp.Rand)):
-            return False
-        if isinstance(child, exp.Anonymous) and str(child.name).lower() in ("random", "randomblob"):
-            return False
-    return True
+        if isinstance(child, (exp.Subquery, exp.Select, exp.Exists, exp.Star, exp.Window)):
+            return "a subquery or window"
+        if isinstance(child, exp.Anonymous):
+            name = str(child.name).lower()
+            if name not in _DETERMINISTIC_BUILTINS:
+                return f"function {name}() may be a user function or non-deterministic"
+        elif isinstance(child, _NON_DETERMINISTIC):
+            return f"{child.sql('sqlite')} is not deterministic"
+        elif isinstance(child, exp.Literal) and child.is_string and child.this.strip().lower() == "now":
+            return "'now' is not deterministic"
+    return ""
 
 
 def _derived_keys(
@@ -773,7 +918,7 @@ def _derived_keys(
     if from_ is None or body.args.get("joins"):
         return outputs, (), "joins tables (not seen through)"
     table = from_.this
-    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or table.name.lower() in ctes:
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or fold(table.name) in ctes:
         return outputs, (), "reads a nested derived table (not seen through)"
     facts = schema.table(table.name, table.db or None)
     if facts is None or facts.is_view:
@@ -782,7 +927,7 @@ def _derived_keys(
     for item, name in zip(body.expressions, names):
         inner = item.unalias()
         if isinstance(inner, exp.Column) and not isinstance(inner.this, exp.Star):
-            renamed.setdefault(inner.name.lower(), name)
+            renamed.setdefault(fold(inner.name), name)
     keys = tuple(frozenset(renamed[c] for c in key) for key in facts.identity_keys if key <= renamed.keys())
     return outputs, keys, "does not output a key of " + table.name if not keys else ""
 
@@ -792,13 +937,13 @@ def _output_names(items: Sequence[exp.Expression]) -> list[str] | None:
     for item in items:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
             return None
-        names.append(item.alias_or_name.lower())
+        names.append(fold(item.alias_or_name))
     return names
 
 
 def _plain(node: exp.Expression) -> str:
     body = node.unalias()
-    return body.name.lower() if isinstance(body, exp.Column) else ""
+    return fold(body.name) if isinstance(body, exp.Column) else ""
 
 
 def _is_one(limit: exp.Expression) -> bool:

@@ -313,11 +313,11 @@ def _execute_and_probe(
         if guard.status_results:  # DuckDB: the raw connection is the cursor; guard re-runs reuse it
             cursor._self_description = raw.description
             if guard.engine.is_status_result(raw, sql):
-                if guard.schema_facts is not None and changes_schema(sql):
+                if guard.catalog is not None and changes_schema(sql):
                     forget_schema(guard)
                 return raw, unprobed(mode, sql, NOT_ROW_RETURNING)
         elif raw.description is None:
-            if guard.schema_facts is not None and guard.engine is not SQLITE and changes_schema(sql):
+            if guard.catalog is not None and guard.engine is not SQLITE and changes_schema(sql):
                 forget_schema(guard)
             return raw, unprobed(mode, sql, NOT_ROW_RETURNING)
         rows = raw.fetchmany(guard.first_fetch)

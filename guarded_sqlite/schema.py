@@ -4,43 +4,55 @@ The provenance analysis (``guarded_sqlite.provenance``) needs, for every table a
 columns, the column sets that identify a row (keys), which columns may hold NULL, and whether the name
 is a view. This module reads those facts from SQLite (``PRAGMA``), DuckDB (``duckdb_constraints()`` and
 friends) and PostgreSQL (``pg_index``/``pg_constraint``; psycopg 3), into one engine-neutral shape.
+Which tables are read, and when facts read earlier may be reused, is ``guarded_sqlite.catalog``'s job.
 
 What counts as a key:
 
 * the PRIMARY KEY (composite ones included); in a SQLite rowid table also ``rowid``/``oid``/``_rowid_``
-  (unless a column takes the name), which an ``INTEGER PRIMARY KEY`` column aliases;
+  (unless a column takes the name), which an ``INTEGER PRIMARY KEY`` column aliases; the rowid of the
+  virtual tables of SQLite's own full-text and R*Tree modules;
 * every UNIQUE constraint and every unique index over plain columns that is *not* partial (a partial
   index constrains only some rows) and has no expression column.
 
 The NULL rule. A UNIQUE column may hold many NULLs, so "equal key values ⇒ same row" holds only for
 non-NULL values. ``TableFacts.keys`` lists every declared key; it is sound wherever the key columns are
 matched with ``=`` (a join or a pin to a constant never matches NULL). ``TableFacts.identity_keys`` keeps
-only the keys whose columns cannot be NULL: columns declared NOT NULL and PRIMARY KEY columns. SQLite lets
-a non-``INTEGER`` PRIMARY KEY column of a rowid table hold NULL (a documented legacy bug); we still count
-PRIMARY KEY columns as NOT NULL, as every other engine enforces and as data practically always satisfies.
+only the keys whose columns cannot be NULL. SQLite lets a PRIMARY KEY column of a rowid table hold NULL
+(a documented legacy) unless it is declared NOT NULL or is the rowid itself; such a key identifies rows
+only where its columns are matched with ``=``.
 
-Readers never raise on an odd catalog: whatever cannot be read simply has no keys. Reading runs through
-a private plain cursor, so a caller's ``row_factory`` or cursor factory never sees or changes anything.
-Nothing here runs on a healthy result: the guard reads the catalog only once duplicates were found, and
-keeps the facts per connection (``core.explain``) until ``sqlite_schema_version`` changes.
+Failing closed. Whatever cannot be read is never taken for "no keys" (which would make every join look
+like a fan-out): SQLite reads raise ``CatalogUnreadable`` for the guard to report ``unknown``; a virtual
+table of another module, whose rowid SQLite does not promise to be unique, gets ``keys_unknown``.
+Identifiers are folded as SQLite folds them (``fold``: ASCII letters only). Reading runs through a
+private plain cursor, so a caller's ``row_factory`` or cursor factory never sees or changes anything.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 __all__ = [
+    "CatalogUnreadable",
     "ForeignKey",
     "SchemaFacts",
     "TableFacts",
+    "fold",
     "read_duckdb_schema",
     "read_postgres_schema",
     "read_sqlite_schema",
+    "sqlite_declarations",
+    "sqlite_has_table",
+    "sqlite_index_list",
+    "sqlite_rows_by_rowid",
     "sqlite_schema_version",
+    "sqlite_schemas",
+    "sqlite_table_facts",
+    "sqlite_temp_names",
 ]
 
 
@@ -72,10 +84,11 @@ class TableFacts:
     """Column names as declared, in order."""
 
     keys: tuple[frozenset[str], ...] = ()
-    """Every declared key as a set of lower-cased column names (see the module's NULL rule)."""
+    """Every declared key as a set of folded column names (``fold``; see the module's NULL rule)."""
 
     not_null: frozenset[str] = frozenset()
-    """Lower-cased columns that cannot hold NULL (declared NOT NULL, or part of the primary key)."""
+    """Folded names of the columns that cannot hold NULL (declared NOT NULL, or a key SQLite enforces
+    as NOT NULL: the rowid, a WITHOUT ROWID table's primary key; elsewhere a primary key)."""
 
     foreign_keys: tuple[ForeignKey, ...] = ()
     """Declared foreign keys."""
@@ -83,10 +96,17 @@ class TableFacts:
     is_view: bool = False
     """Whether the name is a view (views carry no keys)."""
 
+    keys_unknown: str = ""
+    """Why the keys of this table are not known, if they are not (a virtual table of a module without a
+    unique rowid, an unreadable catalog entry): the analysis treats it like a view."""
+
+    rowid: bool = False
+    """SQLite: whether it is a rowid table (``rowid`` among its keys unless a column takes the name)."""
+
     @property
     def column_names(self) -> frozenset[str]:
-        """The lower-cased column names."""
-        return frozenset(c.lower() for c in self.columns)
+        """The folded column names."""
+        return frozenset(fold(c) for c in self.columns)
 
     @property
     def identity_keys(self) -> tuple[frozenset[str], ...]:
@@ -107,19 +127,19 @@ class SchemaFacts:
     """Every table and view read, in no particular order."""
 
     search_order: tuple[str, ...] = ("temp", "main")
-    """Lower-cased schema names in the order an unqualified name is resolved (SQLite: temp, main, attached)."""
+    """Folded schema names in the order an unqualified name is resolved (SQLite: temp, main, attached)."""
 
     _by_name: dict[tuple[str, str], TableFacts] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for facts in self.tables:
-            self._by_name.setdefault((facts.schema.lower(), facts.name.lower()), facts)
+            self._by_name.setdefault((fold(facts.schema), fold(facts.name)), facts)
 
     def table(self, name: str, schema: str | None = None) -> TableFacts | None:
         """The facts of ``schema.name``, or of ``name`` resolved along ``search_order``; None if unknown."""
-        lowered = name.lower()
+        lowered = fold(name)
         if schema:
-            return self._by_name.get((schema.lower(), lowered))
+            return self._by_name.get((fold(schema), lowered))
         for candidate in self.search_order:
             found = self._by_name.get((candidate, lowered))
             if found is not None:
@@ -128,6 +148,20 @@ class SchemaFacts:
 
 
 # ---------------------------------------------------------------------------------------------- SQLite
+
+
+class CatalogUnreadable(Exception):
+    """The catalog could not be read (an authorizer's denial, a closed connection, a missing virtual
+    table module, ...): the tables concerned are not known, which the analysis reports as ``unknown``."""
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold(name: str) -> str:
+    """An identifier as SQLite compares identifiers: ASCII letters in lower case, every other character
+    as it is (``"Ärzte"`` and ``"ärzte"`` are two tables; Python's ``str.lower()`` would merge them)."""
+    return name.lower() if name.isascii() else name.translate(_ASCII_LOWER)
 
 
 def _text(value: Any) -> str:
@@ -153,6 +187,14 @@ def _raw_sqlite(con: Any) -> sqlite3.Connection:
     return cast(sqlite3.Connection, con)
 
 
+def plain_cursor(con: Any) -> sqlite3.Cursor:
+    """A plain ``sqlite3.Cursor`` on ``con``'s real connection, without a row factory: the caller's
+    ``row_factory`` and cursor classes never see or change a catalog read."""
+    cur = sqlite3.Cursor(_raw_sqlite(con))
+    cur.row_factory = None
+    return cur
+
+
 def _close(cur: sqlite3.Cursor) -> None:
     try:
         cur.close()
@@ -160,58 +202,164 @@ def _close(cur: sqlite3.Cursor) -> None:
         pass
 
 
-def _rows(cur: sqlite3.Cursor, sql: str) -> list[tuple[Any, ...]]:
+def catalog_rows(cur: sqlite3.Cursor, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """All rows of a catalog statement; any failure is ``CatalogUnreadable``, never an empty answer
+    (an empty answer would read as "no keys", which makes every join look like a fan-out)."""
     try:
-        return list(cur.execute(sql).fetchall())
-    except sqlite3.Error:
-        return []
+        return list(cur.execute(sql, parameters).fetchall())
+    except sqlite3.Error as error:
+        raise CatalogUnreadable(f"{type(error).__name__}: {error}") from None
 
 
-def _sqlite_schemas(cur: sqlite3.Cursor) -> list[str]:
+def sqlite_schemas(cur: sqlite3.Cursor) -> tuple[str, ...]:
     """Schema names in SQLite's resolution order for unqualified names: temp, main, then attached."""
-    names = [_text(row[1]) for row in _rows(cur, "PRAGMA database_list")]
-    attached = [n for n in names if n.lower() not in ("main", "temp")]
-    return ["temp", "main", *attached]
+    rows = catalog_rows(cur, "PRAGMA database_list")
+    if not rows:  # it always lists main: an authorizer answered SQLITE_IGNORE to the PRAGMA
+        raise CatalogUnreadable("PRAGMA database_list answered nothing (an authorizer ignoring PRAGMA?)")
+    names = [_text(row[1]) for row in sorted(rows, key=lambda r: int(r[0]))]
+    attached = [n for n in names if fold(n) not in ("main", "temp")]
+    return ("temp", "main", *attached)
 
 
-_WITHOUT_ROWID = re.compile(r"\bwithout\s+rowid\b", re.IGNORECASE)
+Declaration = tuple[int, str, str, str, str]
+"""One ``sqlite_master`` row: (rowid, type, name, tbl_name, sql)."""
+
+
+def _master(schema: str) -> str:
+    return "sqlite_temp_master" if schema == "temp" else f"{_quote(schema)}.sqlite_master"
+
+
+def _declaration(row: tuple[Any, ...]) -> Declaration:
+    return (int(row[0]), _text(row[1]), _text(row[2]), _text(row[3]), _text(row[4]))
+
+
+def sqlite_declarations(cur: sqlite3.Cursor, schema: str, table: str) -> tuple[Declaration, ...]:
+    """The ``sqlite_master`` rows of table or view ``table`` of ``schema`` and of its indexes, by rowid.
+
+    Everything the key facts of a table follow from is here: the CREATE TABLE text (columns, PRIMARY
+    KEY, UNIQUE, NOT NULL, WITHOUT ROWID, the virtual table module) and the CREATE INDEX texts. Scans
+    the schema's catalog (names match as SQLite matches identifiers: ``NOCASE`` folds ASCII only), so
+    the guard reads this once per declaration and afterwards checks the rows by rowid
+    (``sqlite_rows_by_rowid``)."""
+    rows = catalog_rows(
+        cur,
+        f"SELECT rowid, type, name, tbl_name, sql FROM {_master(schema)} "
+        "WHERE type IN ('table', 'view', 'index') AND tbl_name = ?1 COLLATE NOCASE ORDER BY rowid",
+        (table,),
+    )
+    return tuple(_declaration(row) for row in rows)
+
+
+def sqlite_rows_by_rowid(cur: sqlite3.Cursor, schema: str, rowids: Sequence[int]) -> tuple[Declaration, ...]:
+    """The ``sqlite_master`` rows of ``schema`` with these rowids (a lookup, whatever the catalog's size)."""
+    if not rowids:
+        return ()
+    marks = ", ".join("?" * len(rowids))
+    rows = catalog_rows(
+        cur,
+        f"SELECT rowid, type, name, tbl_name, sql FROM {_master(schema)} WHERE rowid IN ({marks}) ORDER BY rowid",
+        rowids,
+    )
+    return tuple(_declaration(row) for row in rows)
+
+
+def sqlite_index_list(cur: sqlite3.Cursor, schema: str, table: str) -> tuple[tuple[str, int, str, int], ...]:
+    """``PRAGMA index_list``: (name, unique, origin, partial) of every index of the table, by name."""
+    rows = catalog_rows(cur, f"PRAGMA {_quote(schema)}.index_list({_quote(table)})")
+    return tuple(sorted((_text(r[1]), int(r[2]), _text(r[3]), int(r[4]) if len(r) > 4 else 0) for r in rows))
+
+
+def sqlite_has_table(cur: sqlite3.Cursor, schema: str, table: str) -> bool:
+    """Whether ``schema`` holds a table or view named ``table`` (a lookup in SQLite's own schema cache)."""
+    return bool(catalog_rows(cur, f"PRAGMA {_quote(schema)}.table_xinfo({_quote(table)})"))
+
+
+def sqlite_temp_names(cur: sqlite3.Cursor) -> frozenset[str]:
+    """The folded names of the connection's TEMP tables and views (usually none or a few)."""
+    return frozenset(
+        fold(_text(r[0]))
+        for r in catalog_rows(cur, "SELECT name FROM sqlite_temp_master WHERE type IN ('table', 'view')")
+    )
+
+
+_VIRTUAL = re.compile(r"^\s*create\s+virtual\s+table\b.*?\busing\s+[\"'`\[]?(\w+)", re.IGNORECASE | re.DOTALL)
 _ROWID_NAMES = ("rowid", "oid", "_rowid_")
 _ROWID_SET = frozenset(_ROWID_NAMES)
+# Virtual table modules whose rowid is unique (SQLite's own full-text and R*Tree modules). Other
+# modules may return any rowid, so their tables have no known key.
+_UNIQUE_ROWID_MODULES = frozenset({"fts3", "fts4", "fts5", "rtree", "rtree_i32", "geopoly"})
 
 
-def _sqlite_table(cur: sqlite3.Cursor, schema: str, name: str, kind: str, sql: str) -> TableFacts:
+def sqlite_table_facts(cur: sqlite3.Cursor, schema: str, name: str, kind: str, sql: str) -> TableFacts:
+    """The facts of one table or view (``kind`` and ``sql`` as ``sqlite_master`` has them), read with
+    the ``PRAGMA``s of its schema. Raises ``CatalogUnreadable`` when a read fails.
+
+    Nullability as SQLite enforces it: a PRIMARY KEY column of a rowid table may hold NULL (a
+    documented legacy of SQLite) unless it is declared NOT NULL or is the rowid itself (a lone
+    ``INTEGER PRIMARY KEY``, which has no index of its own); a WITHOUT ROWID table's key cannot.
+    """
     prefix = f"PRAGMA {_quote(schema)}."
-    info = _rows(cur, f"{prefix}table_xinfo({_quote(name)})") or _rows(cur, f"{prefix}table_info({_quote(name)})")
+    info = catalog_rows(cur, f"{prefix}table_xinfo({_quote(name)})")
+    if not info:
+        raise CatalogUnreadable(f"no columns listed for {schema}.{name}")
     columns = tuple(_text(row[1]) for row in info)
-    lowered = {c.lower() for c in columns}
+    folded = {fold(c) for c in columns}
     if kind == "view":
         return TableFacts(name, schema, columns, is_view=True)
-    virtual = sql.lstrip().upper().startswith("CREATE VIRTUAL")
-    not_null = {_text(row[1]).lower() for row in info if row[3]}
-    pk = [(int(row[5]), _text(row[1]).lower()) for row in info if row[5]]
+    virtual = _VIRTUAL.match(sql)
+    if virtual is not None:
+        module = virtual.group(1).lower()
+        if module not in _UNIQUE_ROWID_MODULES:
+            return TableFacts(name, schema, columns, keys_unknown=f"virtual table {name} (module {module})")
+        aliases = frozenset(a for a in _ROWID_NAMES if a not in folded)
+        return TableFacts(name, schema, columns, tuple(frozenset({a}) for a in sorted(aliases)), aliases)
+    not_null = {fold(_text(row[1])) for row in info if row[3]}
+    pk = [fold(_text(row[1])) for row in sorted((row for row in info if row[5]), key=lambda r: int(r[5]))]
+    indexes = catalog_rows(cur, f"{prefix}index_list({_quote(name)})")
     keys: list[frozenset[str]] = []
+    rowid_table = True
+    pk_index = next((row for row in indexes if _text(row[3]) == "pk"), None)
+    if pk_index is not None:
+        # A WITHOUT ROWID table's primary key index carries the whole row; a rowid table's ends in the rowid.
+        entries = _index_entries(cur, f"{prefix}index_xinfo({_quote(_text(pk_index[1]))})")
+        rowid_table = any(int(entry[1]) == -1 for entry in entries)
+    elif len(pk) == 1:
+        # A lone INTEGER PRIMARY KEY without an index is the rowid under another name: never NULL.
+        not_null.add(pk[0])
     if pk:
-        pk_columns = frozenset(c for _, c in sorted(pk))
-        keys.append(pk_columns)
-        not_null |= pk_columns
-    if not virtual and not _WITHOUT_ROWID.search(sql):
+        keys.append(frozenset(pk))
+    if rowid_table:
         for alias in _ROWID_NAMES:
-            if alias not in lowered:
+            if alias not in folded:
                 keys.append(frozenset({alias}))
                 not_null.add(alias)
-    for row in _rows(cur, f"{prefix}index_list({_quote(name)})"):
+    for row in indexes:
         unique = bool(row[2])
         partial = bool(row[4]) if len(row) > 4 else False
-        if not unique or partial:
+        if not unique or partial or _text(row[3]) == "pk":
             continue
-        index_columns = _rows(cur, f"{prefix}index_info({_quote(_text(row[1]))})")
-        names = [_text(r[2]).lower() if r[2] is not None else "" for r in index_columns]
+        entries = _index_entries(cur, f"{prefix}index_info({_quote(_text(row[1]))})")
+        names = [fold(_text(entry[2])) if entry[2] is not None else "" for entry in entries]
         if names and all(names):  # an expression column (name NULL) is not a column key
             keys.append(frozenset(names))
+    foreign = _sqlite_foreign_keys(cur, schema, name)
+    return TableFacts(name, schema, columns, _unique_keys(keys), frozenset(not_null), foreign, rowid=rowid_table)
+
+
+def _index_entries(cur: sqlite3.Cursor, pragma: str) -> list[tuple[Any, ...]]:
+    """The columns of an index that ``index_list`` listed: never none (an ignored PRAGMA answers none,
+    and a key read as columnless would simply be missing)."""
+    entries = catalog_rows(cur, pragma)
+    if not entries:
+        raise CatalogUnreadable(f"{pragma} answered nothing (an authorizer ignoring PRAGMA?)")
+    return entries
+
+
+def _sqlite_foreign_keys(cur: sqlite3.Cursor, schema: str, name: str) -> tuple[ForeignKey, ...]:
     foreign: dict[int, list[tuple[Any, ...]]] = {}
-    for row in _rows(cur, f"{prefix}foreign_key_list({_quote(name)})"):
+    for row in catalog_rows(cur, f"PRAGMA {_quote(schema)}.foreign_key_list({_quote(name)})"):
         foreign.setdefault(int(row[0]), []).append(row)
-    fks = tuple(
+    return tuple(
         ForeignKey(
             tuple(_text(r[3]) for r in parts),
             _text(parts[0][2]),
@@ -219,7 +367,6 @@ def _sqlite_table(cur: sqlite3.Cursor, schema: str, name: str, kind: str, sql: s
         )
         for parts in (sorted(rows, key=lambda r: int(r[1])) for rows in foreign.values())
     )
-    return TableFacts(name, schema, columns, _unique_keys(keys), frozenset(not_null), fks)
 
 
 def _unique_keys(keys: Iterable[frozenset[str]]) -> tuple[frozenset[str], ...]:
@@ -232,22 +379,30 @@ def _unique_keys(keys: Iterable[frozenset[str]]) -> tuple[frozenset[str], ...]:
 
 
 def read_sqlite_schema(con: Any) -> SchemaFacts:
-    """Read every table and view of ``main``, ``temp`` and each attached schema. Never raises."""
+    """Read every table and view of ``main``, ``temp`` and each attached schema: a fresh, uncached view
+    of the whole catalog (the guard itself reads only the tables a statement names, in
+    ``guarded_sqlite.catalog``). Never raises: a table whose facts cannot be read
+    is listed with ``keys_unknown`` saying why, and an unreadable catalog gives no tables at all
+    (every name then unknown to the analysis)."""
     try:
-        raw = _raw_sqlite(con)
-        cur = sqlite3.Cursor(raw)
+        cur = plain_cursor(con)
     except (TypeError, sqlite3.Error):
         return SchemaFacts()
-    cur.row_factory = None
     try:
-        order = _sqlite_schemas(cur)
+        order = sqlite_schemas(cur)
         tables: list[TableFacts] = []
         for schema in order:
-            master = "sqlite_temp_master" if schema.lower() == "temp" else f"{_quote(schema)}.sqlite_master"
-            listed = _rows(cur, f"SELECT type, name, sql FROM {master} WHERE type IN ('table', 'view')")
+            master = "sqlite_temp_master" if schema == "temp" else f"{_quote(schema)}.sqlite_master"
+            listed = catalog_rows(cur, f"SELECT type, name, sql FROM {master} WHERE type IN ('table', 'view')")
             for kind, name, sql in listed:
-                tables.append(_sqlite_table(cur, schema, _text(name), _text(kind), _text(sql)))
-        return SchemaFacts(tuple(tables), tuple(s.lower() for s in order))
+                try:
+                    facts = sqlite_table_facts(cur, schema, _text(name), _text(kind), _text(sql))
+                except CatalogUnreadable as why:
+                    facts = TableFacts(_text(name), schema, keys_unknown=f"catalog unreadable ({why})")
+                tables.append(facts)
+        return SchemaFacts(tuple(tables), tuple(fold(s) for s in order))
+    except CatalogUnreadable:
+        return SchemaFacts()
     finally:
         _close(cur)
 
@@ -255,25 +410,24 @@ def read_sqlite_schema(con: Any) -> SchemaFacts:
 def sqlite_schema_version(
     con: Any, names: Iterable[str] | None = None, cursor: sqlite3.Cursor | None = None
 ) -> tuple[tuple[str, int], ...]:
-    """``PRAGMA schema_version`` of every schema (temp included), for cache invalidation.
+    """``PRAGMA schema_version`` of every schema (temp included).
 
-    Any DDL, ATTACH or DETACH changes the answer, also through another connection. ``names``: the
-    schemas of an earlier answer, which saves ``PRAGMA database_list`` (a schema detached since
-    answers ``()``, a token that matches nothing); ``cursor``: a plain ``sqlite3.Cursor`` on ``con``
-    (``row_factory`` None) to reuse instead of creating one. Costs a few microseconds per schema.
+    A change detector only, never a cache key: SQLite gives the same number to different schemas (a
+    rolled-back DDL, another file attached under the same name, ``deserialize()``). ``names``: the
+    schemas to ask (default: all, from ``PRAGMA database_list``); ``cursor``: a plain cursor to reuse.
+    A schema detached since, or a closed connection, answers ``()``.
     """
     own = cursor is None
     try:
-        cur = sqlite3.Cursor(_raw_sqlite(con)) if cursor is None else cursor
+        cur = plain_cursor(con) if cursor is None else cursor
     except (TypeError, sqlite3.Error):
         return ()
-    if own:
-        cur.row_factory = None
     try:
         if names is None:
-            if not _rows(cur, "PRAGMA database_list"):
-                return ()  # closed or unusable connection
-            names = _sqlite_schemas(cur)
+            try:
+                names = sqlite_schemas(cur)
+            except CatalogUnreadable:
+                return ()
         out: list[tuple[str, int]] = []
         for schema in names:
             try:
@@ -282,7 +436,7 @@ def sqlite_schema_version(
                 row = cur.execute(f"PRAGMA {_quote(schema)}.schema_version").fetchall()
             except sqlite3.Error:  # detached since, or the connection closed
                 return ()
-            out.append((schema.lower(), int(row[0][0]) if row else -1))
+            out.append((fold(schema), int(row[0][0]) if row else -1))
         return tuple(out)
     finally:
         if own:
@@ -300,7 +454,8 @@ def _strip_identifier(text: str) -> str:
 
 
 def read_duckdb_schema(con: Any) -> SchemaFacts:
-    """Read a DuckDB connection's tables, views and key constraints. Never raises.
+    """Read a DuckDB connection's tables, views and key constraints. Never raises: if any catalog query
+    fails, no table is known (rather than every table keyless).
 
     Tables of the current database are filed under their schema name; temporary tables under ``temp``;
     those of other attached databases under ``database.schema`` (and ``database`` for its ``main``).
@@ -319,11 +474,13 @@ def read_duckdb_schema(con: Any) -> SchemaFacts:
     def fetch(sql: str) -> list[tuple[Any, ...]]:
         try:
             return list(reader.execute(sql).fetchall())
-        except Exception:  # duckdb raises its own hierarchy; an odd catalog just has no facts
-            return []
+        except Exception as error:  # duckdb raises its own hierarchy
+            raise CatalogUnreadable(f"{type(error).__name__}: {error}") from None
 
     try:
         return _read_duckdb_catalog(fetch)
+    except CatalogUnreadable:  # no tables at all: every name is unknown, never "keyless"
+        return SchemaFacts()
     finally:
         if reader is not con:
             try:
@@ -358,7 +515,7 @@ def _read_duckdb_catalog(fetch: Callable[[str], list[tuple[Any, ...]]]) -> Schem
     ):
         where = (schema_of(db, schema), table)
         if kind in ("PRIMARY KEY", "UNIQUE") and names:
-            keys.setdefault(where, []).append(frozenset(str(n).lower() for n in names))
+            keys.setdefault(where, []).append(frozenset(fold(str(n)) for n in names))
         elif kind == "FOREIGN KEY" and names and referenced:
             fks.setdefault(where, []).append(ForeignKey(tuple(names), str(referenced), tuple(ref_names or ())))
     for db, schema, table, expressions in fetch(
@@ -366,9 +523,9 @@ def _read_duckdb_catalog(fetch: Callable[[str], list[tuple[Any, ...]]]) -> Schem
     ):
         parts = [_strip_identifier(p) for p in str(expressions or "").strip("[]").split(",")]
         where = (schema_of(db, schema), table)
-        known = {name.lower() for _, name, _ in columns.get(where, [])}
-        if parts and all(p.lower() in known for p in parts):
-            keys.setdefault(where, []).append(frozenset(p.lower() for p in parts))
+        known = {fold(name) for _, name, _ in columns.get(where, [])}
+        if parts and all(fold(p) in known for p in parts):
+            keys.setdefault(where, []).append(frozenset(fold(p) for p in parts))
     views = {
         (schema_of(db, schema), view)
         for db, schema, view in fetch(
@@ -383,12 +540,12 @@ def _read_duckdb_catalog(fetch: Callable[[str], list[tuple[Any, ...]]]) -> Schem
     for where in sorted(tables | views):
         cols = [name for _, name, _ in sorted(columns.get(where, []))]
         is_view = where in views
-        not_null = frozenset(name.lower() for _, name, nullable in columns.get(where, []) if not nullable)
+        not_null = frozenset(fold(name) for _, name, nullable in columns.get(where, []) if not nullable)
         table_keys = () if is_view else _unique_keys(keys.get(where, []))
         out.append(
             TableFacts(where[1], where[0], tuple(cols), table_keys, not_null, tuple(fks.get(where, [])), is_view)
         )
-    order = tuple(dict.fromkeys(["temp", default_schema.lower(), *(p.lower() for p in path)]))
+    order = tuple(dict.fromkeys(["temp", fold(default_schema), *(fold(p) for p in path)]))
     return SchemaFacts(tuple(out), order)
 
 
@@ -460,7 +617,7 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
             keys: dict[int, list[frozenset[str]]] = {}
             for relid, indkey, _primary in fetch(_PG_UNIQUE):
                 cols = columns.get(int(relid), {})
-                names = [cols.get(int(n), ("", False))[0].lower() for n in (indkey or [])]
+                names = [fold(cols.get(int(n), ("", False))[0]) for n in (indkey or [])]
                 if names and all(names):
                     keys.setdefault(int(relid), []).append(frozenset(names))
             fks: dict[int, list[ForeignKey]] = {}
@@ -484,13 +641,13 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
                 ns,
                 tuple(cols[n][0] for n in sorted(cols)),
                 () if view else _unique_keys(keys.get(oid, [])),
-                frozenset(c.lower() for c, notnull in cols.values() if notnull),
+                frozenset(fold(c) for c, notnull in cols.values() if notnull),
                 tuple(fks.get(oid, [])),
                 view,
             )
         )
-    order = tuple(s.lower() for s in [*temp, *search])
+    order = tuple(fold(s) for s in [*temp, *search])
     facts = SchemaFacts(tuple(tables), order)
     for schema in temp:  # ``pg_temp`` names the session's temporary schema in SQL
-        facts._by_name.update({("pg_temp", n): t for (s, n), t in facts._by_name.items() if s == schema.lower()})
+        facts._by_name.update({("pg_temp", n): t for (s, n), t in facts._by_name.items() if s == fold(schema)})
     return facts

@@ -381,8 +381,6 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         else:  # re-initialised: a new database handle, the same policy
             guard.set_threading(single_thread)
             forget_schema(guard)
-            guard.schema_cursor = None
-            guard.schema_version = None
             guard.restore_writable = False
 
     @property

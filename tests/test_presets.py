@@ -86,16 +86,24 @@ def _run(con: Any, sql: str) -> tuple[list[Any], Any]:
 
 @pytest.fixture
 def catalog_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Counts every schema read the guard makes (any engine), by the reader's name."""
+    """Every catalog read of facts the guard makes: SQLite, one entry per table whose PRAGMAs are
+    read (``sqlite:<table>``); DuckDB and PostgreSQL, one per whole-catalog read (the reader's name)."""
     reads: list[str] = []
-    for name in ("read_sqlite_schema", "read_duckdb_schema", "read_postgres_schema"):
-        real = getattr(guarded_sqlite.schema, name)
+    real_table = guarded_sqlite.catalog.sqlite_table_facts
+
+    def table_read(cur: Any, schema: str, name: str, kind: str, sql: str) -> Any:
+        reads.append(f"sqlite:{name}")
+        return real_table(cur, schema, name, kind, sql)
+
+    monkeypatch.setattr(guarded_sqlite.catalog, "sqlite_table_facts", table_read)
+    for name in ("read_duckdb_schema", "read_postgres_schema"):
+        real = getattr(guarded_sqlite.catalog, name)
 
         def counting(con: Any, real: Any = real, name: str = name) -> Any:
             reads.append(name)
             return real(con)
 
-        monkeypatch.setattr(guarded_sqlite.schema, name, counting)
+        monkeypatch.setattr(guarded_sqlite.catalog, name, counting)
     return reads
 
 
@@ -329,8 +337,23 @@ def test_verdicts_and_facts_are_cached_per_connection(catalog_reads: list[str]) 
         _, report = _run(con, "SELECT 'x' FROM t")
         assert report.provenance == "value_repeats"
     _, report = _run(con, "SELECT abs(1) FROM t")
-    assert catalog_reads == ["read_sqlite_schema"]
-    assert len(con._self_guard.verdicts) == 2
+    assert catalog_reads == ["sqlite:t"]  # the one table named, read once for both statements
+    assert len(con._self_guard.catalog.verdicts) == 2
+
+
+def test_a_repeated_statement_checks_its_tables_by_lookups_only() -> None:
+    """A verdict is served again after lookups: the schema list, the TEMP names, the tables'
+    ``sqlite_master`` rows by rowid and their index lists; no scan of the catalog, no table PRAGMA."""
+    con = _app()
+    _run(con, "SELECT 'x' FROM t")
+    seen: list[str] = []
+    guarded_sqlite.unwrap(con).set_trace_callback(seen.append)
+    _, report = _run(con, "SELECT 'x' FROM t")
+    assert report.provenance == "value_repeats"
+    catalog = [s for s in seen if s != "SELECT 'x' FROM t"]
+    assert catalog[0] == "PRAGMA database_list" and "sqlite_temp_master" in catalog[1], seen
+    assert "WHERE rowid IN (" in catalog[2] and catalog[3] == 'PRAGMA "main".index_list("t")', seen
+    assert len(catalog) == 4, seen
 
 
 def _cust_db(con: Any) -> None:
@@ -354,7 +377,7 @@ def test_ddl_through_the_connection_invalidates_the_schema_cache(catalog_reads: 
     con.execute("CREATE UNIQUE INDEX cust_id ON cust (id)")
     rows, report = _run(con, LOOKUP_SQL)
     assert report.provenance == "value_repeats" and len(rows) == 12  # now an N:1 lookup: left alone
-    assert catalog_reads == ["read_sqlite_schema", "read_sqlite_schema"]
+    assert sorted(catalog_reads) == ["sqlite:cust", "sqlite:cust", "sqlite:ord"]  # only cust changed
 
 
 def test_ddl_by_another_connection_invalidates_it_too(tmp_path: Path, catalog_reads: list[str]) -> None:
@@ -366,7 +389,7 @@ def test_ddl_by_another_connection_invalidates_it_too(tmp_path: Path, catalog_re
     other.execute("CREATE UNIQUE INDEX cust_id ON cust (id)")
     other.commit()
     assert _run(con, LOOKUP_SQL)[1].provenance == "value_repeats"
-    assert len(catalog_reads) == 2
+    assert sorted(catalog_reads) == ["sqlite:cust", "sqlite:cust", "sqlite:ord"]
 
 
 def test_a_temp_table_shadowing_a_main_table_invalidates_the_cache() -> None:
@@ -378,15 +401,22 @@ def test_a_temp_table_shadowing_a_main_table_invalidates_the_cache() -> None:
     assert _run(con, LOOKUP_SQL)[1].provenance == "value_repeats"
 
 
-def test_an_unreadable_schema_keeps_the_papers_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(con: Any) -> Any:
-        raise RuntimeError("catalog gone")
+@pytest.mark.parametrize("guard", ["patch", "text_to_sql"])
+def test_an_unreadable_catalog_is_unknown_and_changes_no_row(guard: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: a catalog that cannot be read gives ``unknown``, and the key-based presets leave the
+    rows alone (the explosion stays flagged); the paper's preset reads no catalog and de-duplicates."""
 
-    monkeypatch.setattr(guarded_sqlite.schema, "read_sqlite_schema", broken)
-    con = _app()
+    def broken(*args: Any) -> Any:
+        raise guarded_sqlite.schema.CatalogUnreadable("catalog gone")
+
+    monkeypatch.setattr(guarded_sqlite.catalog, "sqlite_declarations", broken)
+    con = _app(guard)
     rows, report = _run(con, "SELECT 'x' FROM t")
-    assert len(rows) == 1 and report.action == "distinct_injected" and report.provenance == "unknown"
-    assert "paper's rule applies" in report.decisions[0].reason and "catalog gone" in report.decisions[0].reason
+    assert len(rows) == COPIES and report.flagged and report.action == "none" and report.provenance == "unknown"
+    assert "catalog gone" in (report.provenance_evidence or "")
+    assert "acts only on established join amplification" in report.decisions[0].reason
+    rows, report = _run(_app("paper"), "SELECT 'x' FROM t")
+    assert len(rows) == 1 and report.action == "distinct_injected"
 
 
 # --- other engines ----------------------------------------------------------------------------------------

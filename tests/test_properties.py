@@ -31,6 +31,8 @@ from hypothesis import strategies as st
 import guarded_sqlite
 from guarded_sqlite import probe, rewrite
 from guarded_sqlite.policy import GuardPolicy, resolve_policy
+from guarded_sqlite.provenance import analyse
+from guarded_sqlite.schema import read_sqlite_schema
 
 from .strategies import (
     P1_CASE,
@@ -192,7 +194,14 @@ def required_action(q: Query, policy: GuardPolicy, raw: sqlite3.Connection, raw_
     rows = [tuple(row) for row in raw_rows]
     if q.expect_rule == "P1":
         fires = len(rows) <= policy.row_cap and oracle_trigger(rows, policy.tau_inject) == "cartesian_explosion"
-        return "distinct_injected" if fires else None
+        if not fires:
+            return None
+        if policy.provenance == "off":
+            return "distinct_injected"
+        # The key-based presets fail closed: P1 only on join amplification established from a fresh
+        # read of the catalog, and no row changed otherwise.
+        verdict = analyse(q.sql, read_sqlite_schema(getattr(raw, "_con", raw)), "sqlite")
+        return "distinct_injected" if verdict.amplification else "none"
     assert q.expect_rule == "P2"
     if policy.provenance != "off":
         # The key-based presets remove a DISTINCT only where the provenance analysis cannot tell

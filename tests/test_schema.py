@@ -77,7 +77,15 @@ def test_sqlite_null_rule(con: sqlite3.Connection) -> None:
     assert frozenset({"code"}) in identity and frozenset({"id"}) in identity
     assert frozenset({"email"}) not in identity and frozenset({"x"}) not in identity
     textkey = facts.table("textkey")
-    assert textkey is not None and frozenset({"code"}) in textkey.identity_keys  # PRIMARY KEY counts as NOT NULL
+    # SQLite lets a PRIMARY KEY column of a rowid table hold NULL (unless declared NOT NULL or the
+    # rowid itself): the key matches with =, but does not identify rows.
+    assert textkey is not None and frozenset({"code"}) in textkey.keys
+    assert frozenset({"code"}) not in textkey.identity_keys and "code" not in textkey.not_null
+    norowid = facts.table("norowid")  # WITHOUT ROWID enforces NOT NULL on its key
+    assert norowid is not None and frozenset({"k"}) in norowid.identity_keys and not norowid.rowid
+    assert not any(k & {"rowid", "oid", "_rowid_"} for k in norowid.keys)
+    plain = facts.table("plain")  # INTEGER PRIMARY KEY is the rowid: never NULL
+    assert plain is not None and frozenset({"id"}) in plain.identity_keys
 
 
 def test_sqlite_columns_foreign_keys_views_and_quoting(con: sqlite3.Connection) -> None:

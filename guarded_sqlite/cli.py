@@ -78,7 +78,7 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
         type=_positive_float,
         default=5.0,
         metavar="SECONDS",
-        help="per-query timeout, enforced by the engine (default: 5)",
+        help="per-query timeout, enforced by the engine (default: 5; inf: no timeout)",
     )
     command.add_argument(
         "--workers",

@@ -1,0 +1,164 @@
+"""The repros p09, p10, p14 and p15 (``/work/shared/repros/provenance``), one test each, with the
+tests that pin down the details of each fix next to it.
+
+Each test replicates its repro's scenario in the suite, so the defect cannot come back unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import guarded_sqlite
+from guarded_sqlite import GuardPolicy
+from guarded_sqlite.cli import main
+from guarded_sqlite.deadlines import _WATCHDOG, interrupt_after, wait_seconds
+from guarded_sqlite.engines import pg_statement_timeout
+from guarded_sqlite.evaluation.loaders import InputError
+from guarded_sqlite.evaluation.options import RescueOptions, resolve_rescue_policy, resolve_timeout
+
+
+def make_eval_inputs(root: Path) -> tuple[Path, Path, Path]:
+    """``(db_root, gold, pred)`` for a one-pair evaluation on a database ``shop``."""
+    db_root = root / "db"
+    (db_root / "shop").mkdir(parents=True)
+    con = sqlite3.connect(db_root / "shop" / "shop.sqlite")
+    con.executescript("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO t VALUES (1, 'a');")
+    con.close()
+    gold = root / "gold.tsv"
+    gold.write_text("SELECT name FROM t\tshop\n", encoding="utf-8")
+    pred = root / "pred.txt"
+    pred.write_text("SELECT name FROM t\n", encoding="utf-8")
+    return db_root, gold, pred
+
+
+# --------------------------------------------------------------------------------------------------
+# p09: an infinite rerun_timeout must not stop the process-wide watchdog thread
+
+ENDLESS = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+"""Never ends on its own: only an interrupt stops it."""
+
+
+def _watchdog_not_dead() -> bool:
+    """The watchdog thread is running, or not started yet (nothing was scheduled); not one that ended."""
+    thread = _WATCHDOG._thread
+    return thread is None or thread.is_alive()
+
+
+def _seconds_until_interrupted(limit: float, backstop: float = 3.0) -> float:
+    """How long ENDLESS ran under ``interrupt_after(limit)``; a timer interrupts it at ``backstop``
+    seconds, so a watchdog that no longer fires makes the test fail instead of hang."""
+    raw = sqlite3.connect(":memory:")
+    backstop_timer = threading.Timer(backstop, raw.interrupt)
+    backstop_timer.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="interrupted"), interrupt_after(limit, raw.interrupt):
+            raw.execute(ENDLESS).fetchall()
+        return time.perf_counter() - started
+    finally:
+        backstop_timer.cancel()
+        raw.close()
+
+
+@pytest.fixture
+def watchdog_heap_untouched() -> Iterator[None]:
+    """Fails a test that leaves deadlines it did not cancel on the watchdog's heap."""
+    yield
+    with _WATCHDOG.condition:
+        assert not any(deadline._pending for _, _, deadline in _WATCHDOG._heap)
+
+
+def test_p09_infinite_rerun_timeout_keeps_other_deadlines_firing() -> None:
+    """p09: a guard re-execution under GuardPolicy(rerun_timeout=inf) leaves the watchdog thread alive,
+    and a 0.3 s deadline on another connection still interrupts its endless statement."""
+    con = guarded_sqlite.connect(":memory:", guard=GuardPolicy.paper(rerun_timeout=float("inf")))
+    con.executescript("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT);")
+    con.executemany("INSERT INTO t(name) VALUES (?)", [(f"n{i}",) for i in range(20)])
+    cursor = con.execute("SELECT DISTINCT id, name FROM t")
+    assert len(cursor.fetchall()) == 20
+    report = cursor.guard_report
+    assert report is not None  # P2 re-executed the query without DISTINCT (and kept it: no rows added)
+    assert [(d.rule, d.reason) for d in report.decisions] == [("P2", "removing DISTINCT does not add rows")]
+    time.sleep(0.05)  # give a dying watchdog the time to die
+    thread = _WATCHDOG._thread
+    assert thread is not None and thread.is_alive()
+    assert _seconds_until_interrupted(0.3) < 2.0
+    con.close()
+
+
+def test_p09_an_infinite_deadline_is_not_scheduled(watchdog_heap_untouched: None) -> None:
+    """p09: interrupt_after(inf) registers nothing on the watchdog and never fires."""
+    called: list[bool] = []
+    with _WATCHDOG.condition:
+        before = len(_WATCHDOG._heap)
+    with interrupt_after(math.inf, lambda: called.append(True)) as deadline:
+        with _WATCHDOG.condition:
+            assert len(_WATCHDOG._heap) == before
+    assert not deadline.fired and not called
+
+
+def test_p09_a_far_deadline_does_not_stop_the_watchdog() -> None:
+    """p09: a finite deadline too far away for one wait (1e300 s) leaves the watchdog working: a
+    0.3 s deadline scheduled after it fires."""
+    with interrupt_after(1e300, lambda: None):
+        time.sleep(0.05)
+        assert _watchdog_not_dead()
+        assert _seconds_until_interrupted(0.3) < 2.0
+    assert wait_seconds(1e300) <= 3600.0 and wait_seconds(0.25) == 0.25
+
+
+def test_p09_a_nan_deadline_is_refused() -> None:
+    """p09: interrupt_after(nan) raises ValueError instead of reaching the watchdog's heap."""
+    with pytest.raises(ValueError, match="nan"):
+        interrupt_after(math.nan, lambda: None)
+
+
+@pytest.mark.parametrize("value", [math.nan, -1.0, 0.0, -math.inf, True, "5"])
+def test_p09_rerun_timeout_refuses_nan_negative_and_non_numbers(value: object) -> None:
+    """p09: GuardPolicy refuses a rerun_timeout that is not a positive number of seconds, and says
+    that float('inf') is how to ask for no limit."""
+    with pytest.raises(ValueError, match=r"rerun_timeout must be a positive number of seconds \(float\('inf'\)"):
+        GuardPolicy(rerun_timeout=value)  # type: ignore[arg-type]
+
+
+def test_p09_postgres_gets_no_statement_timeout_for_an_infinite_limit() -> None:
+    """p09: the PostgreSQL engine sets no local statement_timeout for an infinite (or longer than
+    PostgreSQL accepts) time limit, instead of failing to convert it to milliseconds."""
+    assert pg_statement_timeout(None) is None
+    assert pg_statement_timeout(math.inf) is None
+    assert pg_statement_timeout(1e10) is None  # past PostgreSQL's 2**31 - 1 ms
+    assert pg_statement_timeout(0.5) == "500ms"
+    assert pg_statement_timeout(0.0001) == "1ms"
+
+
+def test_p09_evaluation_timeouts_inf_means_none_and_nan_is_refused() -> None:
+    """p09: the evaluation's timeout=inf (``--timeout inf``) means no timeout, NaN is refused, and an
+    infinite or NaN LLM timeout is an input error rather than a rescue that always fails."""
+    assert resolve_timeout(math.inf) is None
+    assert resolve_timeout(2) == 2.0
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        resolve_timeout(math.nan)
+    for llm_timeout in (math.inf, math.nan):
+        with pytest.raises(InputError, match="finite"):
+            options = RescueOptions(rescue="llm", llm_model="m", llm_timeout=llm_timeout)
+            resolve_rescue_policy(GuardPolicy(), candidates=[], options=options)
+
+
+def test_p09_cli_timeout_inf_runs_without_a_timeout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """p09: ``eval --timeout inf`` scores the predictions with no per-query timeout (the report says
+    none) and leaves the watchdog working."""
+    db_root, gold, pred = make_eval_inputs(tmp_path)
+    out = tmp_path / "report.json"
+    argv = ["eval", "--db-root", str(db_root), "--gold", str(gold), "--pred", str(pred), "--workers", "1"]
+    assert main([*argv, "--timeout", "inf", "--json", str(out)]) == 0
+    assert "timeout none" in capsys.readouterr().out
+    assert json.loads(out.read_text(encoding="utf-8"))["timeout_s"] is None
+    assert _watchdog_not_dead() and _seconds_until_interrupted(0.3) < 2.0

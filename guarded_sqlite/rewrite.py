@@ -19,6 +19,7 @@ Nothing here touches a database; the runtime checks that a rewrite changed only 
 from __future__ import annotations
 
 import logging
+import threading
 from functools import lru_cache
 from typing import NamedTuple, cast
 
@@ -334,14 +335,54 @@ def _first_line(error: Exception) -> str:
     return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
+class _QuietThreads(logging.Filter):
+    """Drops the records of threads inside ``quiet_sqlglot``; every other thread's records pass.
+
+    Filters run in the thread that logs, so a per-thread depth says whether the record comes from our
+    own parse. Nested and concurrent uses need no lock: each thread only touches its own counter.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    def depth(self) -> int:
+        depth: int = getattr(self._local, "depth", 0)
+        return depth
+
+    def enter(self) -> None:
+        self._local.depth = self.depth() + 1
+
+    def exit(self) -> None:
+        self._local.depth = self.depth() - 1
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.depth() == 0
+
+
+_QUIET = _QuietThreads()
+_INSTALLING = threading.Lock()
+
+
 class quiet_sqlglot:
-    """Silence sqlglot's logger while we parse: its fallback warnings are not the caller's concern."""
+    """Silence sqlglot's logger for the current thread while we parse: its fallback warnings are not
+    the caller's concern.
+
+    The application's own sqlglot logging, in this thread outside the block and in every other thread,
+    is left alone: nothing shared is flipped and restored (``Logger.disabled`` is process-wide, and two
+    threads restoring it out of order left it disabled for good). Instead one filter on the sqlglot
+    logger drops the records of threads inside the block.
+    """
 
     _logger = logging.getLogger("sqlglot")
 
     def __enter__(self) -> None:
-        self._previous = self._logger.disabled
-        self._logger.disabled = True
+        # Checked each time rather than once, so an application that reset the logger's filters gets
+        # the filter back; the lock keeps two threads from both adding it.
+        if _QUIET not in self._logger.filters:
+            with _INSTALLING:
+                self._logger.addFilter(_QUIET)  # a no-op if another thread just added it
+        _QUIET.enter()
 
     def __exit__(self, *exc_info: object) -> None:
-        self._logger.disabled = self._previous
+        _QUIET.exit()

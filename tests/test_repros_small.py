@@ -7,8 +7,10 @@ Each test replicates its repro's scenario in the suite, so the defect cannot com
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +25,9 @@ from guarded_sqlite.deadlines import _WATCHDOG, interrupt_after, wait_seconds
 from guarded_sqlite.engines import pg_statement_timeout
 from guarded_sqlite.evaluation.loaders import InputError
 from guarded_sqlite.evaluation.options import RescueOptions, resolve_rescue_policy, resolve_timeout
+from guarded_sqlite.rewrite import quiet_sqlglot
+
+from .helpers import EXPLODING_SQL, fill_fanout
 
 
 def make_eval_inputs(root: Path) -> tuple[Path, Path, Path]:
@@ -162,3 +167,116 @@ def test_p09_cli_timeout_inf_runs_without_a_timeout(tmp_path: Path, capsys: pyte
     assert "timeout none" in capsys.readouterr().out
     assert json.loads(out.read_text(encoding="utf-8"))["timeout_s"] is None
     assert _watchdog_not_dead() and _seconds_until_interrupted(0.3) < 2.0
+
+
+# --------------------------------------------------------------------------------------------------
+# p10: quiet_sqlglot must never leave the application's sqlglot logger disabled
+
+
+class _ListHandler(logging.Handler):
+    """Keeps the messages it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def sqlglot_messages() -> Iterator[list[str]]:
+    """The messages the 'sqlglot' logger passes to its handlers during the test."""
+    logger = logging.getLogger("sqlglot")
+    handler = _ListHandler()
+    logger.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_p10_two_threads_parsing_leave_the_sqlglot_logger_enabled(sqlglot_messages: list[str]) -> None:
+    """p10: two threads, each with its own guarded connection, patching new SQL texts (each one
+    parsed) with frequent thread switches, leave the sqlglot logger enabled and emitting."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # more thread switches: makes a race show quickly
+    failures: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            con = guarded_sqlite.connect(":memory:")
+            fill_fanout(con)
+            for i in range(300):
+                cursor = con.execute(f"{EXPLODING_SQL} WHERE {k} + {i} >= 0")
+                cursor.fetchall()
+                assert cursor.guard_report is not None and cursor.guard_report.action == "distinct_injected"
+            con.close()
+        except BaseException as error:  # reported by the main thread
+            failures.append(error)
+
+    try:
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures
+    logger = logging.getLogger("sqlglot")
+    assert not logger.disabled
+    logger.warning("the application's own sqlglot warning")
+    assert sqlglot_messages == ["the application's own sqlglot warning"]
+
+
+def test_p10_interleaved_exits_leave_the_logger_enabled(sqlglot_messages: list[str]) -> None:
+    """p10: the interleaving that used to lose the flag, forced: thread A enters, thread B enters, A
+    exits, B exits. Afterwards the sqlglot logger is enabled and emits."""
+    a_entered, b_entered, a_exited = threading.Event(), threading.Event(), threading.Event()
+
+    def a() -> None:
+        with quiet_sqlglot():
+            a_entered.set()
+            b_entered.wait(5)
+        a_exited.set()
+
+    def b() -> None:
+        a_entered.wait(5)
+        with quiet_sqlglot():
+            b_entered.set()
+            a_exited.wait(5)
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    logger = logging.getLogger("sqlglot")
+    assert not logger.disabled
+    logger.warning("after both threads")
+    assert sqlglot_messages == ["after both threads"]
+
+
+def test_p10_only_the_parsing_thread_is_silenced(sqlglot_messages: list[str]) -> None:
+    """p10: while one thread is inside quiet_sqlglot, its own sqlglot records are dropped but another
+    thread's sqlglot warning is still emitted; nesting in one thread is silent until the outer exit."""
+    inside, logged = threading.Event(), threading.Event()
+    logger = logging.getLogger("sqlglot")
+
+    def parser_thread() -> None:
+        with quiet_sqlglot():
+            with quiet_sqlglot():
+                logger.warning("from inside, nested")
+            logger.warning("from inside")
+            inside.set()
+            logged.wait(5)
+        logger.warning("from the parsing thread, afterwards")
+
+    thread = threading.Thread(target=parser_thread)
+    thread.start()
+    assert inside.wait(5)
+    logger.warning("from another thread meanwhile")
+    logged.set()
+    thread.join()
+    assert sqlglot_messages == ["from another thread meanwhile", "from the parsing thread, afterwards"]

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -23,7 +25,8 @@ from guarded_sqlite import GuardPolicy
 from guarded_sqlite.cli import main
 from guarded_sqlite.deadlines import _WATCHDOG, interrupt_after, wait_seconds
 from guarded_sqlite.engines import pg_statement_timeout
-from guarded_sqlite.evaluation.loaders import InputError
+from guarded_sqlite.evaluation import loaders, thresholds
+from guarded_sqlite.evaluation.loaders import InputError, output_file_problem
 from guarded_sqlite.evaluation.options import RescueOptions, resolve_rescue_policy, resolve_timeout
 from guarded_sqlite.rewrite import quiet_sqlglot
 
@@ -280,3 +283,135 @@ def test_p10_only_the_parsing_thread_is_silenced(sqlglot_messages: list[str]) ->
     logged.set()
     thread.join()
     assert sqlglot_messages == ["from another thread meanwhile", "from the parsing thread, afterwards"]
+
+
+# --------------------------------------------------------------------------------------------------
+# p14: the CLI reports unusable paths on one line with exit status 2, before the run
+
+
+def test_p14_cli_bad_paths_give_an_error_line_not_a_traceback(tmp_path: Path) -> None:
+    """p14: ``eval --gold DIR``, ``eval --json /missing/dir/out.json`` and ``demo --db
+    /missing/dir/shop.db``, run as the installed command, each print one
+    ``guarded-sqlite <cmd>: error: ...`` line and exit 2, without a traceback."""
+    db_root, gold, pred = make_eval_inputs(tmp_path)
+    inputs = ["--db-root", str(db_root), "--pred", str(pred), "--workers", "1"]
+    missing = tmp_path / "missing" / "dir"
+    cases = [
+        (["eval", *inputs, "--gold", str(db_root)], f"guarded-sqlite eval: error: {db_root}: is a directory"),
+        (
+            ["eval", *inputs, "--gold", str(gold), "--json", str(missing / "out.json")],
+            f"guarded-sqlite eval: error: --json {missing / 'out.json'}: folder {missing} does not exist",
+        ),
+        (
+            ["demo", "--db", str(missing / "shop.db")],
+            f"guarded-sqlite demo: error: --db {missing / 'shop.db'}: folder {missing} does not exist",
+        ),
+    ]
+    script = Path(sys.executable).with_name("guarded-sqlite")  # the installed command, as the repro runs it
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "guarded_sqlite"]
+    for argv, expected in cases:
+        done = subprocess.run([*command, *argv], capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in done.stderr
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(expected), done.stderr
+
+
+def _run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``(exit status, stderr)`` of ``guarded-sqlite argv`` run in this process."""
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture
+def no_run(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records (and refuses) any evaluation or sweep run, to show a check came before it."""
+    runs: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        runs.append("run")
+        raise AssertionError("the run started despite an unusable output path")
+
+    monkeypatch.setattr("guarded_sqlite.evaluation.evaluate", refuse)
+    monkeypatch.setattr(thresholds, "run", refuse)
+    return runs
+
+
+@pytest.mark.parametrize(("command", "option"), [("eval", "--json"), ("sweep", "--json"), ("sweep", "--plot")])
+def test_p14_output_paths_are_checked_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_run: list[str], command: str, option: str
+) -> None:
+    """p14: ``--json`` (eval, sweep) and ``--plot`` (sweep) into a missing folder, onto a directory, or
+    under a file used as a folder, stop with one error line and exit 2 before anything runs."""
+    db_root, gold, pred = make_eval_inputs(tmp_path)
+    argv = [command, "--db-root", str(db_root), "--gold", str(gold), "--pred", str(pred), "--workers", "1"]
+    bad = {
+        tmp_path / "nowhere" / "out": f"folder {tmp_path / 'nowhere'} does not exist",
+        tmp_path: "is a directory",
+        gold / "out": f"{gold} is not a directory",
+    }
+    for path, reason in bad.items():
+        code, err = _run_main([*argv, option, str(path)], capsys)
+        assert code == 2
+        assert err == f"guarded-sqlite {command}: error: {option} {path}: {reason}\n"
+    assert no_run == []
+
+
+def test_p14_unreadable_inputs_are_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """p14: a directory given as --pred or --candidates is an error line with exit 2, as --gold is."""
+    db_root, gold, pred = make_eval_inputs(tmp_path)
+    argv = ["eval", "--db-root", str(db_root), "--gold", str(gold), "--workers", "1"]
+    for extra in (["--pred", str(tmp_path)], ["--pred", str(pred), "--candidates", str(tmp_path)]):
+        code, err = _run_main([*argv, *extra], capsys)
+        assert (code, err) == (2, f"guarded-sqlite eval: error: {tmp_path}: is a directory, not a file\n")
+
+
+def test_p14_demo_refuses_a_directory_and_a_special_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """p14: ``demo --db DIR`` and ``demo --db FIFO`` (a special file such as /dev/null or a FIFO, which
+    the demo would delete to create its database) are refused with an error line and exit 2, and the
+    FIFO is still there afterwards."""
+    code, err = _run_main(["demo", "--db", str(tmp_path)], capsys)
+    assert (code, err) == (2, f"guarded-sqlite demo: error: --db {tmp_path}: is a directory\n")
+    if not hasattr(os, "mkfifo"):
+        return  # no FIFOs on this platform
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, err = _run_main(["demo", "--db", str(fifo)], capsys)
+    assert (code, err) == (2, f"guarded-sqlite demo: error: --db {fifo}: not a regular file\n")
+    assert fifo.exists() and not fifo.is_file()
+
+
+def test_p14_a_json_report_that_cannot_be_written_after_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """p14: when the --json file cannot be written after all (the folder went away during the run),
+    the report is printed, then one error line, exit 2."""
+    monkeypatch.setattr(loaders, "check_output_file", lambda path, option: None)  # as if checked before
+    db_root, gold, pred = make_eval_inputs(tmp_path)
+    out = tmp_path / "gone" / "out.json"
+    argv = ["eval", "--db-root", str(db_root), "--gold", str(gold), "--pred", str(pred), "--workers", "1"]
+    code = main([*argv, "--json", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "Set-EX" in captured.out
+    assert captured.err.startswith(f"guarded-sqlite eval: error: --json {out}: cannot be written (")
+    assert len(captured.err.splitlines()) == 1
+
+
+def test_p14_output_file_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """p14: output_file_problem accepts a new or existing file in a writable folder and names what is
+    wrong otherwise (folder missing or a file, the path a directory, no write permission)."""
+    existing = tmp_path / "report.json"
+    existing.write_text("{}", encoding="utf-8")
+    assert output_file_problem(tmp_path / "new.json") is None
+    assert output_file_problem(existing) is None
+    assert output_file_problem(tmp_path) == f"{tmp_path}: is a directory"
+    assert (
+        output_file_problem(tmp_path / "a" / "b.json")
+        == f"{tmp_path / 'a' / 'b.json'}: folder {tmp_path / 'a'} does not exist"
+    )
+    assert output_file_problem(existing / "x") == f"{existing / 'x'}: {existing} is not a directory"
+    # Permissions as a non-root user sees them (root may write anywhere).
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert output_file_problem(existing) == f"{existing}: not writable"
+    assert output_file_problem(tmp_path / "new.json") == f"{tmp_path / 'new.json'}: folder {tmp_path} is not writable"

@@ -28,7 +28,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]  # sqlglot re-exports them
 
-__all__ = ["Rewrite", "inject_distinct", "is_read_only_query", "remove_distinct"]
+__all__ = ["Rewrite", "inject_distinct", "is_read_only_query", "normalise_literals", "remove_distinct"]
 
 
 class Rewrite(NamedTuple):
@@ -165,6 +165,59 @@ def is_read_only_query(sql: str, dialect: str = "sqlite") -> bool:
     if not tokens or tokens[0].token_type not in _QUERY_STARTS:
         return False
     return not any(token.token_type in _WRITE_TOKENS for token in tokens)
+
+
+# Tokens that continue a parameter's name rather than start a literal: ?1 and $1 (and :1 in SQLite)
+# tokenize as a prefix followed by a NUMBER.
+_PARAMETER_PREFIXES = frozenset({TokenType.PLACEHOLDER, TokenType.PARAMETER, TokenType.COLON})
+
+
+def normalise_literals(sql: str, dialect: str = "sqlite") -> str:
+    """``sql`` with every literal replaced by ``?``, every other character as written: what may be
+    logged of a caller's SQL at INFO, since literals can be secrets (tokens, e-mail addresses).
+
+    Literals are the tokens sqlglot's parser reads as literal values in ``dialect``: strings (with any
+    prefix, such as ``X'..'``, ``N'..'``, ``E'..'``, and dollar-quoted ones), numbers, bit, byte and hex
+    strings. Parameters (``?``, ``?1``, ``:name``, ``$1``, ``%s``), identifiers (quoted ones too),
+    keywords, ``NULL``/``TRUE``/``FALSE`` and comments are kept. Text that does not tokenize gives
+    ``<SQL not shown: N characters>``, never the text itself. A number right after ``:`` is kept as a
+    parameter name, so a slice bound such as ``x[1:2]``'s 2 is not replaced.
+
+    >>> normalise_literals("SELECT name FROM t WHERE token = 'tok_9f8e' AND n > 10 AND id = ?")
+    'SELECT name FROM t WHERE token = ? AND n > ? AND id = ?'
+    >>> normalise_literals("SELECT 'unterminated")
+    '<SQL not shown: 20 characters>'
+    """
+    return _normalise_literals(sql, dialect)
+
+
+@lru_cache(maxsize=256)
+def _normalise_literals(sql: str, dialect: str) -> str:
+    try:
+        sqlglot_dialect = sqlglot.Dialect.get_or_raise(dialect)
+        tokens = sqlglot_dialect.tokenize(sql)
+    except Exception:  # a tokenizer error or an unknown dialect: nothing of the text, not even the error's excerpt
+        return f"<SQL not shown: {len(sql)} characters>"
+    parser = sqlglot_dialect.parser_class
+    literals = frozenset(parser.STRING_PARSERS) | frozenset(parser.NUMERIC_PARSERS)
+    pieces: list[str] = []
+    copied = 0  # sql[:copied] is already in pieces
+    previous: Token | None = None
+    for token in tokens:
+        kind = token.token_type
+        is_parameter_name = (
+            kind == TokenType.NUMBER
+            and previous is not None
+            and previous.token_type in _PARAMETER_PREFIXES
+            and previous.end + 1 == token.start
+        )
+        if kind in literals and not is_parameter_name:
+            pieces.append(sql[copied : token.start])
+            pieces.append("?")
+            copied = token.end + 1
+        previous = token
+    pieces.append(sql[copied:])
+    return "".join(pieces)
 
 
 MAX_PARSED_CHARS = 20_000

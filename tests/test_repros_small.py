@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite import GuardPolicy
+from guarded_sqlite import GuardPolicy, GuardReport
 from guarded_sqlite.cli import main
 from guarded_sqlite.deadlines import _WATCHDOG, interrupt_after, wait_seconds
 from guarded_sqlite.engines import pg_statement_timeout
@@ -415,3 +415,62 @@ def test_p14_output_file_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     assert output_file_problem(existing) == f"{existing}: not writable"
     assert output_file_problem(tmp_path / "new.json") == f"{tmp_path / 'new.json'}: folder {tmp_path} is not writable"
+
+
+# --------------------------------------------------------------------------------------------------
+# p15: a patch's INFO record shows the SQL without its literals; the full SQL is at DEBUG
+
+SECRET = "tok_live_9f8e7d6c5b4a"
+P15_SETUP = f"""
+CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, api_token TEXT);
+CREATE TABLE u (id INTEGER PRIMARY KEY, t_id INTEGER);
+INSERT INTO t VALUES (1, 'a', '{SECRET}'), (2, 'b', 'x');
+INSERT INTO u(t_id) VALUES (1), (1), (1), (1), (1);
+"""
+P15_SQL = f"SELECT t.name FROM t JOIN u ON u.t_id = t.id WHERE t.api_token = '{SECRET}'"
+
+
+def _patch_records(caplog: pytest.LogCaptureFixture, level: int) -> tuple[list[logging.LogRecord], GuardReport]:
+    """The guarded_sqlite records of one P1 patch of P15_SQL, captured at ``level``, and its report."""
+    con = guarded_sqlite.connect(":memory:")
+    con.executescript(P15_SETUP)
+    with caplog.at_level(level, logger="guarded_sqlite"):
+        cursor = con.execute(P15_SQL)
+        assert cursor.fetchall() == [("a",)]
+    report = cursor.guard_report
+    assert report is not None and report.action == "distinct_injected" and report.provenance is not None
+    con.close()
+    return [record for record in caplog.records if record.name == "guarded_sqlite"], report
+
+
+def test_p15_info_record_has_no_sql_literals(caplog: pytest.LogCaptureFixture) -> None:
+    """p15: with the application logging at INFO, a patch's record shows the SQL before and after
+    with the literal replaced by ``?`` (the secret in the WHERE clause is not logged), keeps the
+    provenance verdict and evidence, and carries the same fields as ``extra``."""
+    (record,), report = _patch_records(caplog, logging.INFO)
+    assert record.levelno == logging.INFO
+    message = record.getMessage()
+    assert SECRET not in message
+    before = "SELECT t.name FROM t JOIN u ON u.t_id = t.id WHERE t.api_token = ?"
+    after = "SELECT DISTINCT t.name FROM t JOIN u ON u.t_id = t.id WHERE t.api_token = ?"
+    assert message == (
+        f"guarded_sqlite distinct_injected: {before} -> {after} "
+        f"(provenance {report.provenance}: {report.provenance_evidence})"
+    )
+    assert record.__dict__["guarded_sqlite"] == {
+        "action": "distinct_injected",
+        "sql_normalised": before,
+        "final_sql_normalised": after,
+        "provenance": report.provenance,
+        "provenance_evidence": report.provenance_evidence,
+    }
+
+
+def test_p15_full_sql_is_at_debug_only(caplog: pytest.LogCaptureFixture) -> None:
+    """p15: the full SQL, before and after, is in a separate DEBUG record."""
+    (info, debug), _ = _patch_records(caplog, logging.DEBUG)
+    assert info.levelno == logging.INFO and SECRET not in info.getMessage()
+    assert debug.levelno == logging.DEBUG
+    assert debug.getMessage() == (
+        f"guarded_sqlite distinct_injected, full SQL: {P15_SQL} -> {P15_SQL.replace('SELECT', 'SELECT DISTINCT', 1)}"
+    )

@@ -4,8 +4,10 @@
 (made on first use, reused while the files are unchanged) with every query transpiled from SQLite.
 
 Exit status: 0 on success, 2 for unusable inputs (missing files, a prediction count or db_id that does
-not match the gold, bad options, an engine that cannot be reached or copied into), 1 when ``--plot``
-is asked for without matplotlib installed.
+not match the gold, bad options, an engine that cannot be reached or copied into, an output path
+(``--json``, ``--plot``, ``demo --db``) whose folder is missing or not writable, or that is a
+directory), reported on one line ``guarded-sqlite <command>: error: ...``; 1 when ``--plot`` is asked
+for without matplotlib installed. Output paths are checked before the run starts.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
         type=_positive_float,
         default=5.0,
         metavar="SECONDS",
-        help="per-query timeout, enforced by the engine (default: 5)",
+        help="per-query timeout, enforced by the engine (default: 5; inf: no timeout)",
     )
     command.add_argument(
         "--workers",
@@ -230,6 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import run
 
         if args.db is not None:
+            problem = _demo_db_problem(args.db)
+            if problem is not None:
+                _print_error(args.command, f"--db {problem}")
+                return 2
             return run(args.db)
         with tempfile.TemporaryDirectory() as folder:
             return run(Path(folder) / "shop.db")
@@ -239,10 +245,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2  # pragma: no cover
 
 
+def _print_error(command: str, message: str) -> None:
+    """Report an error on one line of stderr, in argparse's words (without its usage lines)."""
+    print(f"guarded-sqlite {command}: error: {message}", file=sys.stderr)
+
+
+def _demo_db_problem(path: Path) -> str | None:
+    """Why the demo cannot create its database at ``path``, or None. The demo replaces an existing
+    file there, so anything but a regular file (a device such as /dev/null, a FIFO) is refused too."""
+    from .evaluation.loaders import output_file_problem
+
+    problem = output_file_problem(path)
+    if problem is None and path.exists() and not path.is_file():
+        problem = f"{path}: not a regular file"
+    return problem
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
     from .evaluation.compare import PresetComparison, compare
-    from .evaluation.loaders import InputError
+    from .evaluation.loaders import InputError, check_output_file
     from .evaluation.options import RescueOptions
     from .evaluation.render import format_comparison, format_eval, format_sweep
     from .evaluation.report import EvalReport
@@ -256,7 +278,13 @@ def _evaluate(args: argparse.Namespace) -> int:
         "cache_dir": args.cache_dir,
         "pg_schema_prefix": args.pg_schema_prefix,
     }
+    to_stdout = args.json is not None and str(args.json) == "-"
     try:
+        # Before the run, which a bad output path would otherwise waste.
+        if args.json is not None and not to_stdout:
+            check_output_file(args.json, "--json")
+        if args.command == "sweep" and args.plot is not None:
+            check_output_file(args.plot, "--plot")
         if args.command == "eval":
             options = {
                 "timeout": args.timeout,
@@ -296,17 +324,21 @@ def _evaluate(args: argparse.Namespace) -> int:
             )
             text = format_eval(report.evaluation) + "\n\n" + format_sweep(report)
     except InputError as error:
-        print(f"guarded-sqlite {args.command}: error: {error}", file=sys.stderr)
+        _print_error(args.command, str(error))
         return 2
     except PlotUnavailable as error:
-        print(f"guarded-sqlite {args.command}: error: {error}", file=sys.stderr)
+        _print_error(args.command, str(error))
         return 1
-    if args.json is not None and str(args.json) == "-":
+    if to_stdout:
         print(report.to_json())
         return 0
     print(text)
     if args.json is not None:
-        args.json.write_text(report.to_json() + "\n", encoding="utf-8")
+        try:
+            args.json.write_text(report.to_json() + "\n", encoding="utf-8")
+        except OSError as error:  # checked before the run, but the folder can change meanwhile
+            _print_error(args.command, f"--json {args.json}: cannot be written ({error.strerror or error})")
+            return 2
         print(f"\nJSON report written to {args.json}")
     return 0
 

@@ -10,6 +10,10 @@ connection's ``interrupt`` once the deadline passes.
 Scheduling costs a heap push and, only when the new deadline is the earliest, one notify; a
 ``threading.Timer`` per statement would start a thread each time. ``Deadline.cancel()`` is final:
 once it returns, the watchdog can no longer call that deadline's ``interrupt``.
+
+An infinite time limit means no limit: ``interrupt_after(float("inf"), ...)`` registers nothing. The
+thread serves every connection in the process, so no deadline may stop it: a wait longer than the
+platform's timeouts allow is cut into shorter ones, and a NaN deadline is refused when scheduled.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import math
 import os
 import signal
 import threading
@@ -25,6 +30,11 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 
 __all__ = ["Deadline", "defer_keyboard_interrupt", "interrupt_after"]
+
+_LONGEST_WAIT = 3600.0
+"""Most seconds the watchdog sleeps at once. ``Condition.wait`` raises OverflowError for timeouts past
+the platform's limit (about 292 years, less on some systems), which would end the thread; waking once an
+hour to find that a far deadline is still not due costs nothing."""
 
 
 class Deadline:
@@ -62,14 +72,24 @@ class _Watchdog:
         self._thread: threading.Thread | None = None
 
     def schedule(self, seconds: float, interrupt: Callable[[], None]) -> Deadline:
+        if math.isnan(seconds):
+            raise ValueError("a deadline needs a number of seconds, not nan")
         at = time.monotonic() + seconds
         deadline = Deadline(at, interrupt)
         with self.condition:
-            heapq.heappush(self._heap, (at, next(self._sequence), deadline))
-            if self._thread is None:
+            # The thread starts on the first use whatever the deadline, so whether it runs never
+            # depends on which kind of limit came first.
+            started = self._thread is None
+            if started:
                 self._thread = threading.Thread(target=self._watch, name="guarded-sqlite-deadlines", daemon=True)
                 self._thread.start()
-            elif self._wake_at is None or at < self._wake_at:
+            if at == math.inf:
+                # No limit: nothing to schedule (an infinite wait would end the thread). A deadline
+                # that is no longer pending behaves like one that never fires.
+                deadline._pending = False
+                return deadline
+            heapq.heappush(self._heap, (at, next(self._sequence), deadline))
+            if not started and (self._wake_at is None or at < self._wake_at):
                 self.condition.notify()
         return deadline
 
@@ -88,7 +108,7 @@ class _Watchdog:
                         except Exception:  # a closed connection cannot be interrupted; nothing to stop
                             pass
                 self._wake_at = heap[0][0] if heap else None
-                self.condition.wait(None if self._wake_at is None else self._wake_at - now)
+                self.condition.wait(None if self._wake_at is None else wait_seconds(self._wake_at - now))
 
     def reset_after_fork(self) -> None:
         # The thread does not survive fork(); the child starts its own on first use.
@@ -103,9 +123,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_WATCHDOG.reset_after_fork)
 
 
+def wait_seconds(remaining: float) -> float:
+    """How long the watchdog may sleep before a deadline ``remaining`` seconds away: at most
+    ``_LONGEST_WAIT``, so the wait never overflows; it wakes, finds nothing due and sleeps again."""
+    return min(remaining, _LONGEST_WAIT)
+
+
 def interrupt_after(seconds: float, interrupt: Callable[[], None]) -> Deadline:
     """Call ``interrupt()`` (e.g. ``connection.interrupt``) once ``seconds`` have passed, unless the
-    returned deadline is cancelled first. Use it as a context manager around the statement."""
+    returned deadline is cancelled first. Use it as a context manager around the statement.
+
+    ``float("inf")`` means no limit: the deadline is returned without being scheduled and never fires.
+    NaN raises ValueError."""
     return _WATCHDOG.schedule(seconds, interrupt)
 
 

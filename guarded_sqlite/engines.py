@@ -260,10 +260,9 @@ class PostgresEngine(Engine):
             # settings below and anything the query did are rolled back, and the state is as before.
             with conn.transaction(force_rollback=True):
                 cursor.execute("SET LOCAL transaction_read_only = on")
-                if time_limit is not None:
-                    cursor.execute(
-                        "SELECT set_config('statement_timeout', %s, true)", (f"{max(1, int(time_limit * 1000))}ms",)
-                    )
+                timeout = pg_statement_timeout(time_limit)
+                if timeout is not None:
+                    cursor.execute("SELECT set_config('statement_timeout', %s, true)", (timeout,))
                 execute_with(cursor, sql, parameters)
                 rows = _fetch_described(cursor, max_rows + 1, description)
         finally:
@@ -354,6 +353,19 @@ class DuckDBEngine(Engine):
                 cursor.execute("ROLLBACK")
             finally:
                 cursor.close()
+
+
+_PG_LONGEST_TIMEOUT_MS = 2**31 - 1
+"""PostgreSQL's largest ``statement_timeout`` (an int of milliseconds, about 24.8 days)."""
+
+
+def pg_statement_timeout(time_limit: float | None) -> str | None:
+    """The local ``statement_timeout`` setting for a time limit in seconds, or None to set none: no
+    limit (None or ``float("inf")``), or one longer than PostgreSQL accepts, which is no limit in
+    practice and would otherwise fail the statement with an out-of-range error."""
+    if time_limit is None or time_limit * 1000 >= _PG_LONGEST_TIMEOUT_MS:
+        return None
+    return f"{max(1, int(time_limit * 1000))}ms"
 
 
 def _fetch_described(cursor: Any, count: int, description: list[Any] | None) -> list[Any]:

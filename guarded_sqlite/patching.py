@@ -19,6 +19,10 @@ verdict the rows contradict (``identified`` without a fan-out, yet rows repeat) 
 DISTINCT that may hide a join's multiplication, that merges ``value_repeats`` or that the keys prove a
 no-op (``identified``), so it acts only where the analysis cannot tell (``unknown``), and then only if
 the re-execution passes its checks on the data.
+
+A patch is logged to the ``guarded_sqlite`` logger: at INFO with the SQL's literals replaced by ``?``
+(``rewrite.normalise_literals``; they can be secrets) and the fields as ``record.guarded_sqlite``, and
+with the full SQL at DEBUG.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from .policy import GuardPolicy, removal_applies, removal_row_limit
 from .probe import CARTESIAN_EXPLOSION, classify, count_unique, distinct_in_order, dup_ratio, row_set
 from .report import Action, RuleDecision
 from .rescue import PREVIEW_ROWS, CandidatePreview, RescueReport, RescueRequest, rescuer_name, run_rescuer
-from .rewrite import inject_distinct, is_read_only_query, remove_distinct
+from .rewrite import inject_distinct, is_read_only_query, normalise_literals, remove_distinct
 
 if TYPE_CHECKING:
     from .provenance import Provenance
@@ -145,17 +149,7 @@ def repair(
     elapsed = time.perf_counter_ns() - started
     provenance = why.last
     if action != "none":
-        if provenance is None:
-            logger.info("guarded_sqlite %s: %s -> %s", action, sql, patched_sql)
-        else:
-            logger.info(
-                "guarded_sqlite %s: %s -> %s (provenance %s: %s)",
-                action,
-                sql,
-                patched_sql,
-                provenance.verdict,
-                provenance.evidence,
-            )
+        _log_patch(action, sql, patched_sql, provenance, dialect)
     return PatchOutcome(
         patched_sql,
         patched_rows if patched_rows is not None else [],
@@ -422,6 +416,26 @@ def _run(rerun: Rerun, sql: str, max_rows: int) -> tuple[list[Any] | None, str]:
 
 def _same_set(left: Sequence[Any], right: Sequence[Any]) -> bool:
     return row_set(left) == row_set(right)
+
+
+def _log_patch(action: Action, sql: str, final_sql: str, provenance: Provenance | None, dialect: str) -> None:
+    """One INFO record per patch, with the SQL's literals replaced by ``?`` (they can be secrets, and
+    an application's INFO log is no place for them), and the full SQL in a DEBUG record."""
+    if logger.isEnabledFor(logging.INFO):  # normalising costs a tokenize: only for a record that is kept
+        fields = {
+            "action": action,
+            "sql_normalised": normalise_literals(sql, dialect),
+            "final_sql_normalised": normalise_literals(final_sql, dialect),
+            "provenance": None if provenance is None else provenance.verdict,
+            "provenance_evidence": None if provenance is None else provenance.evidence,
+        }
+        message = "guarded_sqlite %s: %s -> %s"
+        arguments: tuple[Any, ...] = (action, fields["sql_normalised"], fields["final_sql_normalised"])
+        if provenance is not None:
+            message += " (provenance %s: %s)"
+            arguments += (provenance.verdict, provenance.evidence)
+        logger.info(message, *arguments, extra={"guarded_sqlite": fields})
+    logger.debug("guarded_sqlite %s, full SQL: %s -> %s", action, sql, final_sql)
 
 
 def _rescue(

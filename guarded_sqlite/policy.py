@@ -78,7 +78,8 @@ class GuardPolicy:
 
     rerun_timeout: float = 5.0
     """Seconds any re-execution by the guard (a patch's rerun, each rescue candidate) may run before
-    the engine interrupts it; an interrupted patch keeps the original rows."""
+    the engine interrupts it; an interrupted patch keeps the original rows. ``float("inf")``: no limit
+    (no deadline is set at all)."""
 
     max_rescues: int | None = None
     """Most rescues per connection; None for no cap. Once reached, rescues stop and reports say so."""
@@ -137,8 +138,12 @@ class GuardPolicy:
             raise TypeError(
                 f"rescue must be callable (a RescueRequest -> index or None), not {type(self.rescue).__name__}"
             )
-        if not self.rerun_timeout > 0:
-            raise ValueError(f"rerun_timeout must be positive, not {self.rerun_timeout!r}")
+        timeout = self.rerun_timeout
+        # NaN fails "> 0" too; an infinite timeout is allowed and means no limit.
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(
+                f"rerun_timeout must be a positive number of seconds (float('inf') for no limit), not {timeout!r}"
+            )
         if self.max_rescues is not None and self.max_rescues < 0:
             raise ValueError(f"max_rescues must be >= 0 or None, not {self.max_rescues!r}")
         if self.max_rescue_cost is not None and self.max_rescue_cost < 0:

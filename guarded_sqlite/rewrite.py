@@ -19,6 +19,7 @@ Nothing here touches a database; the runtime checks that a rewrite changed only 
 from __future__ import annotations
 
 import logging
+import threading
 from functools import lru_cache
 from typing import NamedTuple, cast
 
@@ -27,7 +28,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]  # sqlglot re-exports them
 
-__all__ = ["Rewrite", "inject_distinct", "is_read_only_query", "remove_distinct"]
+__all__ = ["Rewrite", "inject_distinct", "is_read_only_query", "normalise_literals", "remove_distinct"]
 
 
 class Rewrite(NamedTuple):
@@ -164,6 +165,59 @@ def is_read_only_query(sql: str, dialect: str = "sqlite") -> bool:
     if not tokens or tokens[0].token_type not in _QUERY_STARTS:
         return False
     return not any(token.token_type in _WRITE_TOKENS for token in tokens)
+
+
+# Tokens that continue a parameter's name rather than start a literal: ?1 and $1 (and :1 in SQLite)
+# tokenize as a prefix followed by a NUMBER.
+_PARAMETER_PREFIXES = frozenset({TokenType.PLACEHOLDER, TokenType.PARAMETER, TokenType.COLON})
+
+
+def normalise_literals(sql: str, dialect: str = "sqlite") -> str:
+    """``sql`` with every literal replaced by ``?``, every other character as written: what may be
+    logged of a caller's SQL at INFO, since literals can be secrets (tokens, e-mail addresses).
+
+    Literals are the tokens sqlglot's parser reads as literal values in ``dialect``: strings (with any
+    prefix, such as ``X'..'``, ``N'..'``, ``E'..'``, and dollar-quoted ones), numbers, bit, byte and hex
+    strings. Parameters (``?``, ``?1``, ``:name``, ``$1``, ``%s``), identifiers (quoted ones too),
+    keywords, ``NULL``/``TRUE``/``FALSE`` and comments are kept. Text that does not tokenize gives
+    ``<SQL not shown: N characters>``, never the text itself. A number right after ``:`` is kept as a
+    parameter name, so a slice bound such as ``x[1:2]``'s 2 is not replaced.
+
+    >>> normalise_literals("SELECT name FROM t WHERE token = 'tok_9f8e' AND n > 10 AND id = ?")
+    'SELECT name FROM t WHERE token = ? AND n > ? AND id = ?'
+    >>> normalise_literals("SELECT 'unterminated")
+    '<SQL not shown: 20 characters>'
+    """
+    return _normalise_literals(sql, dialect)
+
+
+@lru_cache(maxsize=256)
+def _normalise_literals(sql: str, dialect: str) -> str:
+    try:
+        sqlglot_dialect = sqlglot.Dialect.get_or_raise(dialect)
+        tokens = sqlglot_dialect.tokenize(sql)
+    except Exception:  # a tokenizer error or an unknown dialect: nothing of the text, not even the error's excerpt
+        return f"<SQL not shown: {len(sql)} characters>"
+    parser = sqlglot_dialect.parser_class
+    literals = frozenset(parser.STRING_PARSERS) | frozenset(parser.NUMERIC_PARSERS)
+    pieces: list[str] = []
+    copied = 0  # sql[:copied] is already in pieces
+    previous: Token | None = None
+    for token in tokens:
+        kind = token.token_type
+        is_parameter_name = (
+            kind == TokenType.NUMBER
+            and previous is not None
+            and previous.token_type in _PARAMETER_PREFIXES
+            and previous.end + 1 == token.start
+        )
+        if kind in literals and not is_parameter_name:
+            pieces.append(sql[copied : token.start])
+            pieces.append("?")
+            copied = token.end + 1
+        previous = token
+    pieces.append(sql[copied:])
+    return "".join(pieces)
 
 
 MAX_PARSED_CHARS = 20_000
@@ -334,14 +388,54 @@ def _first_line(error: Exception) -> str:
     return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
+class _QuietThreads(logging.Filter):
+    """Drops the records of threads inside ``quiet_sqlglot``; every other thread's records pass.
+
+    Filters run in the thread that logs, so a per-thread depth says whether the record comes from our
+    own parse. Nested and concurrent uses need no lock: each thread only touches its own counter.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    def depth(self) -> int:
+        depth: int = getattr(self._local, "depth", 0)
+        return depth
+
+    def enter(self) -> None:
+        self._local.depth = self.depth() + 1
+
+    def exit(self) -> None:
+        self._local.depth = self.depth() - 1
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.depth() == 0
+
+
+_QUIET = _QuietThreads()
+_INSTALLING = threading.Lock()
+
+
 class quiet_sqlglot:
-    """Silence sqlglot's logger while we parse: its fallback warnings are not the caller's concern."""
+    """Silence sqlglot's logger for the current thread while we parse: its fallback warnings are not
+    the caller's concern.
+
+    The application's own sqlglot logging, in this thread outside the block and in every other thread,
+    is left alone: nothing shared is flipped and restored (``Logger.disabled`` is process-wide, and two
+    threads restoring it out of order left it disabled for good). Instead one filter on the sqlglot
+    logger drops the records of threads inside the block.
+    """
 
     _logger = logging.getLogger("sqlglot")
 
     def __enter__(self) -> None:
-        self._previous = self._logger.disabled
-        self._logger.disabled = True
+        # Checked each time rather than once, so an application that reset the logger's filters gets
+        # the filter back; the lock keeps two threads from both adding it.
+        if _QUIET not in self._logger.filters:
+            with _INSTALLING:
+                self._logger.addFilter(_QUIET)  # a no-op if another thread just added it
+        _QUIET.enter()
 
     def __exit__(self, *exc_info: object) -> None:
-        self._logger.disabled = self._previous
+        _QUIET.exit()

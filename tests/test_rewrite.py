@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import pytest
 
-from guarded_sqlite.rewrite import inject_distinct, remove_distinct
+from guarded_sqlite.rewrite import inject_distinct, normalise_literals, remove_distinct
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -55,6 +55,7 @@ def _ids(cases: list[Case]) -> list[str]:
 
 INJECT = load_cases("inject_distinct.sql")
 REMOVE = load_cases("remove_distinct.sql")
+NORMALISE = load_cases("normalise_literals.sql")
 
 
 def test_fixture_files_hold_both_kinds_of_case() -> None:
@@ -112,3 +113,57 @@ def test_select_into_and_row_locks_are_refused() -> None:
 def test_keyword_case_follows_the_callers_select() -> None:
     assert inject_distinct("select a from t join u on 1").sql == "select distinct a from t join u on 1"
     assert inject_distinct("Select a from t join u on 1").sql == "Select DISTINCT a from t join u on 1"
+
+
+# --------------------------------------------------------------------------------------------------
+# normalise_literals: what a patch's INFO log record shows of the SQL (p15)
+
+
+@pytest.mark.parametrize("case", NORMALISE, ids=_ids(NORMALISE))
+def test_normalise_literals(case: Case) -> None:
+    """p15: each fixture's literals become ``?``; parameters, names, comments and layout stay."""
+    assert normalise_literals(case.sql) == case.expected
+
+
+def test_normalise_literals_fixtures_hold_no_ops_and_fallbacks() -> None:
+    """p15: the fixture file covers unchanged texts and the fallback for text that does not tokenize."""
+    assert any(case.sql == case.expected for case in NORMALISE)
+    assert any((case.expected or "").startswith("<SQL not shown: ") for case in NORMALISE)
+
+
+OTHER_DIALECTS = [
+    # Prefixed, dollar-quoted, bit and unicode strings; $1 stays.
+    (
+        "postgres",
+        "SELECT a FROM t WHERE s = E'it\\'s' OR d = $$x$$ OR b = B'101' OR u = U&'d' OR n = N'nat' OR p = $1",
+        "SELECT a FROM t WHERE s = ? OR d = ? OR b = ? OR u = ? OR n = ? OR p = $1",
+    ),
+    # psycopg's %s and %(name)s parameters stay; a cast keeps its type.
+    (
+        "postgres",
+        "SELECT a FROM t WHERE x = %s AND y = %(name)s AND day = '2020-01-01'::date",
+        "SELECT a FROM t WHERE x = %s AND y = %(name)s AND day = ?::date",
+    ),
+    # In MySQL double quotes make a string, not a name; a charset introducer stays.
+    (
+        "mysql",
+        "SELECT a FROM t WHERE s = \"secret\" AND b = b'01' AND c = _utf8mb4'abc'",
+        "SELECT a FROM t WHERE s = ? AND b = ? AND c = _utf8mb4?",
+    ),
+    (
+        "duckdb",
+        "SELECT a FROM t WHERE x = ? AND y = $1 AND n = 1_000 AND s = 'x'",
+        "SELECT a FROM t WHERE x = ? AND y = $1 AND n = ? AND s = ?",
+    ),
+]
+
+
+@pytest.mark.parametrize(("dialect", "sql", "expected"), OTHER_DIALECTS)
+def test_normalise_literals_in_other_dialects(dialect: str, sql: str, expected: str) -> None:
+    """p15: literals are what the dialect's own tokenizer calls literals."""
+    assert normalise_literals(sql, dialect) == expected
+
+
+def test_normalise_literals_never_shows_text_it_cannot_read() -> None:
+    """p15: an unknown dialect falls back like a tokenizer error, without the text or an excerpt of it."""
+    assert normalise_literals("SELECT 'secret'", "no such dialect") == "<SQL not shown: 15 characters>"

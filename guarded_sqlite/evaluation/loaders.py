@@ -107,8 +107,39 @@ def _read_text(path: PathLike) -> str:
         return Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except OSError as error:  # permission denied, a FIFO that fails, ...: still the input's problem
+        raise InputError(f"{path}: cannot be read ({error.strerror or type(error).__name__})") from None
     except UnicodeDecodeError as error:
         raise InputError(f"{path}: not UTF-8 text ({error})") from None
+
+
+def output_file_problem(path: PathLike) -> str | None:
+    """Why a file could not be written at ``path``, or None when it can be, as far as can be told
+    without writing: it must not be a directory, and its folder must exist and be writable (as must
+    the file, if it exists). Checked before a run, so a long evaluation is not lost to a typo."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        return f"{path}: is a directory"
+    if not folder.exists():
+        return f"{path}: folder {folder} does not exist"
+    if not folder.is_dir():
+        return f"{path}: {folder} is not a directory"
+    if target.exists():
+        if not os.access(target, os.W_OK):
+            return f"{path}: not writable"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        return f"{path}: folder {folder} is not writable"
+    return None
+
+
+def check_output_file(path: PathLike, option: str) -> None:
+    """Raise ``InputError`` naming ``option`` (e.g. ``--json``) when ``path`` cannot be written."""
+    problem = output_file_problem(path)
+    if problem is not None:
+        raise InputError(f"{option} {problem}")
 
 
 def _looks_like_json(text: str) -> bool:

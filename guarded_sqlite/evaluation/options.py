@@ -9,6 +9,7 @@ evaluation uses.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -198,8 +199,9 @@ def _named_rescuer(name: str, options: RescueOptions) -> Any:
     if not options.llm_model:
         raise InputError("--rescue llm needs --llm-model (llm_model=), e.g. 'openai/gpt-4o-mini'")
     timeout = options.llm_timeout
-    if timeout is not None and not timeout > 0:
-        raise InputError(f"llm timeout must be positive, not {timeout!r}")
+    # The call is abandoned after the timeout on a thread join, which cannot wait forever (nor for NaN).
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise InputError(f"llm timeout must be a positive, finite number of seconds, not {timeout!r}")
     from ..rescue import LLMRescue
 
     key = options.llm_api_key if options.llm_api_key is not None else os.environ.get("OPENAI_API_KEY")
@@ -221,9 +223,11 @@ def resolve_workers(workers: int | None) -> int:
 
 
 def resolve_timeout(timeout: float | None) -> float | None:
-    """A positive number of seconds, or None for no timeout."""
+    """A positive number of seconds, or None for no timeout (``float("inf")`` is also no timeout: the
+    engines could not set an infinite deadline)."""
     if timeout is None:
         return None
+    # NaN fails "> 0" as well.
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
-    return float(timeout)
+    return None if math.isinf(timeout) else float(timeout)

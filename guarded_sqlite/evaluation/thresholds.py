@@ -23,7 +23,7 @@ from typing import Any
 
 from ..policy import DEFAULT_POLICY, GuardSpec
 from . import metrics
-from .loaders import InputError, PathLike
+from .loaders import InputError, PathLike, check_output_file
 from .options import SweepGrid, resolve_engine, resolve_sweep_policy
 from .records import SweepOutcome
 from .replay import AMPLIFIED_RULE
@@ -150,6 +150,7 @@ def sweep(
     spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)
     if plot is not None:
         require_matplotlib()
+        check_output_file(plot, "plot=")  # before the run, which a bad path would waste
     evaluation, results = run(db_root, gold, pred, base, timeout, workers, exclude_db, progress, grid, engine=spec)
     outcomes = [o for result in results for o in result.outcomes]
     by_rule: dict[str, list[SweepOutcome]] = defaultdict(list)

@@ -49,7 +49,6 @@ __all__ = [
     "sqlite_has_table",
     "sqlite_index_list",
     "sqlite_rows_by_rowid",
-    "sqlite_schema_version",
     "sqlite_schemas",
     "sqlite_table_facts",
     "sqlite_temp_names",
@@ -405,42 +404,6 @@ def read_sqlite_schema(con: Any) -> SchemaFacts:
         return SchemaFacts()
     finally:
         _close(cur)
-
-
-def sqlite_schema_version(
-    con: Any, names: Iterable[str] | None = None, cursor: sqlite3.Cursor | None = None
-) -> tuple[tuple[str, int], ...]:
-    """``PRAGMA schema_version`` of every schema (temp included).
-
-    A change detector only, never a cache key: SQLite gives the same number to different schemas (a
-    rolled-back DDL, another file attached under the same name, ``deserialize()``). ``names``: the
-    schemas to ask (default: all, from ``PRAGMA database_list``); ``cursor``: a plain cursor to reuse.
-    A schema detached since, or a closed connection, answers ``()``.
-    """
-    own = cursor is None
-    try:
-        cur = plain_cursor(con) if cursor is None else cursor
-    except (TypeError, sqlite3.Error):
-        return ()
-    try:
-        if names is None:
-            try:
-                names = sqlite_schemas(cur)
-            except CatalogUnreadable:
-                return ()
-        out: list[tuple[str, int]] = []
-        for schema in names:
-            try:
-                # fetchall, not fetchone: the statement must finish, or it keeps the database busy
-                # (a backup into this connection would fail with "destination database is in use").
-                row = cur.execute(f"PRAGMA {_quote(schema)}.schema_version").fetchall()
-            except sqlite3.Error:  # detached since, or the connection closed
-                return ()
-            out.append((fold(schema), int(row[0][0]) if row else -1))
-        return tuple(out)
-    finally:
-        if own:
-            _close(cur)
 
 
 # ---------------------------------------------------------------------------------------------- DuckDB

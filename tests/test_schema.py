@@ -10,13 +10,20 @@ import pytest
 import guarded_sqlite
 from guarded_sqlite.provenance import analyse
 from guarded_sqlite.schema import (
+    CatalogUnreadable,
     ForeignKey,
     SchemaFacts,
     TableFacts,
+    plain_cursor,
     read_duckdb_schema,
     read_postgres_schema,
     read_sqlite_schema,
-    sqlite_schema_version,
+    sqlite_declarations,
+    sqlite_has_table,
+    sqlite_index_list,
+    sqlite_rows_by_rowid,
+    sqlite_schemas,
+    sqlite_temp_names,
 )
 
 DDL = """
@@ -131,7 +138,6 @@ def test_sqlite_reader_ignores_row_factory_text_factory_and_proxies(con: sqlite3
     assert read_sqlite_schema(con) == expected
     guarded = guarded_sqlite.wrap(con)
     assert read_sqlite_schema(guarded) == expected
-    assert sqlite_schema_version(guarded) == sqlite_schema_version(con)
 
 
 def test_sqlite_reader_never_raises() -> None:
@@ -139,34 +145,40 @@ def test_sqlite_reader_never_raises() -> None:
     closed = sqlite3.connect(":memory:")
     closed.close()
     assert read_sqlite_schema(closed) == SchemaFacts()
-    assert sqlite_schema_version(closed) == ()
 
 
-def test_sqlite_schema_version_changes_on_ddl(con: sqlite3.Connection) -> None:
-    before = sqlite_schema_version(con)
-    assert [name for name, _ in before] == ["temp", "main"]
-    con.execute("CREATE TABLE later (x INTEGER)")
-    after = sqlite_schema_version(con)
-    assert after != before
+def test_sqlite_lookups_the_schema_view_uses(con: sqlite3.Connection) -> None:
+    """The catalog reads behind ``guarded_sqlite.catalog``: schemas in resolution order, a table's
+    declarations (its own row and its indexes'), the same rows by rowid, index lists, TEMP names."""
     con.execute("ATTACH DATABASE ':memory:' AS aux2")
-    assert [name for name, _ in sqlite_schema_version(con)] == ["temp", "main", "aux2"]
-    con.execute("CREATE TEMP TABLE t (x)")
-    assert sqlite_schema_version(con)[0] != after[0]
+    con.execute("CREATE TEMP TABLE scratch (x)")
+    cur = plain_cursor(con)
+    assert sqlite_schemas(cur) == ("temp", "main", "aux2")
+    rows = sqlite_declarations(cur, "main", "UNIQUES")  # names match as SQLite's: ASCII case folded
+    assert rows[0][1:4] == ("table", "uniques", "uniques") and {r[1] for r in rows[1:]} == {"index"}
+    assert sqlite_rows_by_rowid(cur, "main", [r[0] for r in rows]) == rows
+    assert {i[0] for i in sqlite_index_list(cur, "main", "uniques")} == {r[2] for r in rows[1:]}
+    assert sqlite_temp_names(cur) == {"scratch"}
+    assert sqlite_has_table(cur, "main", "plain") and not sqlite_has_table(cur, "aux2", "plain")
+    con.execute("DROP INDEX uniques_name")  # its row is gone: a lookup by rowid tells
+    assert sqlite_rows_by_rowid(cur, "main", [r[0] for r in rows]) != rows
 
 
-def test_sqlite_schema_version_from_known_names(con: sqlite3.Connection) -> None:
-    """Given the names of an earlier answer it skips PRAGMA database_list; a schema detached since gives a
-    token that matches nothing; a caller's cursor is reused and left open."""
-    con.execute("ATTACH DATABASE ':memory:' AS aux3")
-    full = sqlite_schema_version(con)
-    names = [name for name, _ in full]
-    cursor = sqlite3.Cursor(con)
-    assert sqlite_schema_version(con, names, cursor) == full
-    con.execute("CREATE TABLE aux3.fresh (x)")
-    assert sqlite_schema_version(con, names, cursor) != full
-    con.execute("DETACH DATABASE aux3")
-    assert sqlite_schema_version(con, names, cursor) == ()
-    assert cursor.execute("SELECT 1").fetchall() == [(1,)]
+def test_sqlite_lookups_raise_rather_than_answer_nothing() -> None:
+    """A read that fails, or a PRAGMA an authorizer silenced, is ``CatalogUnreadable``, never "no rows"."""
+    con = sqlite3.connect(":memory:")
+    con.executescript(DDL)
+    cur = plain_cursor(con)
+    con.set_authorizer(lambda action, *a: sqlite3.SQLITE_IGNORE if action == sqlite3.SQLITE_PRAGMA else 0)
+    with pytest.raises(CatalogUnreadable):
+        sqlite_schemas(cur)
+    con.set_authorizer(lambda action, *a: sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_PRAGMA else 0)
+    with pytest.raises(CatalogUnreadable):
+        sqlite_index_list(cur, "main", "plain")
+    con.set_authorizer(None)
+    con.close()
+    with pytest.raises(CatalogUnreadable):
+        sqlite_declarations(cur, "main", "plain")
 
 
 def test_sqlite_facts_drive_the_analysis(con: sqlite3.Connection) -> None:

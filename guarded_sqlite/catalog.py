@@ -19,8 +19,8 @@ if, now,
   table or index changes or frees its row), and ``PRAGMA index_list`` names the same indexes (a new one
   has a row the view does not know yet).
 
-These are lookups, whatever the size of the schema: about five statements for a repeated two-table
-statement. A declaration not seen before is found by one scan of its schema's catalog, and its facts
+These are lookups, whatever the size of the schema: four statements for a repeated two-table
+statement (the schema list; the TEMP names and the rows by rowid, in one; an index list per table). A declaration not seen before is found by one scan of its schema's catalog, and its facts
 are read with that schema's ``PRAGMA``s (``schema.sqlite_table_facts``) and kept per declaration;
 then everything is checked once more, and if DDL by another connection changed it in between the
 verdict is ``unknown`` and nothing is kept. Whatever cannot be read (an authorizer's denial, a missing
@@ -52,7 +52,7 @@ from .schema import (
     sqlite_declarations,
     sqlite_has_table,
     sqlite_index_list,
-    sqlite_rows_by_rowid,
+    sqlite_lookup,
     sqlite_schemas,
     sqlite_table_facts,
     sqlite_temp_names,
@@ -110,9 +110,8 @@ class SqliteSchemaView:
             if cur is None:
                 cur = self.cursor = plain_cursor(self.raw)
             schemas = sqlite_schemas(cur)
-            temp = sqlite_temp_names(cur)
             cached = self.verdicts.get(sql)
-            if cached is not None and cached[0] == schemas and self._check(cur, schemas, temp, cached[1]) == cached[2]:
+            if cached is not None and cached[0] == schemas and self._check(cur, schemas, cached[1]) == cached[2]:
                 return cached[3]
             parsed = parse_statement(sql, "sqlite")
             if isinstance(parsed, Provenance):  # unparseable: it names no table
@@ -120,8 +119,8 @@ class SqliteSchemaView:
             names = table_names(parsed)
             if len(names) > MAX_NAMES:
                 return Provenance("unknown", f"the statement names more than {MAX_NAMES} tables: not analysed")
-            entries, facts, fresh = self._read(cur, schemas, temp, names)
-            if fresh and self._check(cur, schemas, temp, names) != entries:
+            entries, facts, fresh = self._read(cur, schemas, sqlite_temp_names(cur), names)
+            if fresh and self._check(cur, schemas, names) != entries:
                 return Provenance("unknown", "the schema changed while its catalog was read")
             return self._keep(sql, schemas, names, entries, analyse_tree(parsed, facts, "sqlite"))
         except CatalogUnreadable as why:
@@ -158,7 +157,7 @@ class SqliteSchemaView:
         return next((i for i in range(1, len(schemas)) if sqlite_has_table(cur, schemas[i], table)), None)
 
     def _check(
-        self, cur: sqlite3.Cursor, schemas: tuple[str, ...], temp: frozenset[str], names: tuple[Name, ...]
+        self, cur: sqlite3.Cursor, schemas: tuple[str, ...], names: tuple[Name, ...]
     ) -> tuple[Entry, ...] | None:
         """What ``names`` stand for now, from lookups at the places read before; None if a place is not
         known yet or a name now resolves elsewhere."""
@@ -168,7 +167,11 @@ class SqliteSchemaView:
             place = self.places.get((schemas, name))
             if place is None:
                 return None
-            position, rowids = place
+            places.append(place)
+            if place[0] is not None:
+                wanted.setdefault(place[0], []).extend(place[1])
+        temp, found = sqlite_lookup(cur, schemas, wanted)
+        for name, (position, _) in zip(names, places):
             if name[0] is None and position != 0:
                 # Unqualified: nothing earlier in the search order may define the name by now.
                 if name[1] in temp:
@@ -178,13 +181,6 @@ class SqliteSchemaView:
                     return None
             elif self._position(cur, schemas, temp, name) != position:
                 return None
-            places.append((position, rowids))
-            if position is not None:
-                wanted.setdefault(position, []).extend(rowids)
-        found = {
-            position: {row[0]: row for row in sqlite_rows_by_rowid(cur, schemas[position], rowids)}
-            for position, rowids in wanted.items()
-        }
         entries: list[Entry] = []
         for position, rowids in places:
             if position is None:

@@ -48,6 +48,7 @@ __all__ = [
     "sqlite_declarations",
     "sqlite_has_table",
     "sqlite_index_list",
+    "sqlite_lookup",
     "sqlite_rows_by_rowid",
     "sqlite_schemas",
     "sqlite_table_facts",
@@ -260,6 +261,31 @@ def sqlite_rows_by_rowid(cur: sqlite3.Cursor, schema: str, rowids: Sequence[int]
         rowids,
     )
     return tuple(_declaration(row) for row in rows)
+
+
+def sqlite_lookup(
+    cur: sqlite3.Cursor, schemas: Sequence[str], rowids: dict[int, list[int]]
+) -> tuple[frozenset[str], dict[int, dict[int, Declaration]]]:
+    """In one statement: the TEMP names (``sqlite_temp_names``) and, per schema position, the
+    ``sqlite_master`` rows with the given rowids (``sqlite_rows_by_rowid``), by rowid."""
+    arms = ["SELECT -1, 0, type, name, tbl_name, NULL FROM sqlite_temp_master WHERE type IN ('table', 'view')"]
+    parameters: list[int] = []
+    for position, wanted in rowids.items():
+        marks = ", ".join("?" * len(wanted))
+        arms.append(
+            f"SELECT {int(position)}, rowid, type, name, tbl_name, sql FROM {_master(schemas[position])} "
+            f"WHERE rowid IN ({marks})"
+        )
+        parameters.extend(wanted)
+    temp: set[str] = set()
+    found: dict[int, dict[int, Declaration]] = {position: {} for position in rowids}
+    for row in catalog_rows(cur, " UNION ALL ".join(arms), parameters):
+        if int(row[0]) == -1:
+            temp.add(fold(_text(row[3])))
+        else:
+            declaration = _declaration(row[1:])
+            found[int(row[0])][declaration[0]] = declaration
+    return frozenset(temp), found
 
 
 def sqlite_index_list(cur: sqlite3.Cursor, schema: str, table: str) -> tuple[tuple[str, int, str, int], ...]:

@@ -18,10 +18,10 @@ Black-box, through the public API only, so that it holds before and after a rewr
   transaction, none of the guard's code on the path).
 
 Invariants of every flagged query: the report's provenance verdict, when there is one, equals the fresh
-one (the cache is never stale); when the fresh verdict is ``value_repeats`` (the one verdict on which
-the default preset's P1 must leave a flagged result alone; ``unknown`` and a key-breaking
-``identified`` keep the paper's rule) the guarded rows equal the plain rows exactly, same order; and
-otherwise the guarded rows are the plain rows or those rows de-duplicated in order (P1's only change).
+one (the cache is never stale; an ``identified`` verdict the rows contradict is reported as
+``unknown``); the default preset fails closed, so whenever the fresh verdict is not join amplification
+the guarded rows equal the plain rows exactly, same order; and otherwise the guarded rows are the
+plain rows or those rows de-duplicated in order (P1's only change).
 
 ``SchemaChurn`` is a hypothesis state machine of schema churn (transactions, DDL inside and outside
 them, TEMP shadows, ATTACH/DETACH of files whose ``x`` has different keys, ``deserialize()``, DDL by
@@ -207,9 +207,15 @@ def run_guarded(g: Any, sql: str, trace: Callable[[str], None] | None = None) ->
 def assert_consistent(out: Outcome) -> None:
     """The invariants (module docstring)."""
     if out.report.provenance is not None:
-        assert out.report.provenance == out.fresh.verdict, f"stale verdict: {out.describe()}"
-    if out.fresh.verdict == "value_repeats":
-        assert out.rows == out.plain, f"rows changed on value repeats: {out.describe()}"
+        contradicted = (
+            out.fresh.verdict == "identified"
+            and not out.fresh.amplification
+            and out.report.provenance == "unknown"
+            and "the facts and the data disagree" in (out.report.provenance_evidence or "")
+        )
+        assert out.report.provenance == out.fresh.verdict or contradicted, f"stale verdict: {out.describe()}"
+    if not out.fresh.amplification:
+        assert out.rows == out.plain, f"rows changed without established amplification: {out.describe()}"
     else:
         assert out.rows in (out.plain, distinct_in_order(out.plain)), out.describe()
 

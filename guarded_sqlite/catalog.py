@@ -168,7 +168,7 @@ class SqliteSchemaView:
             if place is None:
                 return None
             places.append(place)
-            if place[0] is not None:
+            if place[0] is not None and place[1]:
                 wanted.setdefault(place[0], []).extend(place[1])
         temp, found = sqlite_lookup(cur, schemas, wanted)
         for name, (position, _) in zip(names, places):
@@ -183,8 +183,8 @@ class SqliteSchemaView:
                 return None
         entries: list[Entry] = []
         for position, rowids in places:
-            if position is None:
-                entries.append((None, (), ()))
+            if position is None or not rowids:  # no such table, or one the catalog does not declare
+                entries.append((position, (), ()))
                 continue
             rows = tuple(found[position][r] for r in rowids if r in found[position])
             if len(rows) != len(rowids) or not rows:
@@ -211,8 +211,8 @@ class SqliteSchemaView:
             rows = sqlite_declarations(cur, schema, name[1])
             own = next((r for r in rows if r[1] in ("table", "view") and fold(r[2]) == name[1]), None)
             if own is None:  # sqlite_master itself, an eponymous virtual table: declared nowhere
-                self.places[(schemas, name)] = (None, ())
-                entries.append((None, (), ()))
+                self.places[(schemas, name)] = (position, ())
+                entries.append((position, (), ()))
                 continue
             rows = (own, *(r for r in rows if r is not own))  # the table's own row first
             indexes = sqlite_index_list(cur, schema, own[3])

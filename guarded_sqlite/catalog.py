@@ -20,11 +20,14 @@ if, now,
   has a row the view does not know yet).
 
 These are lookups, whatever the size of the schema: four statements for a repeated two-table
-statement (the schema list; the TEMP names and the rows by rowid, in one; an index list per table). A declaration not seen before is found by one scan of its schema's catalog, and its facts
-are read with that schema's ``PRAGMA``s (``schema.sqlite_table_facts``) and kept per declaration;
-then everything is checked once more, and if DDL by another connection changed it in between the
-verdict is ``unknown`` and nothing is kept. Whatever cannot be read (an authorizer's denial, a missing
-virtual table module, a closed connection) makes the verdict ``unknown``, with the reason.
+statement (the schema list; the TEMP tables of those names and the rows by rowid, in one; an index
+list per table). Their answers are kept with the verdict as sqlite3 returned them and compared as they
+are. A declaration not seen before is found by one scan of its schema's catalog, and its facts are
+read with that schema's ``PRAGMA``s (``schema.sqlite_table_facts``) and kept per declaration; then the
+check statements run once and their answers must say what the reads said, or DDL by another
+connection came in between: the verdict is then ``unknown`` and nothing is kept. Whatever cannot be
+read (an authorizer's denial, a missing virtual table module, a closed connection) makes the verdict
+``unknown``, with the reason.
 
 DuckDB and PostgreSQL (``SnapshotSchemaView``) have no such cheap read per table here: the whole
 catalog is read once and kept until a statement through this connection looks like DDL or fails with
@@ -45,14 +48,19 @@ from .schema import (
     Declaration,
     SchemaFacts,
     TableFacts,
+    catalog_rows,
     fold,
+    has_table_statement,
+    index_list_statement,
+    lookup_statement,
     plain_cursor,
     read_duckdb_schema,
+    read_index_list,
+    read_lookup,
     read_postgres_schema,
     sqlite_declarations,
     sqlite_has_table,
     sqlite_index_list,
-    sqlite_lookup,
     sqlite_schemas,
     sqlite_table_facts,
     sqlite_temp_names,
@@ -81,6 +89,9 @@ def explain(guard: ConnectionState, sql: str) -> Provenance:
     return view.explain(sql)
 
 
+Statement = tuple[str, tuple[Any, ...]]
+"""A catalog statement and its parameters."""
+
 Name = tuple[str | None, str]
 """A table as a statement names it: (folded schema qualifier or None, folded name)."""
 
@@ -101,45 +112,42 @@ class SqliteSchemaView:
         self.places: dict[tuple[tuple[str, ...], Name], tuple[int | None, tuple[int, ...]]] = {}
         # (schema, declarations without rowids, index list) -> facts
         self.tables: dict[tuple[Any, ...], TableFacts] = {}
-        # SQL text -> (schema list, names, what they stood for, verdict)
-        self.verdicts: dict[str, tuple[tuple[str, ...], tuple[Name, ...], tuple[Entry, ...], Provenance]] = {}
+        # SQL text -> (check statements, their rows when the verdict was reached, verdict)
+        self.verdicts: dict[str, tuple[tuple[Statement, ...], tuple[list[Any], ...], Provenance]] = {}
 
     def explain(self, sql: str) -> Provenance:
         try:
             cur = self.cursor
             if cur is None:
                 cur = self.cursor = plain_cursor(self.raw)
-            schemas = sqlite_schemas(cur)
             cached = self.verdicts.get(sql)
-            if cached is not None and cached[0] == schemas and self._check(cur, schemas, cached[1]) == cached[2]:
-                return cached[3]
+            if cached is not None and _answers(cur, cached[0]) == cached[1]:
+                return cached[2]
+            schemas = sqlite_schemas(cur)
             parsed = parse_statement(sql, "sqlite")
             if isinstance(parsed, Provenance):  # unparseable: it names no table
-                return self._keep(sql, schemas, (), (), parsed)
+                return self._keep(sql, (), (), parsed)
             names = table_names(parsed)
             if len(names) > MAX_NAMES:
                 return Provenance("unknown", f"the statement names more than {MAX_NAMES} tables: not analysed")
-            entries, facts, fresh = self._read(cur, schemas, sqlite_temp_names(cur), names)
-            if fresh and self._check(cur, schemas, names) != entries:
+            entries, facts = self._read(cur, schemas, sqlite_temp_names(cur), names)
+            plan = self._plan(schemas, names)
+            answers = _answers(cur, plan)
+            if self._entries(schemas, names, answers) != entries:  # DDL by another connection meanwhile
                 return Provenance("unknown", "the schema changed while its catalog was read")
-            return self._keep(sql, schemas, names, entries, analyse_tree(parsed, facts, "sqlite"))
+            return self._keep(sql, plan, answers, analyse_tree(parsed, facts, "sqlite"))
         except CatalogUnreadable as why:
             return Provenance("unknown", f"catalog unreadable: {why}")
-        except (TypeError, sqlite3.Error) as error:  # no usable connection behind the guard
+        except (TypeError, ValueError, sqlite3.Error) as error:  # no usable connection, or odd answers
             return Provenance("unknown", f"catalog unreadable: {describe_error(error)}")
 
     def _keep(
-        self,
-        sql: str,
-        schemas: tuple[str, ...],
-        names: tuple[Name, ...],
-        entries: tuple[Entry, ...],
-        verdict: Provenance,
+        self, sql: str, plan: tuple[Statement, ...], answers: tuple[list[Any], ...], verdict: Provenance
     ) -> Provenance:
         verdicts = self.verdicts
         if len(verdicts) >= VERDICTS and sql not in verdicts:
             del verdicts[next(iter(verdicts))]
-        verdicts[sql] = (schemas, names, entries, verdict)
+        verdicts[sql] = (plan, answers, verdict)
         return verdict
 
     def _position(self, cur: sqlite3.Cursor, schemas: tuple[str, ...], temp: frozenset[str], name: Name) -> int | None:
@@ -147,7 +155,7 @@ class SqliteSchemaView:
         unqualified one in temp, main, then the attached schemas in order; None if nowhere."""
         qualifier, table = name
         if qualifier is not None:
-            position = next((i for i, s in enumerate(schemas) if fold(s) == qualifier), None)
+            position = _schema_position(schemas, qualifier)
             if position is None:
                 return None
             found = table in temp if position == 0 else sqlite_has_table(cur, schemas[position], table)
@@ -156,51 +164,65 @@ class SqliteSchemaView:
             return 0
         return next((i for i in range(1, len(schemas)) if sqlite_has_table(cur, schemas[i], table)), None)
 
-    def _check(
-        self, cur: sqlite3.Cursor, schemas: tuple[str, ...], names: tuple[Name, ...]
-    ) -> tuple[Entry, ...] | None:
-        """What ``names`` stand for now, from lookups at the places read before; None if a place is not
-        known yet or a name now resolves elsewhere."""
-        places = []
+    def _plan(self, schemas: tuple[str, ...], names: tuple[Name, ...]) -> tuple[Statement, ...]:
+        """The statements whose answers say whether ``names`` still stand for what ``_read`` found: the
+        schema list; in one statement, the TEMP tables among the unqualified names and the ``sqlite_master``
+        rows at the rowids read; each table's index list; and for a name resolved past main (or not
+        found), whether an earlier schema now defines it. All lookups, whatever the schema's size."""
         wanted: dict[int, list[int]] = {}
+        located: list[Statement] = []
+        shadows: list[Statement] = []
         for name in names:
-            place = self.places.get((schemas, name))
-            if place is None:
-                return None
-            places.append(place)
-            if place[0] is not None and place[1]:
-                wanted.setdefault(place[0], []).extend(place[1])
-        temp, found = sqlite_lookup(cur, schemas, wanted)
-        for name, (position, _) in zip(names, places):
-            if name[0] is None and position != 0:
-                # Unqualified: nothing earlier in the search order may define the name by now.
-                if name[1] in temp:
-                    return None
+            position, rowids = self.places[(schemas, name)]
+            qualifier, table = name
+            if position is not None and rowids:
+                wanted.setdefault(position, []).extend(rowids)
+                located.append((index_list_statement(schemas[position], table), ()))
+            if qualifier is None and position != 0:
                 later = len(schemas) if position is None else position
-                if any(sqlite_has_table(cur, schemas[i], name[1]) for i in range(1, later)):
-                    return None
-            elif self._position(cur, schemas, temp, name) != position:
-                return None
+                shadows.extend((has_table_statement(schemas[i], table), ()) for i in range(1, later))
+            elif qualifier is not None and position is None:
+                found = _schema_position(schemas, qualifier)
+                if found is not None and found > 0:
+                    shadows.append((has_table_statement(schemas[found], table), ()))
+        temp_names = sorted({table for qualifier, table in names if qualifier in (None, "temp")})
+        lookup, parameters = lookup_statement(schemas, wanted, temp_names)
+        return (("PRAGMA database_list", ()), (lookup, tuple(parameters)), *located, *shadows)
+
+    def _entries(
+        self, schemas: tuple[str, ...], names: tuple[Name, ...], answers: tuple[list[Any], ...]
+    ) -> tuple[Entry, ...] | None:
+        """What ``names`` stand for according to the answers to ``_plan``'s statements, as ``_read``
+        reports it; None where the answers contradict the places ``_read`` recorded."""
+        if tuple(_text_of(r[1]) for r in sorted(answers[0], key=lambda r: int(r[0]))) != _listed(schemas):
+            return None
+        temp, found = read_lookup(answers[1])
+        index_lists = iter(answers[2:])
         entries: list[Entry] = []
-        for position, rowids in places:
-            if position is None or not rowids:  # no such table, or one the catalog does not declare
+        for name in names:
+            position, rowids = self.places[(schemas, name)]
+            in_temp = name[1] in temp and name[0] in (None, "temp")
+            if (position == 0) != in_temp and (position is not None or in_temp):
+                return None
+            if position is None or not rowids:
                 entries.append((position, (), ()))
                 continue
-            rows = tuple(found[position][r] for r in rowids if r in found[position])
-            if len(rows) != len(rowids) or not rows:
+            rows = found.get(position, {})
+            declared = tuple(rows[r] for r in rowids if r in rows)
+            if len(declared) != len(rowids):
                 return None
-            entries.append((position, rows, sqlite_index_list(cur, schemas[position], rows[0][3])))
+            entries.append((position, declared, read_index_list(next(index_lists))))
+        if any(list(rest) for rest in index_lists):  # the shadow checks: each must find nothing
+            return None
         return tuple(entries)
 
     def _read(
         self, cur: sqlite3.Cursor, schemas: tuple[str, ...], temp: frozenset[str], names: tuple[Name, ...]
-    ) -> tuple[tuple[Entry, ...], SchemaFacts, bool]:
+    ) -> tuple[tuple[Entry, ...], SchemaFacts]:
         """Resolve ``names``, read their declarations and (for declarations not seen before) their facts;
-        records the places for ``_check``. Returns what the names stand for, the facts, and whether any
-        facts were read now."""
+        records the places for ``_plan``. Returns what the names stand for, and the facts."""
         entries: list[Entry] = []
         tables: dict[tuple[str, str], TableFacts] = {}
-        fresh = False
         for name in names:
             position = self._position(cur, schemas, temp, name)
             if position is None:
@@ -225,7 +247,6 @@ class SqliteSchemaView:
             key = (fold(schema), tuple(r[1:] for r in rows), indexes)
             facts = self.tables.get(key)
             if facts is None:
-                fresh = True
                 try:
                     facts = sqlite_table_facts(cur, schema, own[2], own[1], own[4])
                 except CatalogUnreadable as why:  # this table only: the others may still decide
@@ -238,7 +259,25 @@ class SqliteSchemaView:
         if len(self.places) > 4 * TABLES:
             self.places.clear()
         facts_view = SchemaFacts(tuple(tables.values()), tuple(fold(s) for s in schemas))
-        return tuple(entries), facts_view, fresh
+        return tuple(entries), facts_view
+
+
+def _answers(cur: sqlite3.Cursor, plan: tuple[Statement, ...]) -> tuple[list[Any], ...]:
+    """The rows of each statement, as sqlite3 returns them (compared as they are: no conversion)."""
+    return tuple(catalog_rows(cur, sql, parameters) for sql, parameters in plan)
+
+
+def _schema_position(schemas: tuple[str, ...], qualifier: str) -> int | None:
+    return next((i for i, s in enumerate(schemas) if fold(s) == qualifier), None)
+
+
+def _listed(schemas: tuple[str, ...]) -> tuple[str, ...]:
+    """The schema names in ``PRAGMA database_list``'s order (main, temp, attached), from search order."""
+    return (schemas[1], schemas[0], *schemas[2:])
+
+
+def _text_of(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 class SnapshotSchemaView:

@@ -176,12 +176,14 @@ def parse_statement(sql: str, dialect: str = "sqlite") -> exp.Expression | Prove
 
 
 def table_names(tree: exp.Expression) -> tuple[tuple[str | None, str], ...]:
-    """Every table the statement could read, as (folded schema qualifier or None, folded name), sorted;
-    CTE names included: a superset of what ``analyse_tree`` looks up in the schema facts."""
+    """Every table the statement could read, as (folded schema qualifier or None, folded name), sorted:
+    what ``analyse_tree`` may look up in the schema facts. A name some CTE defines is left out (the
+    analysis reads the CTE; a table of that name elsewhere in the statement is then unknown to it)."""
+    ctes = {fold(cte.alias_or_name) for cte in tree.find_all(exp.CTE)}
     names = {
         (fold(node.db) if node.db else None, fold(node.name))
         for node in tree.find_all(exp.Table)
-        if isinstance(node.this, exp.Identifier) and node.name
+        if isinstance(node.this, exp.Identifier) and node.name and (node.db or fold(node.name) not in ctes)
     }
     return tuple(sorted(names, key=lambda n: (n[0] or "", n[1])))
 

@@ -42,13 +42,17 @@ __all__ = [
     "SchemaFacts",
     "TableFacts",
     "fold",
+    "has_table_statement",
+    "index_list_statement",
+    "lookup_statement",
     "read_duckdb_schema",
+    "read_index_list",
+    "read_lookup",
     "read_postgres_schema",
     "read_sqlite_schema",
     "sqlite_declarations",
     "sqlite_has_table",
     "sqlite_index_list",
-    "sqlite_lookup",
     "sqlite_rows_by_rowid",
     "sqlite_schemas",
     "sqlite_table_facts",
@@ -263,40 +267,63 @@ def sqlite_rows_by_rowid(cur: sqlite3.Cursor, schema: str, rowids: Sequence[int]
     return tuple(_declaration(row) for row in rows)
 
 
-def sqlite_lookup(
-    cur: sqlite3.Cursor, schemas: Sequence[str], rowids: dict[int, list[int]]
-) -> tuple[frozenset[str], dict[int, dict[int, Declaration]]]:
-    """In one statement: the TEMP names (``sqlite_temp_names``) and, per schema position, the
-    ``sqlite_master`` rows with the given rowids (``sqlite_rows_by_rowid``), by rowid."""
-    arms = ["SELECT -1, 0, type, name, tbl_name, NULL FROM sqlite_temp_master WHERE type IN ('table', 'view')"]
-    parameters: list[int] = []
+def lookup_statement(
+    schemas: Sequence[str], rowids: dict[int, list[int]], temp_names: Sequence[str]
+) -> tuple[str, list[Any]]:
+    """One statement giving the TEMP tables and views among ``temp_names`` and, per schema position,
+    the ``sqlite_master`` rows with the given rowids (read back with ``read_lookup``)."""
+    marks = ", ".join("?" * len(temp_names)) or "NULL"
+    arms = [
+        "SELECT -1, 0, type, name, tbl_name, NULL FROM sqlite_temp_master "
+        f"WHERE type IN ('table', 'view') AND name COLLATE NOCASE IN ({marks})"
+    ]
+    parameters: list[Any] = list(temp_names)
     for position, wanted in rowids.items():
-        marks = ", ".join("?" * len(wanted))
-        arms.append(
-            f"SELECT {int(position)}, rowid, type, name, tbl_name, sql FROM {_master(schemas[position])} "
-            f"WHERE rowid IN ({marks})"
+        master = _master(schemas[position])
+        # One arm per rowid: a rowid IN (...) list costs an ephemeral table, 2 µs more here.
+        arms.extend(
+            f"SELECT {int(position)}, rowid, type, name, tbl_name, sql FROM {master} WHERE rowid = ?" for _ in wanted
         )
         parameters.extend(wanted)
+    return " UNION ALL ".join(arms), parameters
+
+
+def read_lookup(rows: Iterable[tuple[Any, ...]]) -> tuple[frozenset[str], dict[int, dict[int, Declaration]]]:
+    """``lookup_statement``'s rows: the folded TEMP names, and the rows found per schema position by rowid."""
     temp: set[str] = set()
-    found: dict[int, dict[int, Declaration]] = {position: {} for position in rowids}
-    for row in catalog_rows(cur, " UNION ALL ".join(arms), parameters):
+    found: dict[int, dict[int, Declaration]] = {}
+    for row in rows:
         if int(row[0]) == -1:
             temp.add(fold(_text(row[3])))
         else:
             declaration = _declaration(row[1:])
-            found[int(row[0])][declaration[0]] = declaration
+            found.setdefault(int(row[0]), {})[declaration[0]] = declaration
     return frozenset(temp), found
+
+
+def index_list_statement(schema: str, table: str) -> str:
+    """``PRAGMA index_list`` of a table (read back with ``read_index_list``)."""
+    return f"PRAGMA {_quote(schema)}.index_list({_quote(table)})"
+
+
+def read_index_list(rows: Iterable[tuple[Any, ...]]) -> tuple[tuple[str, int, str, int], ...]:
+    """(name, unique, origin, partial) of every index, by name."""
+    return tuple(sorted((_text(r[1]), int(r[2]), _text(r[3]), int(r[4]) if len(r) > 4 else 0) for r in rows))
 
 
 def sqlite_index_list(cur: sqlite3.Cursor, schema: str, table: str) -> tuple[tuple[str, int, str, int], ...]:
     """``PRAGMA index_list``: (name, unique, origin, partial) of every index of the table, by name."""
-    rows = catalog_rows(cur, f"PRAGMA {_quote(schema)}.index_list({_quote(table)})")
-    return tuple(sorted((_text(r[1]), int(r[2]), _text(r[3]), int(r[4]) if len(r) > 4 else 0) for r in rows))
+    return read_index_list(catalog_rows(cur, index_list_statement(schema, table)))
+
+
+def has_table_statement(schema: str, table: str) -> str:
+    """A statement with rows if and only if ``schema`` holds a table or view named ``table``."""
+    return f"PRAGMA {_quote(schema)}.table_xinfo({_quote(table)})"
 
 
 def sqlite_has_table(cur: sqlite3.Cursor, schema: str, table: str) -> bool:
     """Whether ``schema`` holds a table or view named ``table`` (a lookup in SQLite's own schema cache)."""
-    return bool(catalog_rows(cur, f"PRAGMA {_quote(schema)}.table_xinfo({_quote(table)})"))
+    return bool(catalog_rows(cur, has_table_statement(schema, table)))
 
 
 def sqlite_temp_names(cur: sqlite3.Cursor) -> frozenset[str]:

@@ -141,7 +141,7 @@ def test_r09_default_preset_reads_the_catalog_once_per_schema_version() -> None:
     con.set_trace_callback(None)
     assert first[0] == EXPLODE and len(first) > 1
     assert all(s.lstrip().upper().startswith(("PRAGMA", "SELECT")) for s in first[1:]), first
-    assert traced[0] == EXPLODE and traced[1] == "PRAGMA database_list" and "WHERE rowid IN (" in traced[2], traced
+    assert traced[0] == EXPLODE and traced[1] == "PRAGMA database_list" and "WHERE rowid = " in traced[2], traced
     assert all("index_list" in s for s in traced[3:]) and len(traced) == 5, traced
     assert len(traced) < len(first)
 

@@ -6,9 +6,10 @@ preset, ``"patch"``, adds the duplicate-provenance checks (``provenance="keys"``
 
 Presets (``guard=NAME``, or the ``GuardPolicy`` constructor named after each):
 
-* ``"patch"`` (``GuardPolicy()``): P1 on a flagged explosion unless the duplicates are value repeats;
-  P2 only where the analysis cannot tell (a DISTINCT that may hide a join's multiplication, or that
-  merges value repeats, is kept as written). What ``install()`` puts under applications.
+* ``"patch"`` (``GuardPolicy()``): P1 on a flagged explosion only where the catalog establishes join
+  amplification (never on value repeats or an ``unknown`` verdict); P2 only where the analysis cannot
+  tell (a DISTINCT that may hide a join's multiplication, merges value repeats or provably removes
+  nothing is kept as written). What ``install()`` puts under applications.
 * ``"text_to_sql"`` (``GuardPolicy.text_to_sql()``): ``"patch"``, and P1 also below ``tau_inject`` on
   join amplification with ``dup_ratio >= tau_amplified``. For SQL a model wrote to answer a question.
 * ``"paper"`` (``GuardPolicy.paper()``): the paper's literal P1/P2, no provenance, to reproduce its numbers.
@@ -90,12 +91,12 @@ class GuardPolicy:
     provenance: ProvenanceRule = "keys"
     """How P1 and P2 use the duplicate-provenance analysis (``guarded_sqlite.provenance``: declared keys
     read from the catalog, only when a rule is about to fire). ``"keys"`` (the ``"patch"`` preset): P1
-    leaves a flagged result alone when its duplicates are ``value_repeats`` and fires on join
-    amplification; an ``unknown`` verdict keeps the paper's rule; P2 keeps a DISTINCT that may hide a
-    join's multiplication or that merges ``value_repeats`` (it says what it means), so it removes one only
-    on an ``unknown`` verdict. ``"text_to_sql"``: the same, and P1 also fires below
-    ``tau_inject`` on join amplification (see ``tau_amplified``). ``"off"`` (the ``"paper"`` preset): the
-    paper's rules, no analysis, no catalog read."""
+    fires only on established join amplification and leaves ``value_repeats`` and ``unknown`` alone
+    (fail closed: the explosion stays flagged); P2 keeps a DISTINCT that may hide a join's
+    multiplication, that merges ``value_repeats`` (it says what it means) or that the keys prove a no-op
+    (``identified``), so it removes one only on an ``unknown`` verdict. ``"text_to_sql"``: the same, and
+    P1 also fires below ``tau_inject`` on join amplification (see ``tau_amplified``). ``"off"`` (the
+    ``"paper"`` preset): the paper's rules, no analysis, no catalog read."""
 
     tau_amplified: float = TEXT_TO_SQL_TAU
     """With ``provenance="text_to_sql"`` only: P1 also fires on a result below ``tau_inject`` whose

@@ -4,8 +4,9 @@ Two thin I/O layers sit on top of this module: ``sqlite_fast`` (the ``sqlite3.Co
 ``sqlite3.Cursor`` subclasses that ``connect()`` and ``install()`` open) and the ``wrapt`` proxies of
 ``wrap()`` (``proxy``, ``proxy_duckdb``, ``proxy_psycopg``). A layer executes the statement and fetches
 its result once (up to ``row_cap + 1`` rows); everything after that is here: the probe, the patch rules
-and the rescue (``after_fetch``, ``after_error``), the report state, serving the buffered rows
-(``serving``, ``redirect_outstanding``, ``Streaming``) and the per-connection facts (``ConnectionState``).
+and the rescue (``after_fetch``, ``after_error``), the report state and the per-connection facts
+(``ConnectionState``). Serving the buffered rows (``serving``, ``redirect_outstanding``, ``Streaming``)
+is in ``guarded_sqlite.serving``, re-exported here for the I/O layers.
 
 Cursors of both layers keep the same attributes (``_self_rows``, ``_self_buffer``, ``_self_state``,
 ``_self_report``, ``_self_rescued_description``; the ``_self_`` prefix is what ``wrapt`` stores on a
@@ -22,12 +23,10 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import re
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .engines import NO_PARAMETERS, SQLITE, Engine, WritableNotRestored
@@ -44,6 +43,17 @@ from .probe import (
     probe_large,
 )
 from .report import GuardReport, ReportState, RuleDecision, RuleName
+from .serving import (  # re-exported: the I/O layers take everything they share from core
+    FIRST_ROWS,
+    LIST_ITERATOR,
+    NOTHING,
+    BytesCapped,
+    Streaming,
+    fetch_rest,
+    redirect_outstanding,
+    row_bytes,
+    serving,
+)
 
 if TYPE_CHECKING:
     from .catalog import SnapshotSchemaView, SqliteSchemaView
@@ -75,9 +85,6 @@ def changes_schema(sql: str) -> bool:
     """Whether ``sql`` may change the schema (DuckDB/PostgreSQL drop their cached facts then)."""
     return _pattern("schema_change").search(sql) is not None
 
-
-NOTHING: Iterator[Any] = iter(())
-LIST_ITERATOR: type = type(iter([]))
 
 _new_state = tuple.__new__
 _perf_ns = time.perf_counter_ns
@@ -228,167 +235,6 @@ class RescueInputs:
         self.candidates = tuple(candidates)
         self.question = question
         self.hint = hint
-
-
-# --------------------------------------------------------------------------------------------------
-# Serving rows
-# --------------------------------------------------------------------------------------------------
-
-
-FIRST_ROWS = 16
-"""Rows fetched before the byte budget is looked at: results this small cost one fetch call, as before."""
-
-
-class BytesCapped(list):  # type: ignore[type-arg]
-    """The rows buffered before a result passed ``GuardPolicy.byte_cap``; the rest is still unfetched."""
-
-
-def fetch_rest(
-    fetchmany: Callable[[Any, int], list[Any]], cursor: Any, guard: ConnectionState, rows: list[Any]
-) -> list[Any]:
-    """After a first fetch of ``guard.first_fetch`` rows that came back full, the rest of the buffer: up
-    to ``row_cap + 1`` rows in all, or a ``BytesCapped`` list once their estimated size passes
-    ``byte_cap`` (the driver's cursor then holds the rest).
-
-    Callers fetch ``first_fetch`` rows themselves, so a small result costs one call, as a plain
-    ``fetchmany(row_cap + 1)`` would. The rest comes in chunks sized from the last row's estimated size,
-    so a result of huge rows stops near the budget instead of after ``row_cap`` of them.
-    """
-    budget = guard.byte_cap
-    wanted = guard.fetch_size
-    if budget is None:
-        return rows + fetchmany(cursor, wanted - len(rows))
-    per_row = row_bytes(rows[-1])
-    used = per_row * len(rows)
-    while used <= budget:
-        chunk = min(wanted - len(rows), max(1, (budget - used) // per_row))
-        more = fetchmany(cursor, chunk)
-        rows += more
-        if len(more) < chunk or len(rows) >= wanted:
-            return rows
-        per_row = row_bytes(more[-1])
-        used += per_row * len(more)
-    return BytesCapped(rows)
-
-
-def row_bytes(row: Any) -> int:
-    """A rough size of one fetched row: 64 bytes, plus 16 per value, plus the length of text and blobs
-    (values of exactly the types SQLite returns them as; a converter's objects count 16 bytes)."""
-    try:
-        values = row.values() if isinstance(row, dict) else row
-        size = 64 + 16 * len(values)
-        for value in values:
-            if type(value) in _SIZED_TYPES:  # exact types: half the cost of isinstance on this hot path
-                size += len(value)
-    except TypeError:  # a row factory's object that is not a sized sequence
-        return 64
-    return size
-
-
-_SIZED_TYPES = frozenset((str, bytes, bytearray))
-
-
-class Streaming:
-    """Serves a result past ``row_cap``: the buffered head, then the rest straight from the driver.
-
-    A class rather than ``itertools.chain`` so that re-executing the cursor inside ``for row in cur``
-    can point it at the new statement's rows, as sqlite3's cursor (its own iterator) does. ``tail`` is
-    the driver's iterator over the rest (the raw cursor, or for a cursor subclass that overrides
-    ``__next__``, an iterator calling sqlite3's own); ``raw`` is the driver's cursor.
-    """
-
-    __slots__ = ("head", "raw", "tail")
-
-    def __init__(self, head: list[Any], raw: Any, tail: Any) -> None:
-        self.head: Iterator[Any] | None = iter(head)
-        self.tail: Any = tail
-        self.raw = raw
-
-    def __iter__(self) -> Streaming:
-        return self
-
-    def __next__(self) -> Any:
-        head = self.head
-        if head is not None:
-            for row in head:
-                return row
-            self.head = None
-        if self.tail is None:
-            raise StopIteration
-        return next(self.tail)
-
-    def check_usable(self) -> None:
-        """sqlite3's checks (closed connection, other thread) for rows served from the head; the
-        driver runs its own for the tail."""
-        if self.head is not None and isinstance(self.raw, sqlite3.Cursor):
-            sqlite3.Connection.cursor(self.raw.connection).close()
-
-    def redirect(self, new_rows: Any) -> None:
-        if type(new_rows) is list:
-            self.head, self.tail = iter(new_rows), None
-        elif type(new_rows) is Streaming:
-            self.head, self.tail, self.raw = new_rows.head, new_rows.tail, new_rows.raw
-        else:  # no rows (a failed statement, a write): the loop ends, as over a sqlite3 cursor
-            self.head = self.tail = None
-
-
-def serving(cursor: Any, raw: Any, check: Callable[[Any], Any], hand_out: bool = False) -> Any:
-    """The iterator that serves ``cursor``'s rows, after ``check(raw)`` ran the driver's checks (a
-    fetch on the exhausted raw cursor: closed cursor or connection, wrong thread).
-
-    ``hand_out``: the iterator goes to the caller (``iter(cur)``), who may keep it across a re-execute;
-    ``_self_buffer`` then records it, and the next execute redirects it (``redirect_outstanding``).
-    Iterators only the cursor uses itself (``fetchone``/``fetchmany``) need no redirecting.
-    """
-    rows = cursor._self_rows
-    kind = type(rows)
-    if kind is list:
-        check(raw)
-        cursor._self_list = rows
-        rows = cursor._self_rows = iter(rows)
-        if hand_out:
-            cursor._self_buffer = cursor._self_list
-    elif kind is LIST_ITERATOR:
-        check(raw)
-        if hand_out:
-            cursor._self_buffer = cursor._self_list
-    elif kind is Streaming:
-        rows.check_usable()
-        if hand_out:
-            cursor._self_buffer = rows
-            hold = getattr(rows.tail, "hold", None)
-            if hold is not None:
-                hold()  # the caller's iterator keeps the cursor alive, as sqlite3's (the cursor) does
-    return rows
-
-
-def redirect_outstanding(cursor: Any, new_rows: Any) -> Any:
-    """Point the iterator handed out for the previous statement at ``new_rows``; returns what the
-    cursor serves from now on.
-
-    sqlite3's iterator is the cursor, so a loop over it continues with whatever the cursor executes
-    next. Ours is a list iterator; splicing the new rows in at its position gives the same effect.
-    A new result that streams (past ``row_cap``) or has no rows just ends the old iterator. An
-    iterator that already raised StopIteration never yields again, so then the new rows are served
-    afresh instead.
-    """
-    buffer, outstanding = cursor._self_buffer, cursor._self_rows
-    cursor._self_buffer = None
-    if isinstance(buffer, Streaming):
-        buffer.redirect(new_rows)
-        if type(new_rows) is list or type(new_rows) is Streaming:
-            cursor._self_buffer = buffer
-            return buffer
-        return new_rows
-    position = len(buffer) - operator.length_hint(outstanding)
-    del buffer[position:]
-    if type(new_rows) is not list:
-        return new_rows
-    buffer.extend(new_rows)
-    if operator.length_hint(outstanding) != len(new_rows):  # exhausted: it ignores the new rows
-        return new_rows
-    cursor._self_buffer = cursor._self_list = buffer
-    return outstanding
 
 
 def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: bool, call: Callable[[], Any]) -> None:
@@ -742,7 +588,9 @@ class CandidateRunner:
 
 
 __all__ = [
+    "FIRST_ROWS",
     "GUARD_OFF",
+    "LIST_ITERATOR",
     "MANY_NOT_PROBED",
     "NOTHING",
     "NOT_ROW_RETURNING",
@@ -764,6 +612,7 @@ __all__ = [
     "repair_statement",
     "report_of",
     "restore_writable",
+    "row_bytes",
     "run_unprobed",
     "serving",
     "state",

@@ -54,10 +54,8 @@ from .schema import (
     index_list_statement,
     lookup_statement,
     plain_cursor,
-    read_duckdb_schema,
     read_index_list,
     read_lookup,
-    read_postgres_schema,
     sqlite_declarations,
     sqlite_has_table,
     sqlite_index_list,
@@ -65,6 +63,7 @@ from .schema import (
     sqlite_table_facts,
     sqlite_temp_names,
 )
+from .schema_servers import read_duckdb_schema, read_postgres_schema
 
 if TYPE_CHECKING:
     from .core import ConnectionState

@@ -14,17 +14,17 @@ from guarded_sqlite.schema import (
     ForeignKey,
     SchemaFacts,
     TableFacts,
+    lookup_statement,
     plain_cursor,
-    read_duckdb_schema,
-    read_postgres_schema,
+    read_lookup,
     read_sqlite_schema,
     sqlite_declarations,
     sqlite_has_table,
     sqlite_index_list,
-    sqlite_rows_by_rowid,
     sqlite_schemas,
     sqlite_temp_names,
 )
+from guarded_sqlite.schema_servers import read_duckdb_schema, read_postgres_schema
 
 DDL = """
 CREATE TABLE plain (id INTEGER PRIMARY KEY, name TEXT);
@@ -156,12 +156,14 @@ def test_sqlite_lookups_the_schema_view_uses(con: sqlite3.Connection) -> None:
     assert sqlite_schemas(cur) == ("temp", "main", "aux2")
     rows = sqlite_declarations(cur, "main", "UNIQUES")  # names match as SQLite's: ASCII case folded
     assert rows[0][1:4] == ("table", "uniques", "uniques") and {r[1] for r in rows[1:]} == {"index"}
-    assert sqlite_rows_by_rowid(cur, "main", [r[0] for r in rows]) == rows
+    lookup, parameters = lookup_statement(("temp", "main"), {1: [r[0] for r in rows]}, ["scratch", "uniques"])
+    temp, found = read_lookup(cur.execute(lookup, parameters).fetchall())
+    assert temp == {"scratch"} and tuple(found[1][r[0]] for r in rows) == rows
     assert {i[0] for i in sqlite_index_list(cur, "main", "uniques")} == {r[2] for r in rows[1:]}
     assert sqlite_temp_names(cur) == {"scratch"}
     assert sqlite_has_table(cur, "main", "plain") and not sqlite_has_table(cur, "aux2", "plain")
     con.execute("DROP INDEX uniques_name")  # its row is gone: a lookup by rowid tells
-    assert sqlite_rows_by_rowid(cur, "main", [r[0] for r in rows]) != rows
+    assert len(read_lookup(cur.execute(lookup, parameters).fetchall())[1][1]) == len(rows) - 1
 
 
 def test_sqlite_lookups_raise_rather_than_answer_nothing() -> None:

@@ -8,7 +8,8 @@ This module imports ``wrapt``; ``guarded_sqlite`` loads it only when ``wrap()`` 
 
 Fetch once: a statement that returns rows is fetched in full (up to ``row_cap + 1`` rows) during
 ``execute``; every fetch method then serves from that buffer. Past the cap the rest streams from the
-driver on demand.
+driver on demand. On SQLite a ``row_factory`` other than None or ``sqlite3.Row`` is set aside while the
+raw cursor fetches and applied to the rows served (``factories``), with the proxy as the cursor.
 
 Speed notes. Reading a proxy-owned attribute through wrapt costs several times a plain slot read,
 so per-connection facts live in one slotted ``ConnectionState`` that each cursor reaches with a single
@@ -48,6 +49,7 @@ from .core import (
     unprobed,
 )
 from .engines import NO_PARAMETERS, SQLITE, Engine, execute_with
+from .factories import shaped, with_plain_rows
 from .policy import GuardPolicy
 from .probe import PartialCount
 
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 
 _NO_PARAMETERS = NO_PARAMETERS
 _fetchone = operator.methodcaller("fetchone")
+_Row = sqlite3.Row
 
 
 def _driver_fetchmany(raw: Any, size: int) -> list[Any]:
@@ -287,9 +290,10 @@ def _execute_and_probe(
     parameters: Any,
     guard: ConnectionState,
     rescue_inputs: RescueInputs | None = None,
+    plain: bool = False,
 ) -> tuple[Any, ReportState]:
     """The driver I/O of one statement: execute, fetch once, then ``core.after_fetch``; returns the
-    serving rows and the report state.
+    serving rows and the report state. ``plain``: the row factory is already set aside (SQLite).
 
     On an execution error the state is stored on ``cursor`` before the error propagates unchanged
     (unless a rescue replaced the failed statement with a candidate).
@@ -302,6 +306,17 @@ def _execute_and_probe(
         return raw, off
     if guard.restore_writable:
         restore_writable(guard)
+    if guard.engine is SQLITE and not plain:
+        factory = raw.row_factory
+        if factory is not None and factory is not _Row:
+            # As in sqlite_fast._run: plain tuples are fetched and judged, the factory shapes the rows
+            # served (with the proxy as the cursor, whose description describes them).
+            rows, state = with_plain_rows(
+                functools.partial(setattr, raw, "row_factory"),
+                factory,
+                lambda: _execute_and_probe(cursor, raw, sql, parameters, guard, rescue_inputs, True),
+            )
+            return shaped(rows, cursor, raw, factory), state
     try:
         options = cursor._self_driver_options if guard.driver_options else None
         if options is not None:

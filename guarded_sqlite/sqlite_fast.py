@@ -10,7 +10,9 @@ and need no proxy: attribute reads are plain slot and C-member reads.
 The classes only do the I/O: sqlite3's own C methods run the statement and fetch its result once
 (up to ``row_cap + 1`` rows); ``core`` probes, decides, repairs and serves, exactly as for ``wrap()``'s
 proxies. sqlite3's ``Connection.execute`` makes its cursor in C without calling an overridden
-``cursor()``, so ``execute``/``executemany``/``executescript`` are overridden too.
+``cursor()``, so ``execute``/``executemany``/``executescript`` are overridden too. A ``row_factory``
+other than None or ``sqlite3.Row`` is set aside while sqlite3 fetches and applied to the rows served
+(``factories``), so the guard judges the database's rows.
 
 A cursor made on a connection that is not guarded (``GuardedSQLiteCursor(plain_connection)``) passes
 everything through; ``sqlite3.Cursor(con)`` on a guarded connection gives a plain, unguarded cursor,
@@ -19,6 +21,7 @@ as the C type check demands.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import sqlite3
@@ -48,6 +51,7 @@ from .core import (
     unprobed,
 )
 from .engines import NO_PARAMETERS, SQLITE
+from .factories import native, shaped, with_plain_rows
 from .policy import GuardPolicy, resolve_policy
 from .probe import PartialCount
 
@@ -68,6 +72,8 @@ _fetchall = sqlite3.Cursor.fetchall
 _close = sqlite3.Cursor.close
 _next = sqlite3.Cursor.__next__
 _description = sqlite3.Cursor.description.__get__
+_set_row_factory = vars(sqlite3.Cursor)["row_factory"].__set__
+_Row = sqlite3.Row
 _DEFAULT_FACTORY: Any = object()
 
 
@@ -248,11 +254,12 @@ def _statement(
     """``execute`` on a guarded cursor: the statement's I/O on sqlite3's C methods, inline for the common
     case, then ``core.after_fetch``; ``_run`` has the rarer cases."""
     serial = guard.serial
+    factory = cursor.row_factory
     if serial is not None:
         serial.acquire()
     try:
-        if guard.mode == "off" or guard.restore_writable:
-            rows, cursor._self_state = _run(cursor, guard, sql, parameters, rescue_inputs)
+        if guard.mode == "off" or guard.restore_writable or not (factory is None or factory is _Row):
+            rows, cursor._self_state = _run(cursor, guard, sql, parameters, rescue_inputs, factory)
         else:  # one statement's I/O, inline (_run has the rarer cases)
             try:
                 if parameters is _NO:
@@ -288,13 +295,18 @@ def _statement(
 
 
 def _run(
-    cursor: CursorMethods, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
+    cursor: CursorMethods,
+    guard: ConnectionState,
+    sql: str,
+    parameters: Any,
+    rescue_inputs: RescueInputs | None,
+    factory: Any,
 ) -> tuple[Any, ReportState]:
     """One statement's I/O on sqlite3's C methods, then ``core.after_fetch``: the serving rows and the
     report state. On an execution error the state is stored on ``cursor`` before the error propagates
-    unchanged (unless a rescue replaced the failed statement with a candidate)."""
-    policy = guard.policy
-    mode = policy.mode
+    unchanged (unless a rescue replaced the failed statement with a candidate). ``factory``: the
+    cursor's row factory; one other than None or sqlite3.Row is applied to the rows served."""
+    mode = guard.mode
     if mode == "off":
         off = unprobed(mode, sql, GUARD_OFF)
         cursor._self_state = off  # also stands if execute raises: the guard reports nothing either way
@@ -305,6 +317,23 @@ def _run(
         return cursor, off
     if guard.restore_writable:
         restore_writable(guard)
+    if native(factory):
+        return _probed(cursor, guard, sql, parameters, rescue_inputs)
+    # sqlite3 fetches plain tuples, which the probe and the patches judge; the guard's re-executions
+    # read the cursor's factory (None here), so P2's rerun and rescue candidates compare tuples too.
+    rows, state = with_plain_rows(
+        functools.partial(_set_row_factory, cursor),
+        factory,
+        lambda: _probed(cursor, guard, sql, parameters, rescue_inputs),
+    )
+    return shaped(rows, cursor, weakref.proxy(cursor), factory), state
+
+
+def _probed(
+    cursor: CursorMethods, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
+) -> tuple[Any, ReportState]:
+    """``_run``'s statement in patch or observe mode: execute, fetch once, probe."""
+    mode = guard.mode
     try:
         if parameters is _NO:
             _execute(cursor, sql)

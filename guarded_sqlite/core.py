@@ -320,6 +320,10 @@ class Streaming:
     def __iter__(self) -> Streaming:
         return self
 
+    def __length_hint__(self) -> int:
+        # The buffered rows left (redirect_outstanding measures a handed-out buffer's position by it).
+        return 0 if self.head is None else operator.length_hint(self.head)
+
     def __next__(self) -> Any:
         head = self.head
         if head is not None:

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from .core import Streaming
+from .core import LIST_ITERATOR, Streaming
 
 _Row = sqlite3.Row
 _T = TypeVar("_T")
@@ -71,7 +71,7 @@ class Shaped:
             cursor = self.owner()
             if cursor is None:  # the cursor is gone: nothing can fetch from it any more
                 raise StopIteration
-        if factory is _Row and not isinstance(cursor, sqlite3.Cursor):
+        if factory is _Row and not issubclass(type(cursor), sqlite3.Cursor):
             cursor = cursor.__wrapped__  # sqlite3.Row type-checks its cursor in C: the proxy's raw cursor
         return factory(cursor, row)
 
@@ -109,4 +109,29 @@ def shaped(rows: Any, cursor: Any, raw: Any, factory: Any) -> Any:
     return rows
 
 
-__all__ = ["Shaped", "native", "shaped", "with_plain_rows"]
+def reshape(cursor: Any, raw: Any, old: Any, new: Any) -> None:
+    """``cursor.row_factory`` changed from ``old`` to ``new`` (its setter calls this): the rows not
+    served yet get ``new``, as sqlite3 applies the factory in force at each fetch.
+
+    Buffered rows in sqlite3's shape (``old`` is None or ``sqlite3.Row``: the factory they were fetched
+    with, since any change since would have come through here) are put behind a ``Shaped``; a
+    ``Shaped`` already there just takes the new factory. Rows still in sqlite3 (past ``row_cap``, or a
+    statement without a buffer) need nothing: sqlite3 reads the factory itself. An iterator the caller
+    took with ``iter(cur)`` over rows in sqlite3's shape keeps serving them as they are (it is a plain
+    list iterator); one over a ``Shaped`` sees the change. ``raw``: as for ``shaped``.
+    """
+    rows = cursor._self_rows
+    kind = type(rows)
+    if kind is Streaming:
+        head = rows.head
+        if type(head) is Shaped:
+            head.factory = new
+        elif head is not None and new is not old:
+            rows.head = Shaped(head, cursor, new)
+    elif (kind is list or kind is LIST_ITERATOR) and new is not old:
+        # Shares the list iterator's position with an iterator handed out earlier, so re-executing
+        # inside that loop still finds where it stands (Streaming's length hint is the head's).
+        cursor._self_rows = Streaming(Shaped(iter(rows), cursor, new), raw, None)
+
+
+__all__ = ["Shaped", "native", "reshape", "shaped", "with_plain_rows"]

@@ -49,7 +49,7 @@ from .core import (
     unprobed,
 )
 from .engines import NO_PARAMETERS, SQLITE, Engine, execute_with
-from .factories import shaped, with_plain_rows
+from .factories import reshape, shaped, with_plain_rows
 from .policy import GuardPolicy
 from .probe import PartialCount
 
@@ -176,6 +176,29 @@ class CursorProxy(_Proxy, GuardedCursor):
         if rescued is not None and rescued[0] is self._self_state:
             return rescued[1]
         return self.__wrapped__.description
+
+    @property
+    def row_factory(self) -> Any:
+        return self.__wrapped__.row_factory
+
+    @row_factory.setter
+    def row_factory(self, factory: Any) -> None:
+        # A factory set between fetches applies to the rows served after it, as in sqlite3. psycopg's
+        # factory is psycopg's (applied when the result was fetched); DuckDB has none.
+        raw = self.__wrapped__
+        if self._self_guard.engine is not SQLITE:
+            raw.row_factory = factory
+            return
+        old = raw.row_factory
+        raw.row_factory = factory
+        reshape(self, raw, old, factory)
+
+    @row_factory.deleter
+    def row_factory(self) -> None:
+        if self._self_guard.engine is not SQLITE:
+            del self.__wrapped__.row_factory
+            return
+        self.row_factory = None  # sqlite3 leaves NULL behind, which reads as None but crashes the next fetch
 
     @property
     def rowcount(self) -> int:

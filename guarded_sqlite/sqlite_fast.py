@@ -51,7 +51,7 @@ from .core import (
     unprobed,
 )
 from .engines import NO_PARAMETERS, SQLITE
-from .factories import native, shaped, with_plain_rows
+from .factories import native, reshape, shaped, with_plain_rows
 from .policy import GuardPolicy, resolve_policy
 from .probe import PartialCount
 
@@ -72,7 +72,8 @@ _fetchall = sqlite3.Cursor.fetchall
 _close = sqlite3.Cursor.close
 _next = sqlite3.Cursor.__next__
 _description = sqlite3.Cursor.description.__get__
-_set_row_factory = vars(sqlite3.Cursor)["row_factory"].__set__
+_ROW_FACTORY = vars(sqlite3.Cursor)["row_factory"]  # sqlite3's C member (the guarded classes shadow it)
+_set_row_factory = _ROW_FACTORY.__set__
 _Row = sqlite3.Row
 _DEFAULT_FACTORY: Any = object()
 
@@ -121,11 +122,29 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
     _self_state: ReportState | None = None
     _self_report: GuardReport | None = None
     _self_rescued_description: tuple[Any, Any] | None = None
+    # sqlite3's row_factory member under a second name: execute() reads it at C speed, past the property.
+    _self_row_factory = _ROW_FACTORY
 
     @property
     def guard_report(self) -> GuardReport | None:
         """What the guard saw and did for the last statement; None before the first execute."""
         return report_of(self)
+
+    def _get_row_factory(self) -> Any:
+        return _ROW_FACTORY.__get__(self)
+
+    def _change_row_factory(self, factory: Any) -> None:
+        old = _ROW_FACTORY.__get__(self)
+        _set_row_factory(self, factory)
+        reshape(self, weakref.proxy(self), old, factory)
+
+    def _drop_row_factory(self) -> None:
+        # sqlite3 leaves NULL behind, which reads as None but crashes the next fetch: None it is.
+        self._change_row_factory(None)
+
+    # A property over sqlite3's member, so that a factory set between fetches applies to the rows
+    # served after it, as in sqlite3 (which calls it at each fetch); nothing is checked per fetch.
+    row_factory = property(_get_row_factory, _change_row_factory, _drop_row_factory, _ROW_FACTORY.__doc__)
 
     @property
     def description(self) -> Any:
@@ -254,7 +273,7 @@ def _statement(
     """``execute`` on a guarded cursor: the statement's I/O on sqlite3's C methods, inline for the common
     case, then ``core.after_fetch``; ``_run`` has the rarer cases."""
     serial = guard.serial
-    factory = cursor.row_factory
+    factory = cursor._self_row_factory
     if serial is not None:
         serial.acquire()
     try:

@@ -488,3 +488,162 @@ def test_property_a_row_factory_changes_no_decision_and_shapes_the_same_rows(cas
     assert [value_of(made) for made in shaped[1]] == [
         value_of(factory(None, row)) for row in plain[1]
     ]  # the factory applied to the plain rows
+
+
+# --------------------------------------------------------------------------------------------------
+# p16: a row factory changed between fetches applies to the rows after it
+# --------------------------------------------------------------------------------------------------
+
+
+def dict_row(cursor: Any, row: tuple[Any, ...]) -> dict[str, Any]:
+    return {d[0]: v for d, v in zip(cursor.description, row)}
+
+
+def comparable(rows: Any) -> Any:
+    """Rows with sqlite3.Row objects as (type, keys, values), comparable across connections."""
+    if isinstance(rows, list):
+        return [comparable(row) for row in rows]
+    if isinstance(rows, sqlite3.Row):
+        return ("Row", tuple(rows.keys()), tuple(rows))
+    return rows
+
+
+SHAPES: dict[str, Any] = {"none": None, "Row": sqlite3.Row, "dict": dict_row, "scalar": scalar}
+CONTINUE: dict[str, Callable[[Any], Any]] = {
+    "fetchall": lambda cursor: cursor.fetchall(),
+    "fetchmany": lambda cursor: cursor.fetchmany(2),
+    "fetchone": lambda cursor: cursor.fetchone(),
+    "next": next,
+}
+
+
+@pytest.mark.parametrize("then", sorted(CONTINUE))
+@pytest.mark.parametrize(("before", "after"), [("none", "dict"), ("Row", "none"), ("dict", "Row"), ("scalar", "none")])
+@pytest.mark.parametrize("guard", ["patch", "observe"])
+def test_p16_factory_changed_between_fetches_applies_to_the_rest(
+    guard: str, before: str, after: str, then: str
+) -> None:
+    """p16_factory_change_mid_iteration.py: sqlite3 applies the row factory in force at each fetch; the
+    guard had shaped every row at execute(), so a factory set after the first fetchone() was ignored.
+    Now the rows served after the change get the new factory, whatever the factories and the fetch.
+    The text_factory half of the repro is the documented difference: the text_factory (and converters)
+    in force at execute() apply to the whole result, and a later statement gets the new one."""
+    sql = "SELECT id, name FROM customers ORDER BY id"
+    seen = {}
+    for label, con in zip(("raw", "guarded"), both(guard=guard)):
+        con.execute("INSERT INTO customers VALUES (3, 'Cy'), (4, 'Di')")
+        cursor = set_factory(con, SHAPES[before], "cursor")
+        cursor.execute(sql)
+        first = cursor.fetchone()
+        cursor.row_factory = SHAPES[after]
+        seen[label] = comparable([first, CONTINUE[then](cursor), cursor.fetchall()])
+    assert seen["guarded"] == seen["raw"]
+    # The text_factory half: documented, see README "Where it differs from sqlite3".
+    raw, con = both(guard=guard)
+    text = {}
+    for label, c in (("raw", raw), ("guarded", con)):
+        cursor = c.execute("SELECT name FROM customers ORDER BY id")
+        first = cursor.fetchone()
+        c.text_factory = bytes
+        text[label] = (first, cursor.fetchall(), c.execute("SELECT name FROM customers ORDER BY id").fetchall())
+    assert text["raw"] == (("Ana",), [(b"Ben",)], [(b"Ana",), (b"Ben",)])
+    assert text["guarded"] == (("Ana",), [("Ben",)], [(b"Ana",), (b"Ben",)])
+
+
+def test_p16_past_row_cap_the_buffered_head_and_the_streamed_tail_take_the_new_factory() -> None:
+    """Past row_cap the first rows are buffered and the rest streams from sqlite3: a factory changed
+    in the buffered part applies to the rest of it and to the streamed rows, as in sqlite3."""
+    sql = "SELECT id, total FROM orders ORDER BY id"
+    seen = {}
+    for label, con in zip(("raw", "guarded"), both(guard=GuardPolicy(row_cap=4))):
+        cursor = con.execute(sql)
+        first = cursor.fetchmany(2)
+        cursor.row_factory = dict_row
+        middle = cursor.fetchmany(4)
+        cursor.row_factory = sqlite3.Row
+        seen[label] = comparable([first, middle, cursor.fetchall()])
+    assert seen["guarded"] == seen["raw"]
+
+
+def test_p16_inside_a_for_loop_as_documented() -> None:
+    """Documented (README, "Where it differs from sqlite3"): the iterator ``iter(cur)`` hands out over rows
+    fetched with no factory (or sqlite3.Row) keeps serving them in that shape when the factory changes
+    mid-loop; the cursor's fetch methods apply the new one, from the same position. Over rows fetched
+    with another factory, the loop sees the change too, as sqlite3's does."""
+    _, con = both(guard="patch")
+    cursor = con.execute("SELECT id FROM orders ORDER BY id")
+    looped, fetched = [], []
+    for row in cursor:
+        looped.append(row)
+        cursor.row_factory = scalar
+        fetched.append(cursor.fetchone())
+    assert looped == [(i,) for i in range(1, 11, 2)] and fetched == list(range(2, 11, 2))
+    cursor = set_factory(con, dict_row, "cursor")
+    looped = []
+    for row in cursor.execute("SELECT id FROM orders ORDER BY id"):
+        looped.append(row)
+        cursor.row_factory = scalar
+    assert looped == [{"id": 1}, *range(2, 11)]
+
+
+def test_p16_reexecuting_inside_a_loop_with_a_factory_continues_with_the_new_rows() -> None:
+    """As sqlite3's cursor (its own iterator) does: re-executing the cursor inside ``for row in cur``
+    continues the loop with the new statement's rows, shaped by the factory, a changed one included."""
+    seen = {}
+    for label, con in zip(("raw", "guarded"), both(guard="patch")):
+        cursor = set_factory(con, dict_row, "cursor")
+        looped = []
+        for row in cursor.execute("SELECT id FROM customers ORDER BY id"):
+            looped.append(row)
+            if len(looped) == 1:
+                cursor.row_factory = scalar
+                cursor.execute("SELECT total FROM orders WHERE id < 4 ORDER BY id")
+        seen[label] = looped
+    assert seen["guarded"] == seen["raw"] == [{"id": 1}, 0.0, 10.0, 20.0]
+
+
+FETCH_PLAN = st.lists(
+    st.one_of(
+        st.tuples(st.just("one"), st.none()),
+        st.tuples(st.just("many"), st.integers(0, 4)),
+        st.tuples(st.just("next"), st.none()),
+        st.tuples(st.just("factory"), st.sampled_from(sorted(SHAPES))),
+        st.tuples(st.just("reexec"), st.sampled_from([0, 3, 7])),
+    ),
+    max_size=10,
+)
+
+
+def _run_plan(con: Any, plan: list[tuple[str, Any]], initial: str) -> list[Any]:
+    cursor = set_factory(con, SHAPES[initial], "cursor")
+    sql = "SELECT id, total FROM orders WHERE id > ? ORDER BY id"
+    cursor.execute(sql, (0,))
+    out: list[Any] = []
+    for op, arg in plan:
+        if op == "one":
+            out.append(("one", comparable(cursor.fetchone())))
+        elif op == "many":
+            out.append(("many", comparable(cursor.fetchmany(arg))))
+        elif op == "next":
+            out.append(("next", comparable(next(cursor, "done"))))
+        elif op == "factory":
+            cursor.row_factory = SHAPES[arg]
+        else:
+            cursor.execute(sql, (arg,))
+    out.append(("all", comparable(cursor.fetchall())))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    plan=FETCH_PLAN,
+    initial=st.sampled_from(sorted(SHAPES)),
+    guard=st.sampled_from(["patch", "observe", "off"]) | st.builds(GuardPolicy, row_cap=st.integers(1, 6)),
+)
+def test_property_fetches_and_factory_changes_in_any_order_serve_sqlite3s_rows(
+    plan: list[tuple[str, Any]], initial: str, guard: Any
+) -> None:
+    """Property: any sequence of fetchone/fetchmany/next, row factory changes and re-executions serves
+    exactly the rows sqlite3 serves (values, shapes and order), buffered or past row_cap."""
+    raw, con = both(guard=guard)
+    assert _run_plan(con, plan, initial) == _run_plan(raw, plan, initial)

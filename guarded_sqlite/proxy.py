@@ -78,8 +78,8 @@ def _itself(raw: Any) -> tuple[Any, Any]:
 
 class ConnectionProxy(_Proxy, GuardedConnection):
     """A guarded ``sqlite3.Connection`` (or ``psycopg.Connection``) proxy: its cursors probe, and in
-    patch mode repair, every query result. ``executescript``, ``backup`` and ``set_progress_handler``
-    are the driver's and delegate to it like everything else."""
+    patch mode repair, every query result. ``executescript``, ``backup``, ``iterdump`` and
+    ``set_progress_handler`` are the driver's and delegate to it like everything else."""
 
     _self_guard: ConnectionState
 
@@ -118,6 +118,11 @@ class ConnectionProxy(_Proxy, GuardedConnection):
     def backup(self, target: Any, **kwargs: Any) -> None:
         # sqlite3 type-checks ``target`` in C and refuses a proxy.
         self.__wrapped__.backup(target.__wrapped__ if isinstance(target, ConnectionProxy) else target, **kwargs)
+
+    def iterdump(self, *args: Any, **kwargs: Any) -> Any:
+        # The wrapped connection's own: sqlite3's dump takes its cursors from it, never from the guard
+        # (a connect()ed connection under the proxy dumps on plain cursors itself, see guarded_sqlite.dump).
+        return self.__wrapped__.iterdump(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.__wrapped__(*args, **kwargs)

@@ -26,7 +26,7 @@ import itertools
 import operator
 import sqlite3
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .core import (
@@ -482,6 +482,12 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         if not issubclass(type(target), sqlite3.Connection):
             target = getattr(target, "__wrapped__", target)
         _connection_backup(self, target, **kwargs)
+
+    def iterdump(self, *args: Any, **kwargs: Any) -> Generator[str, None, None]:
+        """sqlite3's ``iterdump``, on plain cursors: the dump's statements never go through the guard."""
+        from .dump import iterdump
+
+        return iterdump(self, args, kwargs)
 
 
 class _CursorHookMethods(ConnectionMethods):

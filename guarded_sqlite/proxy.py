@@ -8,7 +8,8 @@ This module imports ``wrapt``; ``guarded_sqlite`` loads it only when ``wrap()`` 
 
 Fetch once: a statement that returns rows is fetched in full (up to ``row_cap + 1`` rows) during
 ``execute``; every fetch method then serves from that buffer. Past the cap the rest streams from the
-driver on demand.
+driver on demand. On SQLite a ``row_factory`` other than None or ``sqlite3.Row`` is set aside while the
+raw cursor fetches and applied to the rows served (``factories``), with the proxy as the cursor.
 
 Speed notes. Reading a proxy-owned attribute through wrapt costs several times a plain slot read,
 so per-connection facts live in one slotted ``ConnectionState`` that each cursor reaches with a single
@@ -48,6 +49,7 @@ from .core import (
     unprobed,
 )
 from .engines import NO_PARAMETERS, SQLITE, Engine, execute_with
+from .factories import reshape, shaped, with_plain_rows
 from .policy import GuardPolicy
 from .probe import PartialCount
 
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 
 _NO_PARAMETERS = NO_PARAMETERS
 _fetchone = operator.methodcaller("fetchone")
+_Row = sqlite3.Row
 
 
 def _driver_fetchmany(raw: Any, size: int) -> list[Any]:
@@ -75,8 +78,8 @@ def _itself(raw: Any) -> tuple[Any, Any]:
 
 class ConnectionProxy(_Proxy, GuardedConnection):
     """A guarded ``sqlite3.Connection`` (or ``psycopg.Connection``) proxy: its cursors probe, and in
-    patch mode repair, every query result. ``executescript``, ``backup`` and ``set_progress_handler``
-    are the driver's and delegate to it like everything else."""
+    patch mode repair, every query result. ``executescript``, ``backup``, ``iterdump`` and
+    ``set_progress_handler`` are the driver's and delegate to it like everything else."""
 
     _self_guard: ConnectionState
 
@@ -115,6 +118,11 @@ class ConnectionProxy(_Proxy, GuardedConnection):
     def backup(self, target: Any, **kwargs: Any) -> None:
         # sqlite3 type-checks ``target`` in C and refuses a proxy.
         self.__wrapped__.backup(target.__wrapped__ if isinstance(target, ConnectionProxy) else target, **kwargs)
+
+    def iterdump(self, *args: Any, **kwargs: Any) -> Any:
+        # The wrapped connection's own: sqlite3's dump takes its cursors from it, never from the guard
+        # (a connect()ed connection under the proxy dumps on plain cursors itself, see guarded_sqlite.dump).
+        return self.__wrapped__.iterdump(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.__wrapped__(*args, **kwargs)
@@ -173,6 +181,29 @@ class CursorProxy(_Proxy, GuardedCursor):
         if rescued is not None and rescued[0] is self._self_state:
             return rescued[1]
         return self.__wrapped__.description
+
+    @property
+    def row_factory(self) -> Any:
+        return self.__wrapped__.row_factory
+
+    @row_factory.setter
+    def row_factory(self, factory: Any) -> None:
+        # A factory set between fetches applies to the rows served after it, as in sqlite3. psycopg's
+        # factory is psycopg's (applied when the result was fetched); DuckDB has none.
+        raw = self.__wrapped__
+        if self._self_guard.engine is not SQLITE:
+            raw.row_factory = factory
+            return
+        old = raw.row_factory
+        raw.row_factory = factory
+        reshape(self, raw, old, factory)
+
+    @row_factory.deleter
+    def row_factory(self) -> None:
+        if self._self_guard.engine is not SQLITE:
+            del self.__wrapped__.row_factory
+            return
+        self.row_factory = None  # sqlite3 leaves NULL behind, which reads as None but crashes the next fetch
 
     @property
     def rowcount(self) -> int:
@@ -287,9 +318,10 @@ def _execute_and_probe(
     parameters: Any,
     guard: ConnectionState,
     rescue_inputs: RescueInputs | None = None,
+    plain: bool = False,
 ) -> tuple[Any, ReportState]:
     """The driver I/O of one statement: execute, fetch once, then ``core.after_fetch``; returns the
-    serving rows and the report state.
+    serving rows and the report state. ``plain``: the row factory is already set aside (SQLite).
 
     On an execution error the state is stored on ``cursor`` before the error propagates unchanged
     (unless a rescue replaced the failed statement with a candidate).
@@ -302,6 +334,17 @@ def _execute_and_probe(
         return raw, off
     if guard.restore_writable:
         restore_writable(guard)
+    if guard.engine is SQLITE and not plain:
+        factory = raw.row_factory
+        if factory is not None and factory is not _Row:
+            # As in sqlite_fast._run: plain tuples are fetched and judged, the factory shapes the rows
+            # served (with the proxy as the cursor, whose description describes them).
+            rows, state = with_plain_rows(
+                functools.partial(setattr, raw, "row_factory"),
+                factory,
+                lambda: _execute_and_probe(cursor, raw, sql, parameters, guard, rescue_inputs, True),
+            )
+            return shaped(rows, cursor, raw, factory), state
     try:
         options = cursor._self_driver_options if guard.driver_options else None
         if options is not None:

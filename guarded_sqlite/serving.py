@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -90,18 +90,23 @@ class Streaming:
     A class rather than ``itertools.chain`` so that re-executing the cursor inside ``for row in cur``
     can point it at the new statement's rows, as sqlite3's cursor (its own iterator) does. ``tail`` is
     the driver's iterator over the rest (the raw cursor, or for a cursor subclass that overrides
-    ``__next__``, an iterator calling sqlite3's own); ``raw`` is the driver's cursor.
+    ``__next__``, an iterator calling sqlite3's own); ``raw`` is the driver's cursor. Buffered rows that
+    a row factory shapes as they are served are one too: a ``factories.Shaped`` head and no tail.
     """
 
     __slots__ = ("head", "raw", "tail")
 
-    def __init__(self, head: list[Any], raw: Any, tail: Any) -> None:
+    def __init__(self, head: Iterable[Any], raw: Any, tail: Any) -> None:
         self.head: Iterator[Any] | None = iter(head)
         self.tail: Any = tail
         self.raw = raw
 
     def __iter__(self) -> Streaming:
         return self
+
+    def __length_hint__(self) -> int:
+        # The buffered rows left (redirect_outstanding measures a handed-out buffer's position by it).
+        return 0 if self.head is None else operator.length_hint(self.head)
 
     def __next__(self) -> Any:
         head = self.head
@@ -152,9 +157,10 @@ def serving(cursor: Any, raw: Any, check: Callable[[Any], Any], hand_out: bool =
         rows.check_usable()
         if hand_out:
             cursor._self_buffer = rows
-            hold = getattr(rows.tail, "hold", None)
-            if hold is not None:
-                hold()  # the caller's iterator keeps the cursor alive, as sqlite3's (the cursor) does
+            for part in (rows.head, rows.tail):  # the tail, or a factories.Shaped head, holds the cursor weakly
+                hold = getattr(part, "hold", None)
+                if hold is not None:
+                    hold()  # the caller's iterator keeps the cursor alive, as sqlite3's (the cursor) does
     return rows
 
 

@@ -10,7 +10,9 @@ and need no proxy: attribute reads are plain slot and C-member reads.
 The classes only do the I/O: sqlite3's own C methods run the statement and fetch its result once
 (up to ``row_cap + 1`` rows); ``core`` probes, decides, repairs and serves, exactly as for ``wrap()``'s
 proxies. sqlite3's ``Connection.execute`` makes its cursor in C without calling an overridden
-``cursor()``, so ``execute``/``executemany``/``executescript`` are overridden too.
+``cursor()``, so ``execute``/``executemany``/``executescript`` are overridden too. A ``row_factory``
+other than None or ``sqlite3.Row`` is set aside while sqlite3 fetches and applied to the rows served
+(``factories``), so the guard judges the database's rows.
 
 A cursor made on a connection that is not guarded (``GuardedSQLiteCursor(plain_connection)``) passes
 everything through; ``sqlite3.Cursor(con)`` on a guarded connection gives a plain, unguarded cursor,
@@ -19,11 +21,12 @@ as the C type check demands.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import sqlite3
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .core import (
@@ -48,6 +51,7 @@ from .core import (
     unprobed,
 )
 from .engines import NO_PARAMETERS, SQLITE
+from .factories import native, reshape, shaped, with_plain_rows
 from .policy import GuardPolicy, resolve_policy
 from .probe import PartialCount
 
@@ -68,6 +72,9 @@ _fetchall = sqlite3.Cursor.fetchall
 _close = sqlite3.Cursor.close
 _next = sqlite3.Cursor.__next__
 _description = sqlite3.Cursor.description.__get__
+_ROW_FACTORY = vars(sqlite3.Cursor)["row_factory"]  # sqlite3's C member (the guarded classes shadow it)
+_set_row_factory = _ROW_FACTORY.__set__
+_Row = sqlite3.Row
 _DEFAULT_FACTORY: Any = object()
 
 
@@ -115,11 +122,29 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
     _self_state: ReportState | None = None
     _self_report: GuardReport | None = None
     _self_rescued_description: tuple[Any, Any] | None = None
+    # sqlite3's row_factory member under a second name: execute() reads it at C speed, past the property.
+    _self_row_factory = _ROW_FACTORY
 
     @property
     def guard_report(self) -> GuardReport | None:
         """What the guard saw and did for the last statement; None before the first execute."""
         return report_of(self)
+
+    def _get_row_factory(self) -> Any:
+        return _ROW_FACTORY.__get__(self)
+
+    def _change_row_factory(self, factory: Any) -> None:
+        old = _ROW_FACTORY.__get__(self)
+        _set_row_factory(self, factory)
+        reshape(self, weakref.proxy(self), old, factory)
+
+    def _drop_row_factory(self) -> None:
+        # sqlite3 leaves NULL behind, which reads as None but crashes the next fetch: None it is.
+        self._change_row_factory(None)
+
+    # A property over sqlite3's member, so that a factory set between fetches applies to the rows
+    # served after it, as in sqlite3 (which calls it at each fetch); nothing is checked per fetch.
+    row_factory = property(_get_row_factory, _change_row_factory, _drop_row_factory, _ROW_FACTORY.__doc__)
 
     @property
     def description(self) -> Any:
@@ -248,11 +273,12 @@ def _statement(
     """``execute`` on a guarded cursor: the statement's I/O on sqlite3's C methods, inline for the common
     case, then ``core.after_fetch``; ``_run`` has the rarer cases."""
     serial = guard.serial
+    factory = cursor._self_row_factory
     if serial is not None:
         serial.acquire()
     try:
-        if guard.mode == "off" or guard.restore_writable:
-            rows, cursor._self_state = _run(cursor, guard, sql, parameters, rescue_inputs)
+        if guard.mode == "off" or guard.restore_writable or not (factory is None or factory is _Row):
+            rows, cursor._self_state = _run(cursor, guard, sql, parameters, rescue_inputs, factory)
         else:  # one statement's I/O, inline (_run has the rarer cases)
             try:
                 if parameters is _NO:
@@ -288,13 +314,18 @@ def _statement(
 
 
 def _run(
-    cursor: CursorMethods, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
+    cursor: CursorMethods,
+    guard: ConnectionState,
+    sql: str,
+    parameters: Any,
+    rescue_inputs: RescueInputs | None,
+    factory: Any,
 ) -> tuple[Any, ReportState]:
     """One statement's I/O on sqlite3's C methods, then ``core.after_fetch``: the serving rows and the
     report state. On an execution error the state is stored on ``cursor`` before the error propagates
-    unchanged (unless a rescue replaced the failed statement with a candidate)."""
-    policy = guard.policy
-    mode = policy.mode
+    unchanged (unless a rescue replaced the failed statement with a candidate). ``factory``: the
+    cursor's row factory; one other than None or sqlite3.Row is applied to the rows served."""
+    mode = guard.mode
     if mode == "off":
         off = unprobed(mode, sql, GUARD_OFF)
         cursor._self_state = off  # also stands if execute raises: the guard reports nothing either way
@@ -305,6 +336,23 @@ def _run(
         return cursor, off
     if guard.restore_writable:
         restore_writable(guard)
+    if native(factory):
+        return _probed(cursor, guard, sql, parameters, rescue_inputs)
+    # sqlite3 fetches plain tuples, which the probe and the patches judge; the guard's re-executions
+    # read the cursor's factory (None here), so P2's rerun and rescue candidates compare tuples too.
+    rows, state = with_plain_rows(
+        functools.partial(_set_row_factory, cursor),
+        factory,
+        lambda: _probed(cursor, guard, sql, parameters, rescue_inputs),
+    )
+    return shaped(rows, cursor, weakref.proxy(cursor), factory), state
+
+
+def _probed(
+    cursor: CursorMethods, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
+) -> tuple[Any, ReportState]:
+    """``_run``'s statement in patch or observe mode: execute, fetch once, probe."""
+    mode = guard.mode
     try:
         if parameters is _NO:
             _execute(cursor, sql)
@@ -432,6 +480,12 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         if not issubclass(type(target), sqlite3.Connection):
             target = getattr(target, "__wrapped__", target)
         _connection_backup(self, target, **kwargs)
+
+    def iterdump(self, *args: Any, **kwargs: Any) -> Generator[str, None, None]:
+        """sqlite3's ``iterdump``, on plain cursors: the dump's statements never go through the guard."""
+        from .dump import iterdump
+
+        return iterdump(self, args, kwargs)
 
 
 class _CursorHookMethods(ConnectionMethods):

@@ -609,6 +609,36 @@ def test_pg_rowcount_counts_the_rows_served(pg_db: EngineDB) -> None:
     assert cur.rowcount == len(cur.fetchall()) == 4
 
 
+def test_pg_row_factories_shape_rows_as_psycopg_does(pg_db: EngineDB) -> None:
+    """psycopg's own ``row_factory`` (``dict_row``, ``class_row``; on the connection or the cursor) is
+    left to psycopg: healthy rows come back as raw psycopg makes them, a fan-out of dicts is flagged and
+    P1 serves the distinct dicts; a connection-level factory reaches the guarded cursors (see README)."""
+    from dataclasses import dataclass
+
+    from psycopg.rows import class_row, dict_row, tuple_row
+
+    @dataclass(frozen=True)
+    class Customer:
+        name: str
+        city: str
+
+    con = pg_db.guarded("paper")
+    healthy = "SELECT name, city FROM customers ORDER BY id"
+    for factory in (dict_row, class_row(Customer)):
+        cur = con.cursor(row_factory=factory)
+        assert cur.execute(healthy).fetchall() == pg_db.raw.cursor(row_factory=factory).execute(healthy).fetchall()
+        assert cur.guard_report.trigger is None
+    cur = con.cursor(row_factory=dict_row)
+    rows = cur.execute(EXPLODING_SQL).fetchall()
+    assert sorted(rows, key=lambda r: r["name"]) == [{"name": name} for (name,) in DISTINCT_NAMES]
+    assert (cur.guard_report.trigger, cur.guard_report.action) == ("cartesian_explosion", "distinct_injected")
+    pg_db.raw.row_factory = dict_row
+    try:
+        assert pg_db.con.execute(healthy).fetchall() == pg_db.raw.execute(healthy).fetchall()
+    finally:
+        pg_db.raw.row_factory = tuple_row
+
+
 def test_pg_dialect_must_match_the_driver(pg_db: EngineDB) -> None:
     """Wrapping a psycopg connection as DuckDB is refused."""
     with pytest.raises(ValueError, match="does not match"):

@@ -1157,20 +1157,22 @@ class _Money:
         return hash(self.v)
 
 
-def _money_rows(cursor: Any, row: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(_Money(v) if isinstance(v, (int, type(None))) else v for v in row)
+def _money(value: bytes) -> _Money:
+    """A converter whose objects cannot always be hashed (an unknown amount raises ValueError)."""
+    return _Money(None if value == b"unknown" else int(value))
 
 
-def test_r19_row_hash_raising_valueerror_serves_the_new_rows_unprobed() -> None:
-    """r19: a row whose __hash__ raises ValueError: execute() does not raise (sqlite3 does not), the
-    rows are served unprobed with a note, and fetchall() never serves the previous statement's rows."""
+def test_r19_value_hash_raising_valueerror_serves_the_new_rows_unprobed() -> None:
+    """r19: a value whose __hash__ raises ValueError (made by a converter: the probe hashes the values
+    sqlite3 returns, not a row factory's objects): execute() does not raise (sqlite3 does not), the rows
+    are served unprobed with a note, and fetchall() never serves the previous statement's rows."""
+    sqlite3.register_converter("R19MONEY", _money)
     seen = {}
     for label, connect in [("raw", sqlite3.connect), ("guarded", guarded_sqlite.connect)]:
-        con = connect(":memory:")
-        con.row_factory = _money_rows
+        con = connect(":memory:", detect_types=sqlite3.PARSE_COLNAMES)
         cur = con.cursor()
-        cur.execute("SELECT 'previous statement', 1")
-        cur.execute("SELECT 'new statement', NULL")
+        cur.execute("SELECT 'previous statement', 1 AS \"m [R19MONEY]\"")
+        cur.execute("SELECT 'new statement', 'unknown' AS \"m [R19MONEY]\"")
         seen[label] = ([(a, b.v) for a, b in cur.fetchall()], cur)
     assert seen["guarded"][0] == seen["raw"][0] == [("new statement", None)]
     report = seen["guarded"][1].guard_report

@@ -345,33 +345,9 @@ def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialec
     if rewrite.sql is None:
         return RuleDecision("P2", False, rewrite.reason), None
     provenance = why(sql)
-    if provenance is not None and provenance.hides_amplification:
-        fans = ", ".join(dict.fromkeys((*provenance.fanning_leading, *provenance.fanning_projected)))
-        return RuleDecision(
-            "P2",
-            False,
-            f"the DISTINCT may hide join amplification ({fans} can repeat rows; provenance "
-            f"{provenance.verdict}: {provenance.evidence}): not removed, nothing re-executed",
-        ), None
-    if provenance is not None and provenance.verdict == "identified":
-        # No join multiplies rows and the projection identifies them: the DISTINCT removes nothing, so
-        # a run without it could never return more rows.
-        return RuleDecision(
-            "P2",
-            False,
-            f"the projection identifies the rows, so the DISTINCT removes none (provenance identified: "
-            f"{provenance.evidence}): nothing to gain, nothing re-executed",
-        ), None
-    if provenance is not None and provenance.verdict == "value_repeats":
-        # The DISTINCT merges equal values of distinct rows, which is what it says: on Spider dev the
-        # paper's P2 fixed none of these and broke five (benchmarks/provenance_spider_results.md), and
-        # an ORM's .distinct() is the caller's explicit request.
-        return RuleDecision(
-            "P2",
-            False,
-            f"the DISTINCT merges repeated values of distinct rows (provenance value_repeats: "
-            f"{provenance.evidence}): kept as written, nothing re-executed",
-        ), None
+    kept = None if provenance is None else _distinct_kept(provenance)
+    if kept is not None:
+        return RuleDecision("P2", False, f"{kept}, nothing re-executed"), None
     can_commit_up_to = removal_row_limit(len(rows), policy.tau_remove)
     new_rows, failure = _run(rerun, rewrite.sql, min(policy.row_cap, can_commit_up_to))
     if new_rows is None:
@@ -396,6 +372,32 @@ def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialec
         f"without DISTINCT dup_ratio {ratio:.3f} <= tau_remove {policy.tau_remove}; {len(rows)} -> {len(new_rows)} rows"
     )
     return RuleDecision("P2", True, reason), (rewrite.sql, new_rows)
+
+
+def _distinct_kept(provenance: Provenance) -> str | None:
+    """Why the key-based presets keep a DISTINCT as written, or None where the analysis cannot tell."""
+    if provenance.hides_amplification:
+        fans = ", ".join(dict.fromkeys((*provenance.fanning_leading, *provenance.fanning_projected)))
+        return (
+            f"the DISTINCT may hide join amplification ({fans} can repeat rows; provenance "
+            f"{provenance.verdict}: {provenance.evidence}): not removed"
+        )
+    if provenance.verdict == "identified":
+        # No join multiplies rows and the projection identifies them: the DISTINCT removes nothing, so
+        # a run without it could never return more rows.
+        return (
+            f"the projection identifies the rows, so the DISTINCT removes none (provenance identified: "
+            f"{provenance.evidence}): nothing to gain"
+        )
+    if provenance.verdict == "value_repeats":
+        # The DISTINCT merges equal values of distinct rows, which is what it says: on Spider dev the
+        # paper's P2 fixed none of these and broke five (benchmarks/provenance_spider_results.md), and
+        # an ORM's .distinct() is the caller's explicit request.
+        return (
+            f"the DISTINCT merges repeated values of distinct rows (provenance value_repeats: "
+            f"{provenance.evidence}): kept as written"
+        )
+    return None
 
 
 _SET_CHANGED = "the rewritten query returns a different set of rows (a collation or non-deterministic function?)"

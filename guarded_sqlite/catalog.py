@@ -120,7 +120,7 @@ class SqliteSchemaView:
             if cur is None:
                 cur = self.cursor = plain_cursor(self.raw)
             cached = self.verdicts.get(sql)
-            if cached is not None and _answers(cur, cached[0]) == cached[1]:
+            if cached is not None and _still(cur, cached[0], cached[1]):
                 return cached[2]
             schemas = sqlite_schemas(cur)
             parsed = parse_statement(sql, "sqlite")
@@ -264,6 +264,15 @@ class SqliteSchemaView:
 def _answers(cur: sqlite3.Cursor, plan: tuple[Statement, ...]) -> tuple[list[Any], ...]:
     """The rows of each statement, as sqlite3 returns them (compared as they are: no conversion)."""
     return tuple(catalog_rows(cur, sql, parameters) for sql, parameters in plan)
+
+
+def _still(cur: sqlite3.Cursor, plan: tuple[Statement, ...], answers: tuple[list[Any], ...]) -> bool:
+    """Whether the check statements answer as they did (a statement that now fails, e.g. on a schema
+    detached since, answers differently: the verdict is worked out again)."""
+    try:
+        return _answers(cur, plan) == answers
+    except CatalogUnreadable:
+        return False
 
 
 def _schema_position(schemas: tuple[str, ...], qualifier: str) -> int | None:

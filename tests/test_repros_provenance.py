@@ -260,3 +260,23 @@ def test_p17_a_new_connection_reads_only_the_tables_the_statement_names(tmp_path
     assert con.execute("SELECT c.name FROM c JOIN o ON o.cid = c.id").guard_report.action == "distinct_injected"
     facts_reads = [s for s in seen if "table_xinfo" in s]
     assert all('"c"' in s or '"o"' in s for s in facts_reads) and facts_reads, seen
+
+
+def test_a_schema_detached_after_a_verdict_makes_it_read_again_not_unknown(tmp_path: Any) -> None:
+    """A cached verdict whose check statements name a schema detached since is worked out again (the
+    check statement fails: that is a changed answer, not an unreadable catalog). Here x resolves in the
+    second attached schema, so the check asks the first whether it has come to shadow it."""
+    for name, ddl in (("a", "CREATE TABLE other (v);"), ("b", "CREATE TABLE x (id INTEGER, name TEXT);")):
+        setup = sqlite3.connect(tmp_path / f"{name}.db")
+        setup.executescript(ddl + ("INSERT INTO x VALUES (1, 'a'), (2, 'b');" if name == "b" else ""))
+        setup.close()
+    con = guarded_sqlite.connect(":memory:", isolation_level=None)
+    con.execute("CREATE TABLE o (id INTEGER PRIMARY KEY, xid INTEGER)")
+    con.executemany("INSERT INTO o (xid) VALUES (?)", [(1 + i % 2,) for i in range(10)])
+    con.execute("ATTACH ? AS a", (str(tmp_path / "a.db"),))
+    con.execute("ATTACH ? AS b", (str(tmp_path / "b.db"),))
+    sql = "SELECT x.name FROM o JOIN x ON x.id = o.xid"  # b.x is keyless: amplified
+    assert con.execute(sql).guard_report.provenance == "amplified"
+    con.execute("DETACH a")
+    report = con.execute(sql).guard_report
+    assert report.provenance == "amplified", report.provenance_evidence

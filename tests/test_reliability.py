@@ -126,7 +126,7 @@ def test_r09_p1_trace_callback_and_authorizer_see_only_the_callers_statement() -
     assert not [a for a in seen["guarded"][1] if a[0] == sqlite3.SQLITE_PRAGMA]
 
 
-def test_r09_default_preset_reads_the_catalog_once_per_schema_version() -> None:
+def test_r09_default_preset_reads_the_catalog_once_then_checks_it_by_lookups() -> None:
     """r09 (documented difference): the default preset reads the schema's keys on the caller's
     connection the first time a flagged result needs a verdict; those reads are catalog queries only,
     and the same statement again only re-reads the schema list and the declarations of its tables."""

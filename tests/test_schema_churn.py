@@ -85,6 +85,7 @@ QUERIES = [
     "SELECT x.name FROM o JOIN main.x AS x ON x.id = o.xid",
     "SELECT x.name FROM o JOIN temp.x AS x ON x.id = o.xid",
     "SELECT x.name FROM o JOIN shard.x AS x ON x.id = o.xid",
+    "SELECT x.name FROM o JOIN early.x AS x ON x.id = o.xid",
     "SELECT x.name FROM o, x WHERE x.id = o.xid",
     "SELECT o.id, x.name FROM x JOIN o ON o.xid = x.id",
     "SELECT x.name FROM x JOIN o ON o.xid = x.id",  # reversed: x leads, o fans out (amplified)
@@ -111,11 +112,12 @@ def run_steps(con: Any, steps: list[tuple[str, list[tuple[Any, ...]]]]) -> None:
 
 
 def make_file(path: Path, shape: str) -> str:
-    """A database file whose only table is ``x`` in ``shape`` (schema_version 1)."""
+    """A database file whose only table is ``x`` in ``shape`` (schema_version 1); for "none", a table of
+    another name (so that an unqualified x resolves past this schema)."""
     con = sqlite3.connect(path, isolation_level=None)
     try:
         con.execute("PRAGMA synchronous=OFF")  # fewer fsyncs: the tests need no durability
-        run_steps(con, x_statements(shape)[1:])
+        run_steps(con, [("CREATE TABLE other (v)", [])] if shape == "none" else x_statements(shape)[1:])
     finally:
         con.close()
     return str(path)
@@ -293,10 +295,12 @@ def migrate_by_other(path: str, steps: list[tuple[str, list[tuple[Any, ...]]]]) 
 
 
 class SchemaChurn(RuleBasedStateMachine):
-    """One guarded connection (default preset) on a WAL file, a plain connection on the same file, and
+    """One guarded connection (default preset) on a WAL file, a plain connection on the same file,
     four files whose only table ``x`` has different keys, attachable as ``shard`` (all at
-    schema_version 1). Every rule's SQL runs for real; a rule whose SQL fails in the current state just
-    leaves it as SQLite left it (the oracle reads the catalog, not a model)."""
+    schema_version 1), and five more attachable as ``early`` (one without x), so that attached schemas
+    change order and an unqualified x can resolve in the second one. Every rule's SQL runs for real; a
+    rule whose SQL fails in the current state just leaves it as SQLite left it (the oracle reads the
+    catalog, not a model)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -312,6 +316,9 @@ class SchemaChurn(RuleBasedStateMachine):
         finally:
             setup.close()
         self.shards = {shape: make_file(self.directory / f"shard_{shape}.db", shape) for shape in SHARD_FILES}
+        # A second attachable name, so that the order of attached schemas changes (DETACH + ATTACH puts
+        # it last) and an unqualified x can resolve in the second attached schema.
+        self.early = {shape: make_file(self.directory / f"early_{shape}.db", shape) for shape in (*SHARD_FILES, "none")}
         self.g = guarded_sqlite.connect(self.path, isolation_level=None)
         self.other = sqlite3.connect(self.path, isolation_level=None, timeout=0)
         for con in (self.g, self.other):
@@ -369,6 +376,17 @@ class SchemaChurn(RuleBasedStateMachine):
     @rule()
     def detach(self) -> None:
         self.on_g([("DETACH shard", [])])
+
+    @rule(shape=st.sampled_from([*SHARD_FILES, "none"]))
+    def attach_early(self, shape: str) -> None:
+        """ATTACH a file as early (DETACH it first if attached): early comes before or after shard."""
+        attached = any(row[1] == "early" for row in plain_rows(self.g, "PRAGMA database_list"))
+        steps = [("DETACH early", [])] if attached else []
+        self.on_g([*steps, (f"ATTACH '{self.early[shape]}' AS early", [])])
+
+    @rule()
+    def detach_early(self) -> None:
+        self.on_g([("DETACH early", [])])
 
     @precondition(lambda self: HAS_DESERIALIZE and not self.g.in_transaction)
     @rule(shape=st.sampled_from(SHAPE_NAMES), schema=st.sampled_from(["main", "shard"]), offset=st.integers(-1, 1))

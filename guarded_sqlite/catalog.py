@@ -56,6 +56,7 @@ from .schema import (
     plain_cursor,
     read_index_list,
     read_lookup,
+    read_schemas,
     sqlite_declarations,
     sqlite_has_table,
     sqlite_index_list,
@@ -193,7 +194,7 @@ class SqliteSchemaView:
     ) -> tuple[Entry, ...] | None:
         """What ``names`` stand for according to the answers to ``_plan``'s statements, as ``_read``
         reports it; None where the answers contradict the places ``_read`` recorded."""
-        if tuple(_text_of(r[1]) for r in sorted(answers[0], key=lambda r: int(r[0]))) != _listed(schemas):
+        if read_schemas(answers[0]) != schemas:
             return None
         temp, found = read_lookup(answers[1])
         index_lists = iter(answers[2:])
@@ -277,15 +278,6 @@ def _still(cur: sqlite3.Cursor, plan: tuple[Statement, ...], answers: tuple[list
 
 def _schema_position(schemas: tuple[str, ...], qualifier: str) -> int | None:
     return next((i for i, s in enumerate(schemas) if fold(s) == qualifier), None)
-
-
-def _listed(schemas: tuple[str, ...]) -> tuple[str, ...]:
-    """The schema names in ``PRAGMA database_list``'s order (main, temp, attached), from search order."""
-    return (schemas[1], schemas[0], *schemas[2:])
-
-
-def _text_of(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 class SnapshotSchemaView:

@@ -47,6 +47,7 @@ __all__ = [
     "lookup_statement",
     "read_index_list",
     "read_lookup",
+    "read_schemas",
     "read_sqlite_schema",
     "sqlite_declarations",
     "sqlite_has_table",
@@ -214,7 +215,11 @@ def catalog_rows(cur: sqlite3.Cursor, sql: str, parameters: Sequence[Any] = ()) 
 
 def sqlite_schemas(cur: sqlite3.Cursor) -> tuple[str, ...]:
     """Schema names in SQLite's resolution order for unqualified names: temp, main, then attached."""
-    rows = catalog_rows(cur, "PRAGMA database_list")
+    return read_schemas(catalog_rows(cur, "PRAGMA database_list"))
+
+
+def read_schemas(rows: Sequence[tuple[Any, ...]]) -> tuple[str, ...]:
+    """``PRAGMA database_list``'s rows as ``sqlite_schemas`` gives them."""
     if not rows:  # it always lists main: an authorizer answered SQLITE_IGNORE to the PRAGMA
         raise CatalogUnreadable("PRAGMA database_list answered nothing (an authorizer ignoring PRAGMA?)")
     names = [_text(row[1]) for row in sorted(rows, key=lambda r: int(r[0]))]

@@ -61,7 +61,8 @@ def inject_distinct(sql: str, dialect: str = "sqlite") -> Rewrite:
     (the cut would keep other rows), ``GROUP BY`` (each row is its own group), aggregate queries, and
     queries already ``DISTINCT``.
     """
-    return _inject_distinct(sql, dialect)
+    too_long = _too_long(sql)  # refused before the cache: its keys would hold the whole text
+    return Rewrite(None, too_long) if too_long else _inject_distinct(sql, dialect)
 
 
 def remove_distinct(sql: str, dialect: str = "sqlite") -> Rewrite:
@@ -71,7 +72,8 @@ def remove_distinct(sql: str, dialect: str = "sqlite") -> Rewrite:
     also no ``LIMIT``/``OFFSET``, for the same reason as P1. Whether the rewrite is *committed* is
     decided at runtime from the rows it returns.
     """
-    return _remove_distinct(sql, dialect)
+    too_long = _too_long(sql)
+    return Rewrite(None, too_long) if too_long else _remove_distinct(sql, dialect)
 
 
 @lru_cache(maxsize=1024)
@@ -151,13 +153,15 @@ _WRITE_TOKENS = frozenset(
 )
 
 
-@lru_cache(maxsize=1024)
 def is_read_only_query(sql: str, dialect: str = "sqlite") -> bool:
     """Whether ``sql`` reads as a query and nothing else, judged on tokens so that SQL with a syntax
     error (which a parser would reject) can still be classified. Used to decide whether a failed or
     flagged statement may be replaced by a candidate's rows: a write never is."""
-    if len(sql) > MAX_PARSED_CHARS:
-        return False
+    return not _too_long(sql) and _is_read_only_query(sql, dialect)
+
+
+@lru_cache(maxsize=1024)
+def _is_read_only_query(sql: str, dialect: str) -> bool:
     try:
         tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
     except SqlglotError:
@@ -188,6 +192,8 @@ def normalise_literals(sql: str, dialect: str = "sqlite") -> str:
     >>> normalise_literals("SELECT 'unterminated")
     '<SQL not shown: 20 characters>'
     """
+    if _too_long(sql):  # not kept in the cache (see _too_long)
+        return _normalise_literals.__wrapped__(sql, dialect)
     return _normalise_literals(sql, dialect)
 
 
@@ -225,10 +231,20 @@ MAX_PARSED_CHARS = 20_000
 statement time limit; a longer statement is left as it is, with this reason in the report."""
 
 
-def _parse_query(sql: str, dialect: str) -> _Query | str:
-    """The statement's tree and tokens if it is one read-only SELECT, else the reason it is not."""
+def _too_long(sql: str) -> str:
+    """Why ``sql`` is not parsed, if it is longer than ``MAX_PARSED_CHARS``; else "". Checked before
+    any cache keyed by the SQL text, so that the caches never keep such texts (1,024 statements of a
+    megabyte each would be a gigabyte)."""
     if len(sql) > MAX_PARSED_CHARS:
         return f"SQL longer than {MAX_PARSED_CHARS:,} characters is not analysed (parsing time is not bounded)"
+    return ""
+
+
+def _parse_query(sql: str, dialect: str) -> _Query | str:
+    """The statement's tree and tokens if it is one read-only SELECT, else the reason it is not."""
+    too_long = _too_long(sql)
+    if too_long:
+        return too_long
     try:
         sqlglot_dialect = sqlglot.Dialect.get_or_raise(dialect)
         tokens = [t for t in sqlglot_dialect.tokenize(sql)]

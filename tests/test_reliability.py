@@ -1078,6 +1078,26 @@ def test_r21b_megabyte_sql_is_not_parsed_past_a_size_bound() -> None:
         assert not report.decisions[0].applied
 
 
+def test_r21_the_rewrite_caches_never_keep_statements_too_long_to_parse() -> None:
+    """r21: exploding statements with a 1 MB IN-list are refused before the rewrite caches, which are
+    keyed by the SQL text: 1,024 of them used to keep a gigabyte alive after the connection closed."""
+    from guarded_sqlite import rewrite
+
+    ids = ",".join(str(i) for i in range(150000))
+    con = setup(guarded_sqlite.connect(":memory:"))
+    raw = setup(sqlite3.connect(":memory:"))
+    caches = (rewrite._inject_distinct, rewrite._remove_distinct, rewrite._is_read_only_query)
+    before = [cache.cache_info().currsize for cache in caches]
+    for k in range(3):
+        sql = EXPLODE + f" WHERE t.id IN ({ids}) AND {k} = {k}"
+        cur = con.execute(sql)
+        assert cur.fetchall() == raw.execute(sql).fetchall()
+        assert "longer than 20,000 characters" in cur.guard_report.decisions[0].reason
+        assert not rewrite.is_read_only_query(sql) and rewrite.remove_distinct(sql).sql is None
+    assert [cache.cache_info().currsize for cache in caches] == before
+    assert rewrite.normalise_literals("SELECT 1 WHERE x IN (" + ids + ")").endswith("?)")
+
+
 @pytest.mark.parametrize("odd_cost", [float("nan"), -5.0])
 def test_r39_nan_or_negative_cost_never_disables_max_rescue_cost(odd_cost: float) -> None:
     """r39: one rescue reporting a NaN or negative cost, then rescues costing $0.60 each, under

@@ -263,6 +263,8 @@ def _parse_query(sql: str, dialect: str) -> _Query | str:
             trees = sqlglot_dialect.parser().parse(tokens, sql)
     except SqlglotError as error:
         return f"sqlglot could not parse it: {_first_line(error)}"
+    except RecursionError:  # sqlglot's parser recurses per nesting level: ~50 parentheses can be too many
+        return "nested too deeply for sqlglot to parse (Python's recursion limit)"
     if len(trees) != 1 or trees[0] is None:
         return "not a single statement"
     root = cast(exp.Expression, trees[0])
@@ -392,7 +394,7 @@ def _reparses_as(rewritten: str, dialect: str, original: exp.Expression, distinc
     try:
         with quiet_sqlglot():
             trees = sqlglot.parse(rewritten, read=dialect)
-    except SqlglotError:
+    except (SqlglotError, RecursionError):
         return False
     # A comment after the final semicolon comes back as a separate Semicolon node: not a statement.
     statements = [tree for tree in trees if tree is not None and not isinstance(tree, exp.Semicolon)]

@@ -21,12 +21,14 @@ DDL (``CREATE``/``DROP``/``ALTER``/...; also every ``executescript``) or fails w
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .engines import NO_PARAMETERS, SQLITE, Engine, WritableNotRestored
@@ -54,6 +56,7 @@ from .serving import (  # re-exported: the I/O layers take everything they share
     row_bytes,
     serving,
 )
+from .sinks import built, deliver, log_statement
 
 if TYPE_CHECKING:
     from .catalog import SnapshotSchemaView, SqliteSchemaView
@@ -152,7 +155,8 @@ def unprobed(
 
 
 class ConnectionState:
-    """Per-connection facts the cursors need on every statement, in plain slots."""
+    """Per-connection facts the cursors need on every statement, in plain slots. The ones derived from
+    the policy are set by ``configure``; a ``policy_scope`` swaps them for one thread's statements."""
 
     __slots__ = (
         "byte_cap",
@@ -162,6 +166,7 @@ class ConnectionState:
         "engine",
         "fetch_size",
         "first_fetch",
+        "last",
         "lock",
         "mode",
         "p2_rows",
@@ -172,7 +177,9 @@ class ConnectionState:
         "rescue_spend",
         "rescues",
         "restore_writable",
+        "scopes",
         "serial",
+        "sink",
         "status_results",
         "tau_below",
     )
@@ -180,6 +187,28 @@ class ConnectionState:
     def __init__(self, policy: GuardPolicy, engine: Engine, proxy: Any, raw: Any, single_thread: bool) -> None:
         """``proxy``: the object cursors report as their ``connection``; ``raw``: the driver's connection
         the engine re-executes on (the same object for ``connect()``'s connections)."""
+        self.engine = engine
+        self.dialect = engine.dialect
+        self.status_results = engine.status_results  # read on every statement: kept in a slot
+        self.driver_options = engine.name == "postgres"  # psycopg's execute takes prepare=/binary=
+        self.proxy = proxy
+        self.raw = raw
+        self.policy = policy  # set_threading reads the mode
+        self.mode = policy.mode
+        self.set_threading(single_thread)
+        self.configure(policy)
+        self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
+        self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
+        # Set when a guard statement could not switch SQLite's query_only back off (the caller's
+        # progress handler or interrupt() kept aborting it): done before the caller's next statement.
+        self.restore_writable = False
+        # Provenance: the schema view (``catalog``), made by the first statement a rule asks about.
+        self.catalog: SchemaView | None = None
+        self.last: ReportState | None = None  # the last statement's state, for the connection's guard_report
+        self.scopes = 0  # policy_scope blocks open on this connection, in any thread
+
+    def configure(self, policy: GuardPolicy) -> None:
+        """The slots derived from ``policy``."""
         self.policy = policy
         self.mode = policy.mode
         self.fetch_size = policy.row_cap + 1  # rows fetched per statement: one more than are buffered
@@ -187,18 +216,6 @@ class ConnectionState:
         # The first fetch of every statement: all it may buffer, or with a byte budget the first rows
         # only (fetch_rest continues when they come back full).
         self.first_fetch = self.fetch_size if policy.byte_cap is None else min(FIRST_ROWS, self.fetch_size)
-        self.engine = engine
-        self.dialect = engine.dialect
-        self.status_results = engine.status_results  # read on every statement: kept in a slot
-        self.driver_options = engine.name == "postgres"  # psycopg's execute takes prepare=/binary=
-        self.proxy = proxy
-        self.raw = raw
-        self.set_threading(single_thread)
-        self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
-        self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
-        # Set when a guard statement could not switch SQLite's query_only back off (the caller's
-        # progress handler or interrupt() kept aborting it): done before the caller's next statement.
-        self.restore_writable = False
         # The text_to_sql threshold when P1 may fire below tau_inject, else None (read per statement).
         self.tau_below: float | None = policy._tau_act if policy._tau_act < policy.tau_inject else None
         # Results of fewer rows than this, without a single duplicate, need nothing but the count: no
@@ -209,8 +226,8 @@ class ConnectionState:
         if self.tau_below is not None and self.tau_below <= 0:
             limits.append(0)
         self.quick_below = min(limits)
-        # Provenance: the schema view (``catalog``), made by the first statement a rule asks about.
-        self.catalog: SchemaView | None = None
+        self.sink = policy.on_report if policy.mode != "off" else None
+        self.serial = self.lock if policy.mode != "off" else None
 
     def set_threading(self, single_thread: bool) -> None:
         # Patch re-execution flips PRAGMA query_only for the whole connection; statements issued
@@ -222,6 +239,77 @@ class ConnectionState:
         # other threads' statements on the shared connection can trip sqlite3's own races ("another
         # row available"); so both serialise. "off" is sqlite3 itself.
         self.serial = self.lock if self.policy.mode != "off" else None
+
+    def in_scope(self) -> ConnectionState:
+        """The state this thread's statements use: a ``policy_scope``'s, or this one."""
+        for base, scoped in reversed(_SCOPES.get()):
+            if base is self:
+                return scoped
+        return self
+
+
+class _ScopedState(ConnectionState):
+    """A ``ConnectionState`` under another policy for one thread's block: the slots derived from the
+    policy are its own, the connection's facts (schema view, rescue budget, lock, last report) are the
+    base state's."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: ConnectionState, policy: GuardPolicy) -> None:
+        # Not ConnectionState.__init__: that would reset the facts this state shares with ``base``.
+        self.base = base
+        for name in ("engine", "dialect", "status_results", "driver_options", "proxy", "raw"):
+            setattr(self, name, getattr(base, name))
+        self.configure(policy)
+
+    def set_threading(self, single_thread: bool) -> None:
+        self.base.set_threading(single_thread)
+
+
+def _shared(name: str) -> property:
+    def read(scoped: _ScopedState) -> Any:
+        return getattr(scoped.base, name)
+
+    def write(scoped: _ScopedState, value: Any) -> None:
+        setattr(scoped.base, name, value)
+
+    return property(read, write)
+
+
+# ``serial`` stays the scope's own: configure() sets it from the shared lock and the scope's mode.
+for _name in ("catalog", "rescues", "rescue_spend", "restore_writable", "last", "scopes", "lock"):
+    setattr(_ScopedState, _name, _shared(_name))
+
+_SCOPES: contextvars.ContextVar[tuple[tuple[ConnectionState, ConnectionState], ...]] = contextvars.ContextVar(
+    "guarded_sqlite_scopes", default=()
+)
+"""The ``policy_scope`` blocks open in this thread (or task): (connection's state, scoped state), innermost last."""
+_SCOPE_COUNT = threading.Lock()
+
+
+@contextlib.contextmanager
+def policy_scope(guard: ConnectionState, policy: GuardPolicy) -> Iterator[None]:
+    """``policy`` for the statements this thread issues through the connection inside the block;
+    other threads keep the connection's policy. Restored on exit, whatever ends the block."""
+    if isinstance(guard, _ScopedState):
+        guard = guard.base
+    token = _SCOPES.set((*_SCOPES.get(), (guard, _ScopedState(guard, policy))))
+    with _SCOPE_COUNT:
+        guard.scopes += 1
+    try:
+        yield
+    finally:
+        with _SCOPE_COUNT:
+            guard.scopes -= 1
+        _SCOPES.reset(token)
+
+
+def settle(guard: ConnectionState, state: ReportState, cursor: Any) -> None:
+    """After each statement on ``cursor``: the connection's last report, and the policy's report sink."""
+    guard.last = state
+    sink = guard.sink
+    if sink is not None:
+        deliver(sink, state, cursor)
 
 
 class RescueInputs:
@@ -258,38 +346,36 @@ def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: 
                 call()
     except Exception as error:
         trigger, text = (None, None) if mode == "off" else (EXEC_ERROR, describe_error(error))
-        cursor._self_state = unprobed(mode, sql, note, trigger, text)
+        cursor._self_state = failed = unprobed(mode, sql, note, trigger, text)
+        if trigger is not None:
+            log_statement(failed, guard.dialect)
+        settle(guard, failed, cursor)
         raise
     finally:
         if guard.catalog is not None and guard.engine is not SQLITE:
             forget_schema(guard)  # a script or batch may change the schema; cheap to re-read once
-    cursor._self_state = unprobed(mode, sql, note)
+    cursor._self_state = done = unprobed(mode, sql, note)
+    settle(guard, done, cursor)
 
 
 def report_of(cursor: Any) -> GuardReport | None:
     """``guard_report``: built from the state on first read. ``_self_report`` pairs a built report with
     the state it describes, so executing never has to clear it."""
-    global _last_report
     current = cursor._self_state
     if current is None:
         return None
-    built = cursor._self_report
-    if built is not None and built[0] is current:
-        return built[1]  # type: ignore[no-any-return]
-    # A statement repeated with the same facts (a point query by key: one healthy row, untimed) gets the
-    # report already built for them: reports are immutable, and building one costs more than the probe.
-    last = _last_report
-    if last[0] == current:
-        report = last[1]
-    else:
-        report = GuardReport.from_state(current)
-        _last_report = (current, report)
+    built_report = cursor._self_report
+    if built_report is not None and built_report[0] is current:
+        return built_report[1]  # type: ignore[no-any-return]
+    report = built(current)
     cursor._self_report = (current, report)
     return report
 
 
-_last_report: tuple[ReportState | None, GuardReport | None] = (None, None)
-"""The last report built in this process, with the state it was built from (one pair, replaced whole)."""
+def last_report(guard: ConnectionState) -> GuardReport | None:
+    """The connection's ``guard_report``: the report of the last statement any of its cursors ran."""
+    current = guard.last
+    return None if current is None else built(current)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -402,11 +488,16 @@ def after_fetch(
         )
         if outcome.description is not None:
             cursor._self_rescued_description = (repaired, outcome.description)
+        if trigger is not None or outcome.action != "none":
+            log_statement(repaired, guard.dialect)
         return outcome.rows, repaired
-    return rows, _new_state(
+    measured = _new_state(
         ReportState,
         (mode, sql, sql, trigger, "none", count, unique, count, None, None, (), detect_ns, None, None, None),
     )
+    if trigger is not None:
+        log_statement(measured, guard.dialect)
+    return rows, measured
 
 
 def after_error(
@@ -451,10 +542,13 @@ def after_error(
             )
             if outcome.description is not None:
                 cursor._self_rescued_description = (rescued, outcome.description)
+            log_statement(rescued, guard.dialect)
             return outcome.rows, rescued
         failed = failed._replace(decisions=outcome.decisions, patch_ns=outcome.elapsed_ns, rescue=outcome.rescue)
     cursor._self_rows = raw
     cursor._self_state = failed
+    log_statement(failed, guard.dialect)
+    settle(guard, failed, cursor)
     return None
 
 

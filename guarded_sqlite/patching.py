@@ -20,14 +20,11 @@ DISTINCT that may hide a join's multiplication, that merges ``value_repeats`` or
 no-op (``identified``), so it acts only where the analysis cannot tell (``unknown``), and then only if
 the re-execution passes its checks on the data.
 
-A patch is logged to the ``guarded_sqlite`` logger: at INFO with the SQL's literals replaced by ``?``
-(``rewrite.normalise_literals``; they can be secrets) and the fields as ``record.guarded_sqlite``, and
-with the full SQL at DEBUG.
+Decisions are logged by ``core`` once the statement's state is final (``guarded_sqlite.sinks``).
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -39,12 +36,10 @@ from .policy import GuardPolicy, removal_applies, removal_row_limit
 from .probe import CARTESIAN_EXPLOSION, classify, count_unique, distinct_in_order, dup_ratio, row_set
 from .report import Action, RuleDecision
 from .rescue import PREVIEW_ROWS, CandidatePreview, RescueReport, RescueRequest, rescuer_name, run_rescuer
-from .rewrite import inject_distinct, is_read_only_query, normalise_literals, remove_distinct
+from .rewrite import inject_distinct, is_read_only_query, remove_distinct
 
 if TYPE_CHECKING:
     from .provenance import Provenance
-
-logger = logging.getLogger("guarded_sqlite")
 
 Rerun = Callable[[str, int], list[Any] | None]
 """Executes SQL read-only with the caller's parameters; returns its rows, or None past the given
@@ -148,8 +143,6 @@ def repair(
         action = patch_action
     elapsed = time.perf_counter_ns() - started
     provenance = why.last
-    if action != "none":
-        _log_patch(action, sql, patched_sql, provenance, dialect)
     return PatchOutcome(
         patched_sql,
         patched_rows if patched_rows is not None else [],
@@ -418,26 +411,6 @@ def _run(rerun: Rerun, sql: str, max_rows: int) -> tuple[list[Any] | None, str]:
 
 def _same_set(left: Sequence[Any], right: Sequence[Any]) -> bool:
     return row_set(left) == row_set(right)
-
-
-def _log_patch(action: Action, sql: str, final_sql: str, provenance: Provenance | None, dialect: str) -> None:
-    """One INFO record per patch, with the SQL's literals replaced by ``?`` (they can be secrets, and
-    an application's INFO log is no place for them), and the full SQL in a DEBUG record."""
-    if logger.isEnabledFor(logging.INFO):  # normalising costs a tokenize: only for a record that is kept
-        fields = {
-            "action": action,
-            "sql_normalised": normalise_literals(sql, dialect),
-            "final_sql_normalised": normalise_literals(final_sql, dialect),
-            "provenance": None if provenance is None else provenance.verdict,
-            "provenance_evidence": None if provenance is None else provenance.evidence,
-        }
-        message = "guarded_sqlite %s: %s -> %s"
-        arguments: tuple[Any, ...] = (action, fields["sql_normalised"], fields["final_sql_normalised"])
-        if provenance is not None:
-            message += " (provenance %s: %s)"
-            arguments += (provenance.verdict, provenance.evidence)
-        logger.info(message, *arguments, extra={"guarded_sqlite": fields})
-    logger.debug("guarded_sqlite %s, full SQL: %s -> %s", action, sql, final_sql)
 
 
 def _rescue(

@@ -25,6 +25,7 @@ from .probe import mentions_distinct, min_rows_for_removal
 
 if TYPE_CHECKING:
     from .rescue import Rescuer
+    from .sinks import ReportSink
 
 GuardMode = Literal["patch", "observe", "off"]
 _MODES: tuple[str, ...] = get_args(GuardMode)
@@ -110,6 +111,13 @@ class GuardPolicy:
     Past it, as past ``row_cap``, the result is not probed and the rest streams from the driver. The
     first 16 rows are always buffered. None: rows only."""
 
+    on_report: ReportSink | None = None
+    """Called with the ``GuardReport`` of every statement run through a connection under this policy
+    (any cursor, any library), right after it executed, failed included; not in mode ``"off"``. What
+    it raises is logged and never reaches the statement; statements it runs itself are not delivered
+    back to it. Building a report for every statement costs about 2 µs each; None: reports are built
+    only when read."""
+
     @classmethod
     def text_to_sql(cls, **changes: Any) -> GuardPolicy:
         """The ``"text_to_sql"`` preset: ``GuardPolicy(provenance="text_to_sql", **changes)``."""
@@ -135,6 +143,8 @@ class GuardPolicy:
             raise ValueError(f"byte_cap must be a positive int or None, not {self.byte_cap!r}")
         if self.order not in _ORDERS:
             raise ValueError(f"order must be one of {', '.join(map(repr, _ORDERS))}, not {self.order!r}")
+        if self.on_report is not None and not callable(self.on_report):
+            raise TypeError(f"on_report must be callable (a GuardReport -> None), not {type(self.on_report).__name__}")
         if self.rescue is not None and not callable(self.rescue):
             raise TypeError(
                 f"rescue must be callable (a RescueRequest -> index or None), not {type(self.rescue).__name__}"

@@ -23,6 +23,7 @@ import itertools
 import operator
 import sqlite3
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import wrapt
@@ -41,16 +42,19 @@ from .core import (
     changes_schema,
     fetch_rest,
     forget_schema,
+    last_report,
+    policy_scope,
     redirect_outstanding,
     report_of,
     restore_writable,
     run_unprobed,
     serving,
+    settle,
     unprobed,
 )
 from .engines import NO_PARAMETERS, SQLITE, Engine, execute_with
 from .factories import reshape, shaped, with_plain_rows
-from .policy import GuardPolicy
+from .policy import GuardPolicy, GuardSpec, resolve_policy
 from .probe import PartialCount
 
 if TYPE_CHECKING:
@@ -93,6 +97,16 @@ class ConnectionProxy(_Proxy, GuardedConnection):
     def guard_policy(self) -> GuardPolicy:
         """The policy this connection applies."""
         return self._self_guard.policy
+
+    @property
+    def guard_report(self) -> GuardReport | None:
+        """The report of the last statement run through this connection, by any of its cursors."""
+        return last_report(self._self_guard)
+
+    def guard_scope(self, guard: GuardSpec) -> AbstractContextManager[None]:
+        """A block in which this thread's statements through the connection follow ``guard``; see
+        ``guarded_sqlite.connect``'s connections."""
+        return policy_scope(self._self_guard, resolve_policy(guard))
 
     def cursor(self, *args: Any, **kwargs: Any) -> CursorProxy:
         raw_connection = self.__wrapped__
@@ -228,6 +242,8 @@ class CursorProxy(_Proxy, GuardedCursor):
         """``sqlite3.Cursor.execute``; with ``candidates`` (alternative SQLs for the same question) a
         flagged statement may be rescued by the policy's rescuer."""
         guard = self._self_guard
+        if guard.scopes:
+            guard = guard.in_scope()
         raw = self.__wrapped__
         self._self_report = None
         rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
@@ -235,16 +251,18 @@ class CursorProxy(_Proxy, GuardedCursor):
             lock = guard.serial
             if lock is not None:
                 with lock:
-                    rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
+                    rows, state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
             else:
-                rows, self._self_state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
+                rows, state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
         except BaseException:
             if self._self_buffer is not None:
                 redirect_outstanding(self, raw)
             # As after a failed sqlite3 execute: nothing of the previous statement is served any more.
             self._self_rows = raw
             raise
+        self._self_state = state
         self._self_rows = rows if self._self_buffer is None else redirect_outstanding(self, rows)
+        settle(guard, state, self)
         return self
 
     def executemany(self, sql: str, parameters: Any, /, **kwargs: Any) -> CursorProxy:
@@ -305,7 +323,7 @@ class CursorProxy(_Proxy, GuardedCursor):
 
     def _run_unprobed(self, method: Any, *args: Any, **kwargs: Any) -> CursorProxy:
         run_unprobed(
-            self, self.__wrapped__, self._self_guard, args[0], method.__name__ == "executemany",
+            self, self.__wrapped__, self._self_guard.in_scope(), args[0], method.__name__ == "executemany",
             functools.partial(method, *args, **kwargs),
         )  # fmt: skip
         return self

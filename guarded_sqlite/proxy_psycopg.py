@@ -6,7 +6,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from .core import unprobed
+from .core import settle, unprobed
 from .engines import NO_PARAMETERS
 from .proxy import CursorProxy
 
@@ -61,7 +61,9 @@ class ContextCursor(CursorProxy):
         sql = args[0] if args else kwargs.get("query")
         self._self_report = None
         self._self_rows = self.__wrapped__
-        self._self_state = unprobed(self._self_guard.policy.mode, query_text(sql, self.__wrapped__), _STREAMED)
+        guard = self._self_guard.in_scope()
+        self._self_state = state = unprobed(guard.mode, query_text(sql, self.__wrapped__), _STREAMED)
+        settle(guard, state, self)
         return self.__wrapped__.stream(*args, **kwargs)
 
     def __enter__(self) -> ContextCursor:
@@ -82,8 +84,10 @@ class StreamingCursor(ContextCursor):
         raw = self.__wrapped__
         self._self_report = None
         self._self_rows = raw
-        self._self_state = unprobed(self._self_guard.policy.mode, query_text(sql, raw), _SERVER_SIDE)
+        guard = self._self_guard.in_scope()
+        self._self_state = state = unprobed(guard.mode, query_text(sql, raw), _SERVER_SIDE)
         raw.execute(sql, **kwargs) if parameters is NO_PARAMETERS else raw.execute(sql, parameters, **kwargs)
+        settle(guard, state, self)
         return self
 
 

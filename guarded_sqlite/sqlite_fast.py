@@ -27,6 +27,7 @@ import operator
 import sqlite3
 import weakref
 from collections.abc import Generator, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from .core import (
@@ -43,6 +44,8 @@ from .core import (
     after_fetch,
     fetch_rest,
     forget_schema,
+    last_report,
+    policy_scope,
     redirect_outstanding,
     report_of,
     restore_writable,
@@ -52,8 +55,9 @@ from .core import (
 )
 from .engines import NO_PARAMETERS, SQLITE
 from .factories import native, reshape, shaped, with_plain_rows
-from .policy import GuardPolicy, resolve_policy
+from .policy import GuardPolicy, GuardSpec, resolve_policy
 from .probe import PartialCount
+from .sinks import deliver
 
 if TYPE_CHECKING:
     from .report import GuardReport, ReportState
@@ -264,7 +268,7 @@ def _guard_or_none(cursor: sqlite3.Cursor) -> ConnectionState | None:
         guard: ConnectionState = cursor.connection._self_guard  # type: ignore[attr-defined]
     except AttributeError:
         return None
-    return guard
+    return guard.in_scope() if guard.scopes else guard
 
 
 def _statement(
@@ -272,13 +276,15 @@ def _statement(
 ) -> CursorMethods:
     """``execute`` on a guarded cursor: the statement's I/O on sqlite3's C methods, inline for the common
     case, then ``core.after_fetch``; ``_run`` has the rarer cases."""
+    if guard.scopes:
+        guard = guard.in_scope()
     serial = guard.serial
     factory = cursor._self_row_factory
     if serial is not None:
         serial.acquire()
     try:
         if guard.mode == "off" or guard.restore_writable or not (factory is None or factory is _Row):
-            rows, cursor._self_state = _run(cursor, guard, sql, parameters, rescue_inputs, factory)
+            rows, state = _run(cursor, guard, sql, parameters, rescue_inputs, factory)
         else:  # one statement's I/O, inline (_run has the rarer cases)
             try:
                 if parameters is _NO:
@@ -292,14 +298,12 @@ def _statement(
                 rescued = after_error(cursor, cursor, guard, sql, parameters, error, rescue_inputs)
                 if rescued is None:
                     raise
-                rows, cursor._self_state = rescued
+                rows, state = rescued
             else:
                 if rows or _description(cursor) is not None:
-                    rows, cursor._self_state = after_fetch(
-                        cursor, cursor, guard, sql, parameters, rows, rescue_inputs, _tail
-                    )
+                    rows, state = after_fetch(cursor, cursor, guard, sql, parameters, rows, rescue_inputs, _tail)
                 else:
-                    rows, cursor._self_state = cursor, unprobed(guard.mode, sql, NOT_ROW_RETURNING)
+                    rows, state = cursor, unprobed(guard.mode, sql, NOT_ROW_RETURNING)
     except BaseException:
         if cursor._self_buffer is not None:
             redirect_outstanding(cursor, cursor)
@@ -309,7 +313,10 @@ def _statement(
     finally:
         if serial is not None:
             serial.release()
+    cursor._self_state = guard.last = state
     cursor._self_rows = rows if cursor._self_buffer is None else redirect_outstanding(cursor, rows)
+    if guard.sink is not None:
+        deliver(guard.sink, state, cursor)
     return cursor
 
 
@@ -435,6 +442,18 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
     def guard_policy(self) -> GuardPolicy:
         """The policy this connection applies."""
         return self._self_guard.policy
+
+    @property
+    def guard_report(self) -> GuardReport | None:
+        """The report of the last statement run through this connection, by any of its cursors (and
+        so by any library that made its own); None before the first."""
+        return last_report(self._self_guard)
+
+    def guard_scope(self, guard: GuardSpec) -> AbstractContextManager[None]:
+        """A block in which this thread's statements through the connection follow ``guard`` (a
+        preset name or a ``GuardPolicy``, as ``connect`` takes); other threads keep the connection's
+        policy, and the block restores it on exit."""
+        return policy_scope(self._self_guard, resolve_policy(guard))
 
     def cursor(self, factory: Any = _DEFAULT_FACTORY) -> Any:
         if factory is _DEFAULT_FACTORY or factory is sqlite3.Cursor:

@@ -1,0 +1,175 @@
+"""Where a statement's report goes besides its cursor: the policy's report sink (``on_report``) and
+the ``guarded_sqlite`` logger.
+
+Reports are built lazily (``GuardReport.from_state``); ``built`` keeps the last one made in the
+process, so a sink and a later ``cursor.guard_report`` of the same statement share one object.
+
+Log levels, one record per statement that is flagged or changed (nothing for healthy ones):
+
+* ``INFO`` when the guard changed the rows (a patch, a rescue candidate): what was done and why.
+* ``WARNING`` for an explosion served unchanged although the provenance analysis established that a
+  join multiplies its rows (``amplified``/``identified``; a rule refused on structure, such as a
+  ``LIMIT``): the caller is reading rows several times, and nothing fixed it.
+* ``INFO`` for every other flagged statement left alone: an explosion of value repeats (legitimate)
+  or not analysed (observe mode, the paper preset) or ``unknown``, an empty result, an execution
+  error. They are signals, not verdicts, and applications produce them in normal work (an empty result
+  is often the right answer; the error already reached the caller as an exception), so they stay out
+  of an application's default WARNING output.
+
+The logger has a ``NullHandler``, so an application that configured no logging prints nothing.
+
+The message and the structured fields (``record.guarded_sqlite``) show the SQL with its literals
+replaced by ``?`` (``rewrite.normalise_literals``; literals can be secrets); the full SQL goes to a
+separate ``DEBUG`` record. Normalising imports sqlglot, so it runs only for a record a handler keeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .report import GuardReport, ReportState
+
+logger = logging.getLogger("guarded_sqlite")
+logger.addHandler(logging.NullHandler())
+
+ReportSink = Callable[[GuardReport], object]
+"""What ``GuardPolicy.on_report`` takes: called with each statement's report."""
+
+_last: tuple[ReportState | None, GuardReport | None] = (None, None)
+"""The last report built in this process, with the state it was built from (one pair, replaced whole)."""
+
+
+def built(state: ReportState) -> GuardReport:
+    """The report of ``state``. A statement repeated with the same facts (a point query by key: one
+    healthy row, untimed) gets the report already built for them: reports are immutable, and building
+    one costs more than the probe."""
+    global _last
+    last = _last
+    if last[0] == state:
+        return last[1]  # type: ignore[return-value]
+    report = GuardReport.from_state(state)
+    _last = (state, report)
+    return report
+
+
+class _SinkDepth(threading.local):
+    inside = False
+
+
+_depth = _SinkDepth()
+
+
+def deliver(sink: ReportSink, state: ReportState, cursor: Any) -> None:
+    """Call ``sink`` with the statement's report, which becomes ``cursor``'s (so both are one object).
+    Whatever the sink raises is logged, never passed on: the statement has already run and its rows
+    are the caller's. Statements a sink issues itself (one that stores reports in a table) are not
+    delivered back to it, which would never end."""
+    if _depth.inside:
+        return
+    _depth.inside = True
+    try:
+        report = built(state)
+        cursor._self_report = (state, report)
+        sink(report)
+    except Exception:
+        logger.warning("guarded_sqlite: the report sink raised; the statement is unaffected", exc_info=True)
+    finally:
+        _depth.inside = False
+
+
+def log_statement(state: ReportState, dialect: str) -> None:
+    """The log record of one flagged or changed statement (see the module's docstring for levels)."""
+    action, trigger = state.action, state.trigger
+    if action != "none":
+        level = logging.INFO
+    elif trigger is None:
+        return
+    elif trigger == "cartesian_explosion" and state.provenance is not None and state.provenance.amplification:
+        level = logging.WARNING
+    else:
+        level = logging.INFO
+    if logger.isEnabledFor(level):
+        report = built(state)
+        fields = structured_fields(report, dialect)
+        logger.log(level, _message(report, fields), extra={"guarded_sqlite": fields})
+    if action != "none":
+        logger.debug("guarded_sqlite %s, full SQL: %s -> %s", action, state.sql, state.final_sql)
+    elif logger.isEnabledFor(logging.DEBUG):
+        logger.debug("guarded_sqlite %s, full SQL: %s", trigger, state.sql)
+
+
+def structured_fields(report: GuardReport, dialect: str) -> dict[str, Any]:
+    """The report as JSON-ready fields, with the SQL's literals replaced by ``?``."""
+    sql = _loggable(report.sql, dialect)
+    final_sql = sql if report.final_sql == report.sql else _loggable(report.final_sql, dialect)
+    return {
+        "mode": report.mode,
+        "trigger": report.trigger,
+        "action": report.action,
+        "sql_normalised": sql,
+        "final_sql_normalised": final_sql,
+        "rows": report.rows,
+        "unique_rows": report.unique_rows,
+        "dup_ratio": report.dup_ratio,
+        "final_rows": report.final_rows,
+        "provenance": report.provenance,
+        "provenance_evidence": report.provenance_evidence,
+        "decisions": [
+            {"rule": decision.rule, "applied": decision.applied, "reason": decision.reason}
+            for decision in report.decisions
+        ],
+        "note": report.note,
+        "error": None if report.error is None else redact_quoted(report.error),
+        "detect_us": report.detect_us,
+        "patch_ms": report.patch_ms,
+        "rescue_chosen_index": None if report.rescue is None else report.rescue.chosen_index,
+    }
+
+
+def _loggable(sql: str, dialect: str) -> str:
+    """``sql`` without its literals; past the parse bound not even that (tokenizing a megabyte of SQL
+    for a log line would cost seconds, and no reader wants the line)."""
+    from .rewrite import MAX_PARSED_CHARS, normalise_literals
+
+    if len(sql) > MAX_PARSED_CHARS:
+        return f"<SQL not shown: {len(sql)} characters>"
+    return normalise_literals(sql, dialect)
+
+
+def _message(report: GuardReport, fields: dict[str, Any]) -> str:
+    sql = fields["sql_normalised"]
+    if report.action != "none":
+        text = f"guarded_sqlite {report.action}: {sql} -> {fields['final_sql_normalised']}"
+    elif report.trigger == "exec_error":
+        text = f"guarded_sqlite exec_error ({fields['error']}): {sql}"
+    elif report.trigger == "empty_result":
+        text = f"guarded_sqlite empty_result: {sql}"
+    else:
+        text = (
+            f"guarded_sqlite {report.trigger} left unchanged ({report.rows} rows, {report.unique_rows} distinct): {sql}"
+        )
+        refusal = next((d.reason for d in report.decisions if d.rule == "P1" and not d.applied), None)
+        if refusal is not None:
+            text += f" (P1 not applied: {refusal})"
+    if report.provenance is not None:
+        text += f" (provenance {report.provenance}: {report.provenance_evidence})"
+    return text
+
+
+_QUOTED = re.compile(r"'(?:[^']|'')*'?|\"(?:[^\"]|\"\")*\"?")
+
+
+def redact_quoted(message: str) -> str:
+    r"""An error message with every quoted span replaced by ``?``: a syntax error quotes the token it
+    stopped at, which may be one of the SQL's literals.
+
+    >>> redact_quoted("unrecognized token: \"'tok_9f8e\"")
+    'unrecognized token: ?'
+    >>> redact_quoted("no such table: orders")
+    'no such table: orders'
+    """
+    return _QUOTED.sub("?", message)

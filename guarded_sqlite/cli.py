@@ -12,12 +12,14 @@ not match the gold, bad options, an engine that cannot be reached or copied into
 directory), reported on one line ``guarded-sqlite <command>: error: ...``; 1 when ``--plot`` is asked
 for without matplotlib installed. Output paths are checked before the run starts. ``query`` exits 1
 when its statement fails (an SQL error, or a write: the database is opened read-only), with the error on
-one line of stderr, and 2 when DB is missing, a directory, unreadable or not a SQLite file.
+one line of stderr, or when its reader closes stdout early; and 2 when DB is missing, a directory,
+unreadable or not a SQLite file.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -254,7 +256,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "query":
         from .cli_query import run_query
 
-        return run_query(args, lambda message: _print_error("query", message))
+        try:
+            return run_query(args, lambda message: _print_error("query", message))
+        except BrokenPipeError:
+            # The reader closed the pipe (`| head`): stop without a traceback, and without the second
+            # BrokenPipeError Python would raise flushing stdout at exit (the recipe in Python's signal docs).
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
     if args.command in ("eval", "sweep"):
         inputs = ("--db-root", "--gold", "--pred")
         given = [option for option in inputs if getattr(args, option[2:].replace("-", "_")) is not None]

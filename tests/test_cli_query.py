@@ -264,3 +264,21 @@ def test_console_script(shop: Path) -> None:
     )
     assert failed.returncode == 1 and failed.stdout == ""
     assert failed.stderr.startswith('guarded-sqlite query: error: OperationalError: near "SELEC"')
+
+
+def test_reader_closing_the_pipe_early_is_not_a_traceback(shop: Path) -> None:
+    script = Path(sys.executable).parent / "guarded-sqlite"
+    if not script.exists():
+        pytest.skip("the guarded-sqlite console script is not installed")
+    sql = "SELECT * FROM order_items AS a, order_items AS b"  # 22,500 rows: more than a pipe buffers
+    with subprocess.Popen(
+        [str(script), "query", str(shop), sql, "--guard", "off", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.read(10).startswith(b"{")
+        process.stdout.close()  # what `| head` does
+        stderr = process.stderr.read().decode()
+        assert process.wait(timeout=60) == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr

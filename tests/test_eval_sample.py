@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,37 @@ def test_paper_preset_breaks_the_legitimate_duplicates(reports: dict[str, EvalRe
 def test_set_ex_never_changes_under_the_guard(reports: dict[str, EvalReport]) -> None:
     for report in reports.values():
         assert report.guarded.set_correct == report.baseline.set_correct == 26
+
+
+POSTGRES_SCHEMA_SWITCH = pytest.mark.xfail(
+    strict=True,
+    reason="known defect, not yet fixed: on PostgreSQL, when pairs of several databases run in one process "
+    "(workers=1), the provenance analysis reports 'unknown table ...' for the joined tables of some "
+    "queries (pair 11 in the full sample; pair 14 when run right after pair 11), so P1 does not fire there",
+)
+
+
+@pytest.mark.parametrize("engine", ["duckdb", pytest.param("postgres", marks=POSTGRES_SCHEMA_SWITCH)])
+def test_the_sample_scores_the_same_on_duckdb_and_postgres(
+    sample: SampleInputs, reports: dict[str, EvalReport], request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    # The sample's SQL is portable (no bare columns under GROUP BY), so no gold query is excluded there.
+    options: dict[str, Any]
+    if engine == "duckdb":
+        pytest.importorskip("duckdb")
+        options = {"engine": "duckdb", "cache_dir": tmp_path / "duckdb"}
+    else:
+        options = {
+            "engine": "postgres",
+            "pg_dsn": request.getfixturevalue("pg_dsn"),
+            "pg_schema_prefix": f"s{uuid.uuid4().hex[:8]}_",
+        }
+    report = evaluate(
+        sample.db_root, sample.gold, sample.pred, guard="text_to_sql", workers=1, progress=False, **options
+    )
+    assert report.n == 33 and not report.gold_failures
+    assert report.baseline.set_correct == 26 and report.baseline.multiset_correct == 13
+    assert fixed(report) == fixed(reports["text_to_sql"]) and not broken(report)
 
 
 def test_cli_eval_sample(capsys: pytest.CaptureFixture[str]) -> None:

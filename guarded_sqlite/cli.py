@@ -1,23 +1,31 @@
-"""The ``guarded-sqlite`` command line: ``demo``, ``eval`` and ``sweep``.
+"""The ``guarded-sqlite`` command line: ``demo``, ``query``, ``eval`` and ``sweep`` (and ``--version``).
 
-``eval`` and ``sweep`` run on the SQLite files, or with ``--engine duckdb|postgres`` on copies of them
-(made on first use, reused while the files are unchanged) with every query transpiled from SQLite.
+``query DB SQL`` runs one statement through the guard on a SQLite file opened read-only and prints the
+rows and the guard report (``cli_query``). ``eval`` and ``sweep`` run on the SQLite files, or with
+``--engine duckdb|postgres`` on copies of them (made on first use, reused while the files are
+unchanged) with every query transpiled from SQLite; ``--sample`` runs them on the small evaluation
+sample shipped in the package (``evaluation.sample``) instead of ``--db-root/--gold/--pred``.
 
 Exit status: 0 on success, 2 for unusable inputs (missing files, a prediction count or db_id that does
 not match the gold, bad options, an engine that cannot be reached or copied into, an output path
 (``--json``, ``--plot``, ``demo --db``) whose folder is missing or not writable, or that is a
 directory), reported on one line ``guarded-sqlite <command>: error: ...``; 1 when ``--plot`` is asked
-for without matplotlib installed. Output paths are checked before the run starts.
+for without matplotlib installed. Output paths are checked before the run starts. ``query`` exits 1
+when its statement fails (an SQL error, or a write: the database is opened read-only), with the error on
+one line of stderr, or when its reader closes stdout early; and 2 when DB is missing, a directory,
+unreadable or not a SQLite file.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import __version__
 from .engines import ENGINE_NAMES
 
 
@@ -61,15 +69,18 @@ def _preset_list(text: str) -> list[str]:
 
 
 def _add_inputs(command: argparse.ArgumentParser) -> None:
+    # Required unless --sample is given; main() checks, since argparse cannot say "these three or that one".
+    command.set_defaults(command_parser=command)
     command.add_argument(
-        "--db-root", required=True, type=Path, metavar="DIR", help="folder holding <db_id>/<db_id>.sqlite"
+        "--sample",
+        action="store_true",
+        help="run on the small evaluation sample shipped in the package (3 databases, 33 questions) "
+        "instead of --db-root/--gold/--pred",
     )
-    command.add_argument(
-        "--gold", required=True, type=Path, metavar="FILE", help="BIRD or Spider dev.json, or lines 'SQL<TAB>db_id'"
-    )
+    command.add_argument("--db-root", type=Path, metavar="DIR", help="folder holding <db_id>/<db_id>.sqlite")
+    command.add_argument("--gold", type=Path, metavar="FILE", help="BIRD or Spider dev.json, or lines 'SQL<TAB>db_id'")
     command.add_argument(
         "--pred",
-        required=True,
         type=Path,
         metavar="FILE",
         help="one SQL per line, BIRD's JSON, or a JSON list/object of index -> SQL",
@@ -129,14 +140,17 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .cli_query import add_query_parser
     from .evaluation.options import ORDERS, RESCUERS, SWEEP_GUARDS
 
     parser = argparse.ArgumentParser(
         prog="guarded-sqlite", description="Runtime guardrail for machine-written SQL on SQLite."
     )
+    parser.add_argument("--version", action="version", version=f"guarded-sqlite {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="build a small shop database and show a join explosion caught and patched")
     demo.add_argument("--db", type=Path, help="where to create the demo database (default: a temporary file)")
+    add_query_parser(commands)
 
     evaluate = commands.add_parser(
         "eval",
@@ -239,8 +253,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(args.db)
         with tempfile.TemporaryDirectory() as folder:
             return run(Path(folder) / "shop.db")
+    if args.command == "query":
+        from .cli_query import run_query
+
+        try:
+            return run_query(args, lambda message: _print_error("query", message))
+        except BrokenPipeError:
+            # The reader closed the pipe (`| head`): stop without a traceback, and without the second
+            # BrokenPipeError Python would raise flushing stdout at exit (the recipe in Python's signal docs).
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
     if args.command in ("eval", "sweep"):
-        return _evaluate(args)
+        inputs = ("--db-root", "--gold", "--pred")
+        given = [option for option in inputs if getattr(args, option[2:].replace("-", "_")) is not None]
+        if args.sample and given:
+            args.command_parser.error(
+                f"--sample cannot be combined with {given[0]} (it replaces --db-root, --gold and --pred)"
+            )
+        if not args.sample:
+            missing = [option for option in inputs if option not in given]
+            if missing:
+                args.command_parser.error(
+                    f"the following arguments are required: {', '.join(missing)} (or --sample for the shipped sample)"
+                )
+            return _evaluate(args)
+        from .evaluation.sample import sample_inputs
+
+        with sample_inputs() as sample:
+            args.db_root, args.gold, args.pred = sample.db_root, sample.gold, sample.pred
+            return _evaluate(args)
     parser.error(f"unknown command {args.command}")  # pragma: no cover
     return 2  # pragma: no cover
 

@@ -1,0 +1,230 @@
+"""``guarded-sqlite query DB SQL``: run one statement through the guard and show its rows and report.
+
+The point is to let someone try the guard on their own database without writing Python: the rows the
+guarded cursor serves, then ``cursor.guard_report`` (its ``summary()``, and the rule decisions and
+duplicate-provenance evidence when the probe flagged the result), as a plain table or as one JSON object.
+
+The database is opened read-only (``file:...?mode=ro``), so the command never changes it; a write
+statement fails with SQLite's "attempt to write a readonly database" and is reported like any other
+SQL error. Exit status: 0 on success; 1 when the statement fails (SQL errors, wrong parameter count,
+writes), reported on one line of stderr; 2 for an unusable database path (missing, a directory,
+unreadable, not a SQLite file) or bad options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .policy import PRESETS
+from .report import GuardReport
+
+DEFAULT_LIMIT = 50
+"""Rows printed in the text table unless ``--limit`` says otherwise."""
+
+CELL_WIDTH = 60
+"""Longest cell in the text table; longer values are cut with an ellipsis (``--json`` has them whole)."""
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0: {text!r}")
+    return value
+
+
+def add_query_parser(commands: Any) -> None:
+    """Add the ``query`` subcommand to the CLI's subparsers."""
+    query = commands.add_parser(
+        "query",
+        help="run one SQL statement on a SQLite file through the guard; print the rows and the guard report",
+        description="Open DB read-only through guarded_sqlite.connect, run SQL, print the rows the guarded "
+        "cursor serves and its guard_report. Exit status: 0 on success, 1 when the statement fails (SQL "
+        "errors, writes to the read-only database), 2 for an unusable DB path or bad options.",
+    )
+    query.add_argument("db", type=Path, metavar="DB", help="a SQLite database file (opened read-only)")
+    query.add_argument("sql", metavar="SQL", help="one SQL statement")
+    query.add_argument(
+        "--guard",
+        choices=PRESETS,
+        default="patch",
+        help="guard preset: patch (default), text_to_sql, paper, observe (probe only) or off",
+    )
+    query.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="VALUE",
+        help="a value for the next positional '?' (repeatable, in order); bound as text, which SQLite "
+        "converts where it is compared with a numeric column",
+    )
+    query.add_argument(
+        "--limit",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help=f"print at most N rows (default: {DEFAULT_LIMIT} in the table, all with --json), then how many more",
+    )
+    query.add_argument("--json", action="store_true", help="print one JSON object: columns, rows, row_count, report")
+
+
+def _database_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be opened as a SQLite database, or None. Checked before connecting because
+    sqlite3 reports these only as "unable to open database file" or at the first statement."""
+    if not path.exists():
+        return f"{path}: no such file"
+    if path.is_dir():
+        return f"{path}: is a directory, not a database file"
+    if not path.is_file():
+        return f"{path}: not a regular file"
+    if not os.access(path, os.R_OK):
+        return f"{path}: not readable"
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(_SQLITE_HEADER))
+    except OSError as error:
+        return f"{path}: cannot be read ({error.strerror or error})"
+    # An empty file is a valid, empty database to SQLite.
+    if header and header != _SQLITE_HEADER:
+        return f"{path}: not a SQLite database"
+    return None
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as JSON: dataclasses become dicts, tuples lists, ``bytes`` ``{"hex": "..."}`` (so a
+    BLOB is not mistaken for text) and non-finite floats the strings ``"inf"``, ``"-inf"``, ``"nan"``
+    (strict JSON has no such numbers)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: json_safe(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"hex": bytes(value).hex()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def report_dict(report: GuardReport) -> dict[str, Any]:
+    """Every field of ``report``, JSON-safe (``decisions`` as a list of dicts, ``rescue`` a dict or None)."""
+    result: dict[str, Any] = json_safe(report)
+    return result
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        text = "NULL"
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        text = "x'" + bytes(value).hex() + "'"
+    else:
+        text = str(value)
+    # One table row per result row: control characters would break the layout.
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    if len(text) > CELL_WIDTH:
+        text = text[: CELL_WIDTH - 1] + "…"
+    return text
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """``rows`` as a plain text table under ``columns``: numbers right-aligned, everything else left."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    heads = [_cell(name) for name in columns]
+    widths = [max([len(heads[i])] + [len(row[i]) for row in cells]) for i in range(len(heads))]
+    numeric = [
+        bool(rows) and all(isinstance(row[i], (int, float)) and not isinstance(row[i], bool) for row in rows)
+        for i in range(len(heads))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if right else v.ljust(w) for v, w, right in zip(values, widths, numeric)]
+        return " | ".join(parts).rstrip()
+
+    return [line(heads), "-+-".join("-" * width for width in widths), *(line(row) for row in cells)]
+
+
+def _report_lines(report: GuardReport) -> list[str]:
+    lines = [f"guard_report: {report.summary()}"]
+    if report.flagged or report.decisions:
+        lines.append(f"  trigger     {report.trigger}")
+        lines.append(f"  action      {report.action}")
+        for decision in report.decisions:
+            lines.append(f"  {decision.rule:<11} {'applied' if decision.applied else 'not applied'}: {decision.reason}")
+        # The provenance verdict and its evidence are already in summary(); the decisions say what came of them.
+        if report.patched:
+            lines.append("  final_sql   " + report.final_sql.replace("\n", "\n              "))
+    if report.note is not None:
+        lines.append(f"  note        {report.note}")
+    return lines
+
+
+def run_query(args: argparse.Namespace, error: Callable[[str], None], out: Callable[[str], None] = print) -> int:
+    """Carry out ``guarded-sqlite query`` for parsed ``args``; ``error`` prints a one-line error."""
+    from .api import connect
+
+    path: Path = args.db
+    problem = _database_problem(path)
+    if problem is not None:
+        error(problem)
+        return 2
+    # as_uri() percent-encodes '?', '#' and '%' in the path, so any file name survives the URI.
+    uri = path.resolve().as_uri() + "?mode=ro"
+    try:
+        con = connect(uri, uri=True, guard=args.guard)
+    except sqlite3.Error as failure:
+        error(f"{path}: cannot be opened ({failure})")
+        return 2
+    limit = args.limit if args.limit is not None else (None if args.json else DEFAULT_LIMIT)
+    try:
+        cur = con.execute(args.sql, tuple(args.param))
+        report = cur.guard_report
+        assert report is not None  # set by every execute
+        columns = [entry[0] for entry in cur.description] if cur.description is not None else None
+        rows = cur.fetchall() if limit is None else cur.fetchmany(limit) if limit else []
+        # Count the rest without keeping them: a flagged explosion can be large.
+        more = sum(1 for _ in cur) if limit is not None else 0
+    except sqlite3.Error as failure:
+        message = " ".join(str(failure).split()) or type(failure).__name__
+        if "readonly database" in message:
+            message += " (query opens the database read-only and never writes)"
+        error(f"{type(failure).__name__}: {message}")
+        return 1
+    finally:
+        con.close()
+    total = len(rows) + more
+    if args.json:
+        document = {
+            "columns": columns,
+            "rows": json_safe(rows),
+            "row_count": total,
+            "report": report_dict(report),
+        }
+        out(json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False))
+        return 0
+    if columns is None:
+        out("(the statement returns no rows)")
+    else:
+        out("\n".join(format_table(columns, rows)))
+        plural = "row" if total == 1 else "rows"
+        if more:
+            out(f"({total} {plural}; {len(rows)} shown, {more} more: --limit N shows more)")
+        else:
+            out(f"({total} {plural})")
+    out("")
+    out("\n".join(_report_lines(report)))
+    return 0

@@ -1,0 +1,110 @@
+-- The evaluation sample's school: departments, their teachers and courses, and students' enrolments.
+-- Nobody is enrolled in Ethics (course 8); teachers 1 and 5 teach two courses each.
+CREATE TABLE departments (id INTEGER PRIMARY KEY, name TEXT NOT NULL, building TEXT NOT NULL);
+CREATE TABLE teachers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, department_id INTEGER NOT NULL REFERENCES departments(id));
+CREATE TABLE courses (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    department_id INTEGER NOT NULL REFERENCES departments(id),
+    teacher_id INTEGER NOT NULL REFERENCES teachers(id),
+    credits INTEGER NOT NULL
+);
+CREATE TABLE students (id INTEGER PRIMARY KEY, name TEXT NOT NULL, year INTEGER NOT NULL, city TEXT NOT NULL);
+CREATE TABLE enrollments (
+    student_id INTEGER NOT NULL REFERENCES students(id),
+    course_id INTEGER NOT NULL REFERENCES courses(id),
+    term TEXT NOT NULL,
+    grade INTEGER NOT NULL,
+    PRIMARY KEY (student_id, course_id)
+);
+INSERT INTO departments VALUES
+    (1, 'Computer Science', 'Turing Hall'),
+    (2, 'Mathematics', 'Noether Hall'),
+    (3, 'History', 'Bloch Hall'),
+    (4, 'Philosophy', 'Bloch Hall');
+INSERT INTO teachers VALUES
+    (1, 'Ada Byron', 1),
+    (2, 'Alan Church', 1),
+    (3, 'Emmy Klein', 2),
+    (4, 'Marc Febvre', 3),
+    (5, 'Hannah Weil', 4);
+INSERT INTO courses VALUES
+    (1, 'Databases', 1, 1, 6),
+    (2, 'Compilers', 1, 2, 6),
+    (3, 'Algorithms', 1, 1, 6),
+    (4, 'Linear Algebra', 2, 3, 5),
+    (5, 'Statistics', 2, 3, 5),
+    (6, 'Medieval Europe', 3, 4, 4),
+    (7, 'Logic', 4, 5, 4),
+    (8, 'Ethics', 4, 5, 3);
+INSERT INTO students VALUES
+    (1, 'Ines', 1, 'Porto'),
+    (2, 'Jonas', 2, 'Porto'),
+    (3, 'Kofi', 3, 'Accra'),
+    (4, 'Lena', 4, 'Berlin'),
+    (5, 'Mateo', 1, 'Porto'),
+    (6, 'Nadia', 2, 'Accra'),
+    (7, 'Omar', 3, 'Berlin'),
+    (8, 'Priya', 4, 'Madrid'),
+    (9, 'Quinn', 1, 'Porto'),
+    (10, 'Rosa', 2, 'Porto'),
+    (11, 'Sami', 3, 'Accra'),
+    (12, 'Tara', 4, 'Berlin'),
+    (13, 'Umar', 1, 'Porto'),
+    (14, 'Vera', 2, 'Accra'),
+    (15, 'Wen', 3, 'Berlin'),
+    (16, 'Yara', 4, 'Madrid');
+INSERT INTO enrollments VALUES
+    (1, 1, '2024-autumn', 10),
+    (1, 4, '2024-autumn', 15),
+    (1, 7, '2025-spring', 16),
+    (2, 4, '2025-spring', 10),
+    (2, 5, '2025-spring', 12),
+    (2, 7, '2024-autumn', 15),
+    (3, 1, '2024-autumn', 14),
+    (3, 3, '2025-spring', 15),
+    (3, 7, '2025-spring', 12),
+    (4, 1, '2025-spring', 14),
+    (4, 2, '2025-spring', 16),
+    (4, 4, '2024-autumn', 14),
+    (5, 2, '2024-autumn', 17),
+    (5, 3, '2025-spring', 17),
+    (5, 5, '2024-autumn', 13),
+    (5, 7, '2024-autumn', 16),
+    (6, 3, '2024-autumn', 14),
+    (6, 4, '2024-autumn', 13),
+    (6, 7, '2024-autumn', 17),
+    (7, 2, '2025-spring', 14),
+    (7, 3, '2025-spring', 15),
+    (7, 4, '2024-autumn', 16),
+    (7, 5, '2024-autumn', 12),
+    (8, 1, '2024-autumn', 17),
+    (8, 4, '2024-autumn', 13),
+    (8, 7, '2024-autumn', 15),
+    (9, 3, '2025-spring', 16),
+    (9, 7, '2024-autumn', 13),
+    (10, 3, '2024-autumn', 17),
+    (10, 4, '2024-autumn', 15),
+    (10, 6, '2024-autumn', 14),
+    (10, 7, '2024-autumn', 16),
+    (11, 1, '2025-spring', 17),
+    (11, 3, '2024-autumn', 16),
+    (11, 4, '2024-autumn', 10),
+    (11, 7, '2024-autumn', 16),
+    (12, 4, '2025-spring', 15),
+    (12, 5, '2025-spring', 13),
+    (12, 6, '2025-spring', 14),
+    (12, 7, '2024-autumn', 14),
+    (13, 2, '2024-autumn', 17),
+    (13, 6, '2024-autumn', 18),
+    (13, 7, '2024-autumn', 16),
+    (14, 2, '2025-spring', 12),
+    (14, 4, '2024-autumn', 14),
+    (14, 5, '2025-spring', 17),
+    (14, 7, '2024-autumn', 17),
+    (15, 2, '2025-spring', 17),
+    (15, 3, '2024-autumn', 13),
+    (15, 4, '2025-spring', 10),
+    (16, 1, '2024-autumn', 13),
+    (16, 4, '2025-spring', 10),
+    (16, 6, '2025-spring', 18);

@@ -1,0 +1,213 @@
+"""The evaluation sample shipped in the package (``guarded_sqlite.evaluation.sample``) and ``--sample``:
+its figures are pinned, so a change to the guard that moves them shows up here, and so do the claims
+the README makes about it (the Set-EX/Multiset-EX gap, what each preset fixes and breaks)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guarded_sqlite.cli import main
+from guarded_sqlite.evaluation import EvalReport, evaluate
+from guarded_sqlite.evaluation.sample import DB_IDS, SampleInputs, kinds, materialise, sample_inputs
+
+KINDS = {
+    "right",
+    "fan_out",
+    "missing_distinct",
+    "keeps_duplicates",
+    "extra_distinct",
+    "aggregate",
+    "empty",
+    "error",
+}
+
+
+@pytest.fixture(scope="module")
+def sample() -> Iterator[SampleInputs]:
+    with sample_inputs() as inputs:
+        yield inputs
+
+
+@pytest.fixture(scope="module")
+def reports(sample: SampleInputs) -> dict[str, EvalReport]:
+    return {
+        guard: evaluate(sample.db_root, sample.gold, sample.pred, guard=guard, workers=1, progress=False)
+        for guard in ("observe", "patch", "text_to_sql", "paper")
+    }
+
+
+def of_kind(kind: str) -> set[int]:
+    return {index for index, name in enumerate(kinds()) if name == kind}
+
+
+def fixed(report: EvalReport) -> set[int]:
+    return {p.index for p in report.pairs if p.guarded_multiset and not p.baseline_multiset}
+
+
+def broken(report: EvalReport) -> set[int]:
+    return {p.index for p in report.pairs if p.baseline_multiset and not p.guarded_multiset}
+
+
+def test_sample_files_are_consistent(sample: SampleInputs) -> None:
+    gold = json.loads(sample.gold.read_text(encoding="utf-8"))
+    predictions = sample.pred.read_text(encoding="utf-8").splitlines()
+    assert len(gold) == len(predictions) == 33
+    assert {entry["db_id"] for entry in gold} == set(DB_IDS)
+    assert set(kinds()) == KINDS
+    for db_id in DB_IDS:
+        assert (sample.db_root / db_id / f"{db_id}.sqlite").is_file()
+    # Every gold query runs; the predictions fail exactly where the sample says they do.
+    for index, (entry, predicted) in enumerate(zip(gold, predictions)):
+        with sqlite3.connect(sample.db_root / entry["db_id"] / f"{entry['db_id']}.sqlite") as con:
+            con.execute(entry["query"]).fetchall()
+            try:
+                con.execute(predicted).fetchall()
+            except sqlite3.Error:
+                assert entry["kind"] == "error", index
+            else:
+                assert entry["kind"] != "error", index
+
+
+def test_baseline_shows_the_multiplicity_gap(reports: dict[str, EvalReport]) -> None:
+    baseline = reports["observe"].baseline
+    assert reports["observe"].n == 33
+    assert (baseline.set_correct, baseline.multiset_correct, baseline.errors) == (26, 13, 3)
+    assert baseline.set_ex is not None and baseline.multiset_ex is not None
+    assert baseline.set_ex > baseline.multiset_ex
+    pairs = {p.index: p for p in reports["observe"].pairs}
+    mbs = {index for index, p in pairs.items() if p.baseline_set and not p.baseline_multiset}
+    # Fan-outs and missing/extra DISTINCTs pass Set-EX and fail Multiset-EX; correct ones pass both.
+    assert mbs == of_kind("fan_out") | of_kind("missing_distinct") | of_kind("extra_distinct")
+    assert all(pairs[i].baseline_set and pairs[i].baseline_multiset for i in of_kind("right"))
+    assert all(not pairs[i].baseline_set for i in of_kind("aggregate") | of_kind("error"))
+    # observe reports and changes nothing
+    assert reports["observe"].guarded == baseline and not fixed(reports["observe"])
+
+
+def test_text_to_sql_fixes_every_fan_out_and_breaks_nothing(reports: dict[str, EvalReport]) -> None:
+    report = reports["text_to_sql"]
+    assert of_kind("fan_out") <= fixed(report)
+    assert not broken(report)
+    assert report.guarded.multiset_correct == 21
+    assert (report.rules["P1"].fired, report.rules["P1"].fix, report.rules["P1"].break_) == (8, 8, 0)
+
+
+def test_patch_fixes_the_large_fan_outs_and_leaves_value_repeats(reports: dict[str, EvalReport]) -> None:
+    report = reports["patch"]
+    pairs = {p.index: p for p in report.pairs}
+    large = {i for i in of_kind("fan_out") if (pairs[i].dup_ratio or 0) >= 0.8}
+    assert len(large) == 5 and fixed(report) == large and not broken(report)
+    assert report.guarded.multiset_correct == 18
+    # A one-table result full of repeated values is flagged but left alone (provenance value_repeats).
+    keeps = of_kind("keeps_duplicates")
+    assert all(pairs[i].trigger == "cartesian_explosion" and pairs[i].action == "none" for i in keeps)
+    assert {pairs[i].provenance for i in keeps} == {"value_repeats"}
+
+
+def test_paper_preset_breaks_the_legitimate_duplicates(reports: dict[str, EvalReport]) -> None:
+    report = reports["paper"]
+    assert broken(report) == of_kind("keeps_duplicates") and len(broken(report)) == 1
+    assert (report.rules["P1"].fired, report.rules["P1"].fix, report.rules["P1"].break_) == (7, 6, 1)
+
+
+def test_set_ex_never_changes_under_the_guard(reports: dict[str, EvalReport]) -> None:
+    for report in reports.values():
+        assert report.guarded.set_correct == report.baseline.set_correct == 26
+
+
+POSTGRES_SCHEMA_SWITCH = pytest.mark.xfail(
+    strict=True,
+    reason="known defect, not yet fixed: on PostgreSQL, when pairs of several databases run in one process "
+    "(workers=1), the provenance analysis reports 'unknown table ...' for the joined tables of some "
+    "queries (pair 11 in the full sample; pair 14 when run right after pair 11), so P1 does not fire there",
+)
+
+
+@pytest.mark.parametrize("engine", ["duckdb", pytest.param("postgres", marks=POSTGRES_SCHEMA_SWITCH)])
+def test_the_sample_scores_the_same_on_duckdb_and_postgres(
+    sample: SampleInputs, reports: dict[str, EvalReport], request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    # The sample's SQL is portable (no bare columns under GROUP BY), so no gold query is excluded there.
+    options: dict[str, Any]
+    if engine == "duckdb":
+        pytest.importorskip("duckdb")
+        options = {"engine": "duckdb", "cache_dir": tmp_path / "duckdb"}
+    else:
+        options = {
+            "engine": "postgres",
+            "pg_dsn": request.getfixturevalue("pg_dsn"),
+            "pg_schema_prefix": f"s{uuid.uuid4().hex[:8]}_",
+        }
+    report = evaluate(
+        sample.db_root, sample.gold, sample.pred, guard="text_to_sql", workers=1, progress=False, **options
+    )
+    assert report.n == 33 and not report.gold_failures
+    assert report.baseline.set_correct == 26 and report.baseline.multiset_correct == 13
+    assert fixed(report) == fixed(reports["text_to_sql"]) and not broken(report)
+
+
+def test_cli_eval_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "--sample", "--workers", "1", "--guard", "text_to_sql", "--json", "-"]) == 0
+    data: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert data["n"] == 33 and data["guard"] == "text_to_sql"
+    assert data["baseline"]["multiset_correct"] == 13 and data["guarded"]["multiset_correct"] == 21
+    assert main(["eval", "--sample", "--workers", "1", "--guard", "patch,text_to_sql,paper"]) == 0
+    table = capsys.readouterr().out
+    assert "N=33" in table and "text_to_sql" in table and "7/6/1" in table
+
+
+def test_cli_sweep_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sweep", "--sample", "--workers", "1", "--p1-taus", "0.5,0.8", "--p2-taus", "0.1", "--json", "-"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["evaluation"]["n"] == 33
+    assert [row["tau"] for row in data["p1"]] == [0.5, 0.8]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sample", "--gold", "gold.json"], "--sample cannot be combined with --gold"),
+        (["--db-root", "db"], "required: --gold, --pred (or --sample"),
+    ],
+)
+def test_sample_and_explicit_inputs_exclude_each_other(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    for command in ("eval", "sweep"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, *argv])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def test_materialise_into_a_folder_twice(tmp_path: Path) -> None:
+    first = materialise(tmp_path / "sample")
+    second = materialise(tmp_path / "sample")  # replaces, does not append to, the databases
+    assert first == second
+    with sqlite3.connect(second.db_root / "shop" / "shop.sqlite") as con:
+        assert con.execute("SELECT count(*) FROM customers").fetchone() == (8,)
+    with sample_inputs(tmp_path / "kept") as kept:
+        pass
+    assert kept.gold.is_file()  # a folder given by the caller is left in place
+
+
+def test_sample_data_is_package_data() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "guarded_sqlite"
+    ]
+    folder = root / "guarded_sqlite" / "evaluation" / "sample_data"
+    files = sorted(path.relative_to(root / "guarded_sqlite").as_posix() for path in folder.iterdir())
+    assert len(files) == len(DB_IDS) + 2
+    for name in files:
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), name

@@ -52,6 +52,7 @@ from .core import GuardedConnection, GuardedCursor
 from .errors import TransactionLost
 from .policy import GuardPolicy
 from .report import GuardReport, RuleDecision
+from .sqlite_fast import GuardedSQLiteConnection, GuardedSQLiteCursor
 
 if TYPE_CHECKING:
     from .evaluation import evaluate
@@ -89,6 +90,8 @@ __all__ = [
     "GuardReport",
     "GuardedConnection",
     "GuardedCursor",
+    "GuardedSQLiteConnection",
+    "GuardedSQLiteCursor",
     "LLMRescue",
     "RescueChoice",
     "RescueReport",

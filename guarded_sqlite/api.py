@@ -10,18 +10,94 @@ from __future__ import annotations
 import functools
 import sqlite3
 import sqlite3.dbapi2
+import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from .core import GuardedConnection, GuardedCursor
 from .engines import DUCKDB, engine_for
 from .policy import GuardSpec, resolve_policy
-from .sqlite_fast import ConnectionMethods, CursorMethods, open_connection
+from .sqlite_fast import (
+    ConnectionMethods,
+    CursorMethods,
+    GuardedSQLiteConnection,
+    GuardedSQLiteCursor,
+    open_connection,
+)
 
 _sqlite3_connect: Callable[..., sqlite3.Connection] = sqlite3.connect
 """The real ``sqlite3.connect``, kept before ``install()`` can replace it."""
 
 T = TypeVar("T")
+_ConnectionT = TypeVar("_ConnectionT", bound=sqlite3.Connection)
+
+if TYPE_CHECKING:
+    from _typeshed import StrOrBytesPath
+
+    _IsolationLevel = Literal["DEFERRED", "EXCLUSIVE", "IMMEDIATE"] | None
+
+
+if TYPE_CHECKING and sys.version_info >= (3, 12):
+
+    @overload
+    def connect(
+        database: StrOrBytesPath,
+        timeout: float = 5.0,
+        detect_types: int = 0,
+        isolation_level: _IsolationLevel = "DEFERRED",
+        check_same_thread: bool = True,
+        *,
+        factory: type[_ConnectionT],
+        cached_statements: int = 128,
+        uri: bool = False,
+        autocommit: bool = ...,
+        guard: GuardSpec = None,
+    ) -> _ConnectionT: ...
+
+    @overload
+    def connect(
+        database: StrOrBytesPath,
+        timeout: float = 5.0,
+        detect_types: int = 0,
+        isolation_level: _IsolationLevel = "DEFERRED",
+        check_same_thread: bool = True,
+        factory: None = None,
+        cached_statements: int = 128,
+        uri: bool = False,
+        *,
+        autocommit: bool = ...,
+        guard: GuardSpec = None,
+    ) -> GuardedSQLiteConnection: ...
+
+elif TYPE_CHECKING:
+
+    @overload
+    def connect(
+        database: StrOrBytesPath,
+        timeout: float = 5.0,
+        detect_types: int = 0,
+        isolation_level: _IsolationLevel = "DEFERRED",
+        check_same_thread: bool = True,
+        *,
+        factory: type[_ConnectionT],
+        cached_statements: int = 128,
+        uri: bool = False,
+        guard: GuardSpec = None,
+    ) -> _ConnectionT: ...
+
+    @overload
+    def connect(
+        database: StrOrBytesPath,
+        timeout: float = 5.0,
+        detect_types: int = 0,
+        isolation_level: _IsolationLevel = "DEFERRED",
+        check_same_thread: bool = True,
+        factory: None = None,
+        cached_statements: int = 128,
+        uri: bool = False,
+        *,
+        guard: GuardSpec = None,
+    ) -> GuardedSQLiteConnection: ...
 
 
 def connect(database: Any, *args: Any, guard: GuardSpec = None, **kwargs: Any) -> Any:
@@ -32,10 +108,21 @@ def connect(database: Any, *args: Any, guard: GuardSpec = None, **kwargs: Any) -
     ``"patch"`` (default), ``"text_to_sql"``, ``"paper"``, ``"observe"`` or ``"off"`` (see
     ``guarded_sqlite.policy``), or a ``GuardPolicy``.
 
-    The connection is a real ``sqlite3.Connection`` (of a subclass; combined with ``factory=`` when
-    given) whose cursors are ``sqlite3.Cursor`` subclasses.
+    The connection is a real ``sqlite3.Connection`` (a ``GuardedSQLiteConnection``; with ``factory=``,
+    a subclass of the factory, typed as it) whose cursors are ``sqlite3.Cursor`` subclasses
+    (``GuardedSQLiteCursor``).
     """
     return open_connection(_sqlite3_connect, database, args, kwargs, resolve_policy(guard))
+
+
+@overload
+def wrap(
+    connection: sqlite3.Connection, guard: GuardSpec = None, dialect: Literal["sqlite"] | None = None
+) -> GuardedSQLiteConnection: ...
+
+
+@overload
+def wrap(connection: T, guard: GuardSpec = None, dialect: str | None = None) -> T: ...
 
 
 def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -> Any:
@@ -44,7 +131,10 @@ def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -
     defaults to the driver's and must agree with it. ``guard`` takes what ``connect`` takes.
 
     Wrapping a guarded connection returns it unchanged, unless ``guard`` asks for a different policy,
-    which gives a new proxy over the same connection.
+    which gives a new proxy over the same connection. A proxy over a ``sqlite3.Connection`` is typed as
+    ``GuardedSQLiteConnection`` (and ``isinstance`` agrees: it has that class's attributes, its cursors
+    are ``GuardedSQLiteCursor`` instances too); one over another driver's connection keeps that
+    driver's type.
     """
     kind = type(connection)
     single_thread = False
@@ -74,7 +164,19 @@ def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -
     return ConnectionProxy(connection, policy, engine, single_thread=single_thread)
 
 
-def unwrap(obj: T) -> T:
+@overload
+def unwrap(obj: GuardedSQLiteConnection) -> sqlite3.Connection: ...
+
+
+@overload
+def unwrap(obj: GuardedSQLiteCursor) -> sqlite3.Cursor: ...
+
+
+@overload
+def unwrap(obj: T) -> T: ...
+
+
+def unwrap(obj: Any) -> Any:
     """The driver's object behind a ``wrap()`` proxy (connection or cursor); anything else as it is.
 
     ``connect()``'s connections and their cursors already are ``sqlite3`` objects: they come back
@@ -83,8 +185,7 @@ def unwrap(obj: T) -> T:
     if issubclass(kind, (GuardedConnection, GuardedCursor)) and not issubclass(
         kind, (ConnectionMethods, CursorMethods)
     ):
-        raw: T = obj.__wrapped__  # type: ignore[attr-defined]
-        return raw
+        return obj.__wrapped__
     return obj
 
 

@@ -99,12 +99,13 @@ class GuardedConnection:
 
     __slots__ = ()
 
-    if TYPE_CHECKING:  # for type checkers: the driver connection's attributes, and the guard's
+    if TYPE_CHECKING:  # for type checkers: the guard's attributes (the driver's come from its own class)
 
         @property
         def guard_policy(self) -> GuardPolicy: ...
 
-        def __getattr__(self, name: str) -> Any: ...
+        @property
+        def guard_report(self) -> GuardReport | None: ...
 
 
 class GuardedCursor:
@@ -112,12 +113,10 @@ class GuardedCursor:
 
     __slots__ = ()
 
-    if TYPE_CHECKING:  # for type checkers: the driver cursor's attributes, and the guard's
+    if TYPE_CHECKING:  # for type checkers: the guard's attributes (the driver's come from its own class)
 
         @property
         def guard_report(self) -> GuardReport | None: ...
-
-        def __getattr__(self, name: str) -> Any: ...
 
 
 def state(

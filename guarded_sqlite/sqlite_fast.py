@@ -26,9 +26,9 @@ import itertools
 import operator
 import sqlite3
 import weakref
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from .core import (
     GUARD_OFF,
@@ -60,7 +60,12 @@ from .probe import PartialCount
 from .sinks import deliver
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from .report import GuardReport, ReportState
+
+    _CursorT = TypeVar("_CursorT", bound=sqlite3.Cursor)
+    _GuardedT = TypeVar("_GuardedT", bound="CursorMethods")
 
 _NO = NO_PARAMETERS
 # sqlite3's own C methods, called on the subclass instances (their Python overrides would recurse).
@@ -166,7 +171,7 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
         candidates: Sequence[str] | None = None,
         question: str | None = None,
         hint: str | None = None,
-    ) -> CursorMethods:
+    ) -> Self:
         """``sqlite3.Cursor.execute``; with ``candidates`` (alternative SQLs for the same question) a
         flagged statement may be rescued by the policy's rescuer."""
         try:
@@ -182,7 +187,7 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
             self, guard, sql, parameters, None if candidates is None else RescueInputs(candidates, question, hint)
         )
 
-    def executemany(self, sql: str, parameters: Any, /) -> CursorMethods:
+    def executemany(self, sql: str, parameters: Any, /) -> Self:
         guard = _guard_or_none(self)
         if guard is None:
             _executemany(self, sql, parameters)
@@ -191,7 +196,7 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
             run_unprobed(self, self, guard, sql, True, lambda: _executemany(self, sql, parameters))
         return self
 
-    def executescript(self, sql_script: str, /) -> CursorMethods:
+    def executescript(self, sql_script: str, /) -> Self:
         guard = _guard_or_none(self)
         if guard is None:
             _executescript(self, sql_script)
@@ -258,9 +263,23 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
         return next(rows)
 
 
-class GuardedSQLiteCursor(CursorMethods):
+class _GuardedKind(type):
+    """``isinstance`` against the two public classes below holds for every guarded SQLite object:
+    ``connect()``'s (a caller's ``factory=`` class combined with them included) and ``wrap()``'s
+    proxies over ``sqlite3`` objects, whose type hints name these classes."""
+
+    _kind: tuple[type, type]
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        marker, driver = cls._kind
+        return isinstance(obj, marker) and isinstance(obj, driver)
+
+
+class GuardedSQLiteCursor(CursorMethods, metaclass=_GuardedKind):
     """The cursor of ``connect()``'s connections: a ``sqlite3.Cursor`` that fetches each result once,
     probes it, and serves it from a buffer."""
+
+    _kind: ClassVar[tuple[type, type]] = (GuardedCursor, sqlite3.Cursor)
 
 
 def _guard_or_none(cursor: sqlite3.Cursor) -> ConnectionState | None:
@@ -272,8 +291,8 @@ def _guard_or_none(cursor: sqlite3.Cursor) -> ConnectionState | None:
 
 
 def _statement(
-    cursor: CursorMethods, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
-) -> CursorMethods:
+    cursor: _GuardedT, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
+) -> _GuardedT:
     """``execute`` on a guarded cursor: the statement's I/O on sqlite3's C methods, inline for the common
     case, then ``core.after_fetch``; ``_run`` has the rarer cases."""
     if guard.scopes:
@@ -455,6 +474,12 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         policy, and the block restores it on exit."""
         return policy_scope(self._self_guard, resolve_policy(guard))
 
+    @overload
+    def cursor(self, factory: None = None) -> GuardedSQLiteCursor: ...
+
+    @overload
+    def cursor(self, factory: Callable[[sqlite3.Connection], _CursorT]) -> _CursorT: ...
+
     def cursor(self, factory: Any = _DEFAULT_FACTORY) -> Any:
         if factory is _DEFAULT_FACTORY or factory is sqlite3.Cursor:
             return _connection_cursor(self, GuardedSQLiteCursor)
@@ -479,7 +504,7 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         candidates: Sequence[str] | None = None,
         question: str | None = None,
         hint: str | None = None,
-    ) -> Any:
+    ) -> GuardedSQLiteCursor:
         return _statement(
             _connection_cursor(self, GuardedSQLiteCursor),
             self._self_guard,
@@ -488,11 +513,13 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
             None if candidates is None else RescueInputs(candidates, question, hint),
         )
 
-    def executemany(self, sql: str, parameters: Any, /) -> Any:
-        return _connection_cursor(self, GuardedSQLiteCursor).executemany(sql, parameters)
+    def executemany(self, sql: str, parameters: Any, /) -> GuardedSQLiteCursor:
+        cursor: GuardedSQLiteCursor = _connection_cursor(self, GuardedSQLiteCursor)
+        return cursor.executemany(sql, parameters)
 
-    def executescript(self, sql_script: str, /) -> Any:
-        return _connection_cursor(self, GuardedSQLiteCursor).executescript(sql_script)
+    def executescript(self, sql_script: str, /) -> GuardedSQLiteCursor:
+        cursor: GuardedSQLiteCursor = _connection_cursor(self, GuardedSQLiteCursor)
+        return cursor.executescript(sql_script)
 
     def backup(self, target: Any, **kwargs: Any) -> None:
         # sqlite3 type-checks ``target`` in C: a wrap() proxy is replaced by the connection it wraps.
@@ -521,24 +548,25 @@ class _CursorHookMethods(ConnectionMethods):
         candidates: Sequence[str] | None = None,
         question: str | None = None,
         hint: str | None = None,
-    ) -> Any:
+    ) -> GuardedSQLiteCursor:
         cursor = self.cursor()
         if candidates is None:
             return cursor.execute(sql, parameters)
         return cursor.execute(sql, parameters, candidates=candidates, question=question, hint=hint)
 
-    def executemany(self, sql: str, parameters: Any, /) -> Any:
+    def executemany(self, sql: str, parameters: Any, /) -> GuardedSQLiteCursor:
         return self.cursor().executemany(sql, parameters)
 
-    def executescript(self, sql_script: str, /) -> Any:
+    def executescript(self, sql_script: str, /) -> GuardedSQLiteCursor:
         return self.cursor().executescript(sql_script)
 
 
-class GuardedSQLiteConnection(ConnectionMethods):
+class GuardedSQLiteConnection(ConnectionMethods, metaclass=_GuardedKind):
     """What ``connect()`` opens: a ``sqlite3.Connection`` whose cursors probe, and in patch mode
     repair, every query result."""
 
     __slots__ = ("_self_guard",)
+    _kind: ClassVar[tuple[type, type]] = (GuardedConnection, sqlite3.Connection)
 
 
 _DEFAULT: list[GuardPolicy] = []

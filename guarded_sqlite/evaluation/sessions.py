@@ -30,7 +30,7 @@ from ..api import wrap
 from ..deadlines import interrupt_after
 from ..errors import describe_error
 from ..policy import GuardPolicy
-from ..proxy import GuardedConnection, GuardedCursor
+from ..proxy import GuardedCursor
 from ..report import GuardReport
 from .loaders import open_read_only
 from .options import EngineSpec
@@ -129,7 +129,7 @@ class SQLiteSession(Session):
 
     def run(
         self,
-        con: sqlite3.Connection | GuardedConnection,
+        con: sqlite3.Connection,
         sql: str,
         timeout: float | None,
         rescue: dict[str, Any] | None = None,

@@ -1,13 +1,13 @@
 """README.md's code, run as written.
 
-Every ```python and ```sh block runs in a fresh subprocess (so ``install()``, logging or environment
-changes cannot leak into the test session or into the next block), in a fresh temporary folder, after
-the blocks before it in the same ``##`` section (a block may use what an earlier one in its section
-made: the Quick start's ``guarded-sqlite demo --db shop.db`` creates the ``shop.db`` its Python blocks
-open). Python blocks share one namespace within that run and are compiled with README.md's own file
-name and line numbers, so a failure's traceback points at the README line; sh blocks run with bash
-``-e`` with the interpreter's folder first on PATH (``guarded-sqlite`` is the installed one). Blocks
-fenced with any other language (```text for command synopses) are not run.
+Every ```python and ```sh (or ```bash, ```shell) block runs in a fresh subprocess (so ``install()``,
+logging or environment changes cannot leak into the test session or into the next block), in a fresh
+temporary folder, after the blocks before it in the same ``##`` section (a block may use what an
+earlier one in its section made: the Quick start's ``guarded-sqlite demo --db shop.db`` creates the
+``shop.db`` its Python blocks open). Python blocks share one namespace within that run and are compiled
+with README.md's own file name and line numbers, so a failure's traceback points at the README line;
+shell blocks run with bash ``-e`` with the interpreter's folder first on PATH (``guarded-sqlite`` is the
+installed one). Blocks fenced with any other language (```text for command synopses) are not run.
 
 Blocks that are not run are listed in ``skip_reason`` with the reason. The PostgreSQL block gets the
 session's throwaway server through ``PG_DSN`` and skips like the other PostgreSQL tests without one.
@@ -27,7 +27,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-RUN_LANGUAGES = frozenset({"python", "sh"})
+SHELL_LANGUAGES = ("sh", "bash", "shell")
+RUN_LANGUAGES = frozenset({"python", *SHELL_LANGUAGES})
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,})(?P<lang>[\w+-]*)\s*$")
 
 
@@ -89,14 +90,15 @@ BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
 RUNNABLE = [block for block in BLOCKS if block.lang in RUN_LANGUAGES]
 
 # Runs a JSON list of blocks in order: python ones in one namespace, compiled as README.md's lines;
-# sh ones with bash -e. Stops at the first failure, naming its README line, with exit status 1.
+# shell ones with bash -e. Stops at the first failure, naming its README line, with exit status 1.
 DRIVER = r"""
 import json, subprocess, sys, traceback
 readme, blocks = sys.argv[1], json.load(sys.stdin)
 namespace = {"__name__": "__main__"}
 for block in blocks:
     where = f"README.md:{block['line']} ({block['lang']} block)"
-    if block["lang"] == "sh":
+    sys.stdout.flush()
+    if block["shell"]:
         done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block["code"]])
         if done.returncode != 0:
             print(f"{where} failed: exit status {done.returncode}", file=sys.stderr)
@@ -108,7 +110,6 @@ for block in blocks:
         traceback.print_exc()
         print(f"{where} raised", file=sys.stderr)
         sys.exit(1)
-    sys.stdout.flush()
 """
 
 
@@ -116,7 +117,9 @@ def run_blocks(blocks: list[Block], readme: Path, cwd: Path, env: dict[str, str]
     """Run ``blocks`` in one fresh interpreter in ``cwd``; fail naming the README line that failed."""
     child_env = {**os.environ, **(env or {})}
     child_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), child_env.get("PATH", "")])
-    payload = json.dumps([{"lang": b.lang, "line": b.line, "code": b.code} for b in blocks])
+    payload = json.dumps(
+        [{"lang": b.lang, "line": b.line, "code": b.code, "shell": b.lang in SHELL_LANGUAGES} for b in blocks]
+    )
     done = subprocess.run(
         [sys.executable, "-W", "error", "-c", DRIVER, str(readme)],
         input=payload,

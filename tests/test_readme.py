@@ -61,7 +61,8 @@ def readme_blocks(text: str) -> list[Block]:
             continue
         if line.strip() == opening["fence"]:
             indent = len(opening["indent"])
-            code = "\n".join(part[indent:] if part[:indent].isspace() else part.lstrip() for part in body)
+            # A block inside a list item is indented with its fence: drop that much, and no more.
+            code = "\n".join(part[indent:] if not indent or part[:indent].isspace() else part.lstrip() for part in body)
             blocks.append(Block(opening["lang"].lower(), first, code + "\n", section))
             opening = None
         else:

@@ -123,15 +123,10 @@ def test_set_ex_never_changes_under_the_guard(reports: dict[str, EvalReport]) ->
         assert report.guarded.set_correct == report.baseline.set_correct == 26
 
 
-POSTGRES_SCHEMA_SWITCH = pytest.mark.xfail(
-    strict=True,
-    reason="known defect, not yet fixed: on PostgreSQL, when pairs of several databases run in one process "
-    "(workers=1), the provenance analysis reports 'unknown table ...' for the joined tables of some "
-    "queries (pair 11 in the full sample; pair 14 when run right after pair 11), so P1 does not fire there",
-)
-
-
-@pytest.mark.parametrize("engine", ["duckdb", pytest.param("postgres", marks=POSTGRES_SCHEMA_SWITCH)])
+# On PostgreSQL the pairs of all three databases run in one process, switching search_path: this also
+# checks that the guarded views forget the previous database's catalog (pairs 11 and 14 were "unknown
+# table" verdicts before sessions.py did).
+@pytest.mark.parametrize("engine", ["duckdb", "postgres"])
 def test_the_sample_scores_the_same_on_duckdb_and_postgres(
     sample: SampleInputs, reports: dict[str, EvalReport], request: pytest.FixtureRequest, tmp_path: Path, engine: str
 ) -> None:

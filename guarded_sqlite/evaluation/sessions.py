@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..api import wrap
+from ..core import forget_schema
 from ..deadlines import interrupt_after
 from ..errors import describe_error
 from ..policy import GuardPolicy
@@ -216,6 +217,10 @@ class PostgresSession(Session):
             assert target is not None
             self.raw.execute("SELECT set_config('search_path', %s, false)", ('"' + target.replace('"', '""') + '"',))
             self._schema = target
+            # The guarded views did not see that statement: their catalog snapshots name the previous
+            # database's tables, which would make every verdict on this one "unknown table".
+            for con in (*self._guarded.values(), *(con for _, con in self._unhashable)):
+                forget_schema(con._self_guard)
 
     def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> Run:
         if not sql.strip():

@@ -23,7 +23,6 @@ running it (``guarded_sqlite.patching``); this module only reads trees.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -33,22 +32,7 @@ from .joins import Col, Unanalysable, outer_scope
 from .provenance import MAX_NODES, _Analysis
 from .schema import SchemaFacts, fold
 
-__all__ = ["AggregatePlan", "AggregateRisk", "plan_aggregates", "screen"]
-
-_VALUE_AGGREGATE_TEXT = re.compile(r"\b(sum|avg|total|group_concat|string_agg)\s*\(", re.IGNORECASE)
-_JOIN_TEXT = re.compile(r"\bjoin\b|\bfrom\b[^()]*?,", re.IGNORECASE | re.DOTALL)
-
-
-def screen(sql: str) -> bool:
-    """Whether ``sql`` may hold a value aggregate over a join: the text test that keeps every other
-    statement from being parsed (false positives cost one parse, cached; misses are never flagged).
-
-    >>> screen("SELECT c.name, SUM(o.total) FROM c JOIN o ON o.c = c.id GROUP BY c.id")
-    True
-    >>> screen("SELECT SUM(total) FROM orders"), screen("SELECT a FROM t JOIN u ON u.t = t.id")
-    (False, False)
-    """
-    return _VALUE_AGGREGATE_TEXT.search(sql) is not None and _JOIN_TEXT.search(sql) is not None
+__all__ = ["AggregatePlan", "AggregateRisk", "plan_aggregates"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +68,7 @@ class AggregatePlan:
 
 
 _ANONYMOUS = {"total": "TOTAL"}
+_ROW_IDS = {"duckdb": "rowid", "postgres": "ctid"}
 _INNER = "__gs_t"
 
 
@@ -232,6 +217,9 @@ class _Planner(_Analysis):
         return reads
 
     def _keys(self, reads: set[int]) -> tuple[Col, ...] | None:
+        """A key of each instance the argument reads: a declared one (a NOT NULL one first), or the
+        engine's row id of a base table that declares none (DuckDB's ``rowid``, PostgreSQL's ``ctid``;
+        SQLite's is among the declared keys of a rowid table already). None if an instance has neither."""
         columns: list[Col] = []
         for k in sorted(reads):
             instance = self.instances[k]
@@ -239,7 +227,10 @@ class _Planner(_Analysis):
                 iter(instance.keys), None
             )
             if key is None:
-                return None
+                row_id = _ROW_IDS.get(self.dialect)
+                if row_id is None or instance.kind != "table" or instance.opaque_reason:
+                    return None
+                key = frozenset({row_id})
             columns.extend((k, column) for column in sorted(key))
         return tuple(columns)
 

@@ -38,11 +38,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
+from sqlglot import exp
+
+from .aggregates import AggregatePlan, plan_aggregates
 from .engines import SQLITE
 from .errors import describe_error
-from .provenance import Provenance, analyse, analyse_tree, parse_statement, table_names
+from .provenance import Provenance, analyse_tree, parse_statement, table_names
 from .schema import (
     CatalogUnreadable,
     Declaration,
@@ -69,7 +72,7 @@ from .schema_servers import read_duckdb_schema, read_postgres_schema
 if TYPE_CHECKING:
     from .core import ConnectionState
 
-__all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "explain"]
+__all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "explain", "plan"]
 
 VERDICTS = 256
 """Verdicts kept per connection (one per SQL text), oldest dropped first."""
@@ -83,10 +86,35 @@ MAX_NAMES = 200
 
 def explain(guard: ConnectionState, sql: str) -> Provenance:
     """The provenance of ``sql``'s duplicates on the guarded connection (see the module docstring)."""
+    return _view(guard).explain(sql, _PROVENANCE)
+
+
+def plan(guard: ConnectionState, sql: str) -> AggregatePlan:
+    """``aggregates.plan_aggregates`` of ``sql`` on the guarded connection: kept and reused exactly as
+    the provenance verdicts are."""
+    return _view(guard).explain(sql, _AGGREGATES)
+
+
+def _view(guard: ConnectionState) -> SqliteSchemaView | SnapshotSchemaView:
     view = guard.catalog
     if view is None:
         view = guard.catalog = SqliteSchemaView(guard.raw) if guard.engine is SQLITE else SnapshotSchemaView(guard)
-    return view.explain(sql)
+    return view
+
+
+T = TypeVar("T")
+
+
+class Analyser(NamedTuple, Generic[T]):
+    """A question about a statement that rests on schema facts, and its answer when they cannot be had."""
+
+    kind: str  # part of the cache key: one statement has an answer per question
+    answer: Callable[[exp.Expression, SchemaFacts, str], T]
+    unknown: Callable[[str], T]
+
+
+_PROVENANCE: Analyser[Provenance] = Analyser("provenance", analyse_tree, lambda why: Provenance("unknown", why))
+_AGGREGATES: Analyser[AggregatePlan] = Analyser("aggregates", plan_aggregates, lambda why: AggregatePlan(note=why))
 
 
 Statement = tuple[str, tuple[Any, ...]]
@@ -112,42 +140,41 @@ class SqliteSchemaView:
         self.places: dict[tuple[tuple[str, ...], Name], tuple[int | None, tuple[int, ...]]] = {}
         # (schema, declarations without rowids, index list) -> facts
         self.tables: dict[tuple[Any, ...], TableFacts] = {}
-        # SQL text -> (check statements, their rows when the verdict was reached, verdict)
-        self.verdicts: dict[str, tuple[tuple[Statement, ...], tuple[list[Any], ...], Provenance]] = {}
+        # (question, SQL text) -> (check statements, their rows when the answer was reached, answer)
+        self.verdicts: dict[tuple[str, str], tuple[tuple[Statement, ...], tuple[list[Any], ...], Any]] = {}
 
-    def explain(self, sql: str) -> Provenance:
+    def explain(self, sql: str, analyser: Analyser[T]) -> T:
         try:
             cur = self.cursor
             if cur is None:
                 cur = self.cursor = plain_cursor(self.raw)
-            cached = self.verdicts.get(sql)
+            key = (analyser.kind, sql)
+            cached = self.verdicts.get(key)
             if cached is not None and _still(cur, cached[0], cached[1]):
-                return cached[2]
+                return cached[2]  # type: ignore[no-any-return]
             schemas = sqlite_schemas(cur)
             parsed = parse_statement(sql, "sqlite")
             if isinstance(parsed, Provenance):  # unparseable: it names no table
-                return self._keep(sql, (), (), parsed)
+                return self._keep(key, (), (), analyser.unknown(parsed.evidence))
             names = table_names(parsed)
             if len(names) > MAX_NAMES:
-                return Provenance("unknown", f"the statement names more than {MAX_NAMES} tables: not analysed")
+                return analyser.unknown(f"the statement names more than {MAX_NAMES} tables: not analysed")
             entries, facts = self._read(cur, schemas, sqlite_temp_names(cur), names)
             plan = self._plan(schemas, names)
             answers = _answers(cur, plan)
             if self._entries(schemas, names, answers) != entries:  # DDL by another connection meanwhile
-                return Provenance("unknown", "the schema changed while its catalog was read")
-            return self._keep(sql, plan, answers, analyse_tree(parsed, facts, "sqlite"))
+                return analyser.unknown("the schema changed while its catalog was read")
+            return self._keep(key, plan, answers, analyser.answer(parsed, facts, "sqlite"))
         except CatalogUnreadable as why:
-            return Provenance("unknown", f"catalog unreadable: {why}")
+            return analyser.unknown(f"catalog unreadable: {why}")
         except (TypeError, ValueError, sqlite3.Error) as error:  # no usable connection, or odd answers
-            return Provenance("unknown", f"catalog unreadable: {describe_error(error)}")
+            return analyser.unknown(f"catalog unreadable: {describe_error(error)}")
 
-    def _keep(
-        self, sql: str, plan: tuple[Statement, ...], answers: tuple[list[Any], ...], verdict: Provenance
-    ) -> Provenance:
+    def _keep(self, key: tuple[str, str], plan: tuple[Statement, ...], answers: tuple[list[Any], ...], verdict: T) -> T:
         verdicts = self.verdicts
-        if len(verdicts) >= VERDICTS and sql not in verdicts:
+        if len(verdicts) >= VERDICTS and key not in verdicts:
             del verdicts[next(iter(verdicts))]
-        verdicts[sql] = (plan, answers, verdict)
+        verdicts[key] = (plan, answers, verdict)
         return verdict
 
     def _position(self, cur: sqlite3.Cursor, schemas: tuple[str, ...], temp: frozenset[str], name: Name) -> int | None:
@@ -291,16 +318,22 @@ class SnapshotSchemaView:
         self.raw = guard.raw
         self.dialect = guard.dialect
         self.facts: SchemaFacts | None = None
-        self.verdicts: dict[str, Provenance] = {}
+        self.verdicts: dict[tuple[str, str], Any] = {}
 
-    def explain(self, sql: str) -> Provenance:
+    def explain(self, sql: str, analyser: Analyser[T]) -> T:
         facts = self.facts
         if facts is None:
             facts = self.facts = self.reader(self.raw)
-        verdict = self.verdicts.get(sql)
-        if verdict is None:
-            verdict = analyse(sql, facts, self.dialect)
-            if len(self.verdicts) >= VERDICTS:
-                del self.verdicts[next(iter(self.verdicts))]
-            self.verdicts[sql] = verdict
+        key = (analyser.kind, sql)
+        if key in self.verdicts:
+            return self.verdicts[key]  # type: ignore[no-any-return]
+        parsed = parse_statement(sql, self.dialect)
+        verdict = (
+            analyser.unknown(parsed.evidence)
+            if isinstance(parsed, Provenance)
+            else analyser.answer(parsed, facts, self.dialect)
+        )
+        if len(self.verdicts) >= VERDICTS:
+            del self.verdicts[next(iter(self.verdicts))]
+        self.verdicts[key] = verdict
         return verdict

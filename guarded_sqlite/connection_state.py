@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .policy import GuardPolicy
+from .probe import AGGREGATE_SCREEN
 from .report import ReportState
 from .serving import FIRST_ROWS
 from .sinks import deliver
@@ -33,8 +34,10 @@ class ConnectionState:
     the policy are set by ``configure``; a ``policy_scope`` swaps them for one thread's statements."""
 
     __slots__ = (
+        "aggregate_screen",
         "byte_cap",
         "catalog",
+        "defan",
         "dialect",
         "driver_options",
         "engine",
@@ -101,6 +104,11 @@ class ConnectionState:
             limits.append(0)
         self.quick_below = min(limits)
         self.sink = policy.on_report if policy.mode != "off" else None
+        # The aggregate fan-out rule: the pre-screen's answers per SQL text when the rule runs (patch mode,
+        # not the paper preset: observe mode runs nothing extra, and the rule must read the catalog and
+        # run the corrected query), and whether confirmed corrections are served (text_to_sql only).
+        self.aggregate_screen = AGGREGATE_SCREEN if policy.mode == "patch" and policy.provenance != "off" else None
+        self.defan = policy.mode == "patch" and policy.provenance == "text_to_sql"
         self.serial = self.lock if policy.mode != "off" else None
 
     def set_threading(self, single_thread: bool) -> None:

@@ -33,6 +33,7 @@ from .engines import NO_PARAMETERS, SQLITE, WritableNotRestored
 from .errors import TransactionLost, describe_error
 from .policy import GuardPolicy
 from .probe import (
+    AGGREGATE_FANOUT,
     CARTESIAN_EXPLOSION,
     EMPTY_RESULT,
     EXEC_ERROR,
@@ -40,6 +41,7 @@ from .probe import (
     classify,
     count_unique,
     mentions_distinct,
+    mentions_value_aggregate_over_join,
     probe_large,
 )
 from .report import GuardReport, ReportState, RuleDecision, RuleName
@@ -58,6 +60,7 @@ from .sinks import built, log_statement
 
 if TYPE_CHECKING:
     from .catalog import SnapshotSchemaView, SqliteSchemaView
+    from .fanout import FanoutOutcome
     from .patching import PatchOutcome
 
     SchemaView = SqliteSchemaView | SnapshotSchemaView
@@ -132,12 +135,13 @@ def state(
     patch_ns: int | None,
     rescue: Any = None,
     provenance: Any = None,
+    aggregates: tuple[Any, ...] = (),
 ) -> ReportState:
     """A ``ReportState`` built without the named tuple's Python-level ``__new__``."""
     return _new_state(
         ReportState,
         (mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns,
-         rescue, provenance),
+         rescue, provenance, aggregates),
     )  # fmt: skip
 
 
@@ -146,7 +150,7 @@ def unprobed(
 ) -> ReportState:
     """The state of a statement the probe did not measure."""
     return _new_state(
-        ReportState, (mode, sql, sql, trigger, "none", None, None, None, note, error, (), None, None, None, None)
+        ReportState, (mode, sql, sql, trigger, "none", None, None, None, note, error, (), None, None, None, None, ())
     )
 
 
@@ -235,7 +239,13 @@ def after_fetch(
     serves and the report state. ``tail(raw)`` gives the driver's cursor and its iterator over the
     rows past the cap, as ``Streaming`` keeps them."""
     count = len(rows)
-    if 0 < count < guard.quick_below and type(rows) is list and (count < guard.p2_rows or not mentions_distinct(sql)):
+    screen = guard.aggregate_screen
+    if (
+        0 < count < guard.quick_below
+        and type(rows) is list
+        and (count < guard.p2_rows or not mentions_distinct(sql))
+        and (screen is None or screen.get(sql) is False)
+    ):
         # The common case first: a small result with no duplicate row at all is healthy under every
         # policy (no flag, no P1; too small for P2 or no DISTINCT), so nothing below applies to it. A single row needs
         # no comparison, only the check that it can be hashed (as set() would): its probe is not timed.
@@ -243,14 +253,14 @@ def after_fetch(
             if count == 1:
                 hash(rows[0])
                 return rows, _new_state(
-                    ReportState, (guard.mode, sql, sql, None, "none", 1, 1, 1, None, None, (), 0, None, None, None)
+                    ReportState, (guard.mode, sql, sql, None, "none", 1, 1, 1, None, None, (), 0, None, None, None, ())
                 )
             started = _perf_ns()
             if len(set(rows)) == count:
                 return rows, _new_state(
                     ReportState,
                     (guard.mode, sql, sql, None, "none", count, count, count, None, None, (), _perf_ns() - started,
-                     None, None, None),
+                     None, None, None, ()),
                 )  # fmt: skip
         except Exception:  # rows that cannot be hashed or compared: the general path below sorts them out
             pass
@@ -329,9 +339,32 @@ def after_fetch(
         if trigger is not None or outcome.action != "none":
             log_statement(repaired, guard.dialect)
         return outcome.rows, repaired
+    if trigger is None and screen is not None and count and mentions_value_aggregate_over_join(sql):
+        fanned = check_aggregates(guard, raw, sql, parameters, rows)
+        if fanned is not None:
+            findings = fanned.findings
+            checked = state(
+                mode,
+                sql,
+                fanned.final_sql,
+                AGGREGATE_FANOUT if findings else None,
+                "aggregate_defanned" if fanned.decision.applied else "none",
+                count,
+                unique,
+                len(fanned.rows),
+                None,
+                None,
+                (fanned.decision,),
+                detect_ns,
+                fanned.elapsed_ns,
+                aggregates=findings,
+            )
+            if findings:
+                log_statement(checked, guard.dialect)
+            return fanned.rows, checked
     measured = _new_state(
         ReportState,
-        (mode, sql, sql, trigger, "none", count, unique, count, None, None, (), detect_ns, None, None, None),
+        (mode, sql, sql, trigger, "none", count, unique, count, None, None, (), detect_ns, None, None, None, ()),
     )
     if trigger is not None:
         log_statement(measured, guard.dialect)
@@ -432,6 +465,29 @@ def repair_statement(
         rule: RuleName = "P1" if trigger == CARTESIAN_EXPLOSION else ("P2" if trigger is None else "rescue")
         decision = RuleDecision(rule, False, f"internal error while repairing: {describe_error(error)}")
         return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
+
+
+def check_aggregates(
+    guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]
+) -> FanoutOutcome | None:
+    """The aggregate fan-out rule for a healthy result the pre-screen passed (``guarded_sqlite.fanout``)."""
+    from .catalog import plan
+    from .fanout import FanoutOutcome, confirm
+
+    row_factory = getattr(raw, "row_factory", None)
+
+    def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
+        return read_only_fetch(guard, new_sql, parameters, row_factory, max_rows)
+
+    try:
+        return confirm(sql, rows, plan(guard, sql), rerun, guard.policy.row_cap, guard.defan, guard.dialect)
+    except TransactionLost:
+        raise
+    except Exception as error:  # a bug in the analysis must never cost the caller their result
+        decision = RuleDecision(
+            "aggregate", False, f"internal error while checking aggregates: {describe_error(error)}"
+        )
+        return FanoutOutcome((), rows, sql, decision, 0)
 
 
 def forget_schema(guard: ConnectionState) -> None:

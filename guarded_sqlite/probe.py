@@ -8,12 +8,14 @@ written for speed: one ``set()`` over the rows, with a slower fallback only for 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 EXEC_ERROR: Final = "exec_error"
 EMPTY_RESULT: Final = "empty_result"
 CARTESIAN_EXPLOSION: Final = "cartesian_explosion"
+AGGREGATE_FANOUT: Final = "aggregate_fanout"
 
 
 def mentions_distinct(sql: str) -> bool:
@@ -22,6 +24,41 @@ def mentions_distinct(sql: str) -> bool:
     ``str.lower`` and a substring test cost a fifth of a case-insensitive regex search, and this runs on
     every duplicate-free result big enough for P2 (SQLite's keywords are ASCII, which ``lower`` folds)."""
     return "distinct" in sql.lower()
+
+
+_VALUE_AGGREGATE_TEXT = re.compile(r"\b(sum|avg|total|group_concat|string_agg)\s*\(", re.IGNORECASE)
+# A JOIN, or a comma in a FROM clause before anything that ends it (a clause keyword or a parenthesis).
+_JOIN_TEXT = re.compile(
+    r"\bjoin\b|\bfrom\b(?:(?!\b(?:select|where|group|order|having|limit|union|intersect|except|window)\b)[^()])*?,",
+    re.IGNORECASE | re.DOTALL,
+)
+AGGREGATE_SCREEN: dict[str, bool] = {}
+"""SQL text -> the pre-screen's answer; read directly by ``core`` on the hot path (a lookup, no call)."""
+_SCREEN_SIZE = 4096
+
+
+def mentions_value_aggregate_over_join(sql: str) -> bool:
+    """Cheap pre-screen for the aggregate fan-out rule: SQL whose text has no value aggregate (``SUM``,
+    ``AVG``, ``TOTAL``, ``GROUP_CONCAT``, ``string_agg``) or no join (``JOIN``, or a comma in FROM) is
+    never parsed for it. Kept per SQL text (applications repeat theirs): a repeated statement pays a
+    dict lookup. A false positive costs one parse; a miss is never flagged.
+
+    >>> mentions_value_aggregate_over_join("SELECT c.name, SUM(o.total) FROM c JOIN o ON o.c = c.id GROUP BY 1")
+    True
+    >>> mentions_value_aggregate_over_join("SELECT SUM(total) FROM orders")
+    False
+    >>> mentions_value_aggregate_over_join("SELECT SUM(o.total) FROM orders o, customers c WHERE o.c = c.id")
+    True
+    >>> mentions_value_aggregate_over_join("SELECT SUM(k) FROM t UNION ALL SELECT k, a FROM u")
+    False
+    """
+    known = AGGREGATE_SCREEN.get(sql)
+    if known is None:
+        known = _VALUE_AGGREGATE_TEXT.search(sql) is not None and _JOIN_TEXT.search(sql) is not None
+        if len(AGGREGATE_SCREEN) >= _SCREEN_SIZE:
+            AGGREGATE_SCREEN.clear()
+        AGGREGATE_SCREEN[sql] = known
+    return known
 
 
 def hashable_row(value: Any) -> Hashable:

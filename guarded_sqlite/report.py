@@ -19,11 +19,12 @@ Action = Literal[
     "none",
     "distinct_injected",
     "distinct_removed",
+    "aggregate_defanned",
     "candidate_selected",
     "candidate_selected+distinct_injected",
     "candidate_selected+distinct_removed",
 ]
-RuleName = Literal["P1", "P2", "rescue"]
+RuleName = Literal["P1", "P2", "rescue", "aggregate"]
 _new_object = object.__new__
 _set_attribute = object.__setattr__
 
@@ -33,14 +34,55 @@ class RuleDecision:
     """One patch rule that was considered for a statement, and what came of it."""
 
     rule: RuleName
-    """``"P1"`` (DISTINCT injection), ``"P2"`` (DISTINCT removal), or ``"rescue"`` (recorded only when a
-    rescue was wanted but could not run: no rescuer, budget exhausted, a write statement)."""
+    """``"P1"`` (DISTINCT injection), ``"P2"`` (DISTINCT removal), ``"aggregate"`` (a value aggregate a
+    join inflates, confirmed on the data), or ``"rescue"`` (recorded only when a rescue was wanted but
+    could not run: no rescuer, budget exhausted, a write statement)."""
 
     applied: bool
     """True when the rule's rewrite now serves the cursor's rows."""
 
     reason: str
     """Why it fired, or why it did not (a structural exemption, a failed check, an error)."""
+
+
+@dataclass(frozen=True)
+class AggregateFinding:
+    """One value aggregate a join inflated on this statement's data (``trigger == "aggregate_fanout"``)."""
+
+    function: str
+    """``"SUM"``, ``"AVG"``, ``"TOTAL"`` or ``"GROUP_CONCAT"``."""
+
+    argument: str
+    """The aggregate's argument, as SQL."""
+
+    repeated: tuple[str, ...]
+    """The tables the argument reads, whose rows the join repeats (``alias (table)``)."""
+
+    repeating: tuple[str, ...]
+    """The tables whose rows repeat them."""
+
+    written: object
+    """The value the query as written computed, in the first row where it differs from the corrected
+    one; None when the rows cannot be matched up (the aggregate is not a select item of its own)."""
+
+    corrected: object
+    """The value with each row of ``repeated`` counted once per group, in that row."""
+
+    factor: float | None
+    """Sum of the written values over the sum of the corrected ones, across the rows (numeric only)."""
+
+    corrected_sql: str
+    """The query that computes the corrected values (the same for every finding of a statement)."""
+
+    def describe(self) -> str:
+        """One line: ``SUM(o.total) counts o (orders) once per row of i (items): 350.0 -> 150.0``."""
+        repeated, repeating = ", ".join(self.repeated), ", ".join(self.repeating)
+        line = f"{self.function}({self.argument}) counts {repeated} once per row of {repeating}"
+        if self.written is not None or self.corrected is not None:
+            line += f": {self.written!r} -> {self.corrected!r}"
+        if self.factor is not None:
+            line += f" (factor {self.factor:.3g})"
+        return line
 
 
 class ReportState(NamedTuple):
@@ -61,6 +103,7 @@ class ReportState(NamedTuple):
     patch_ns: int | None
     rescue: RescueReport | None = None
     provenance: Provenance | None = None
+    aggregates: tuple[AggregateFinding, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,8 +120,9 @@ class GuardReport:
     """The guard mode in force: ``"patch"``, ``"observe"`` or ``"off"``."""
 
     trigger: str | None
-    """The probe's verdict: None (healthy, or not probed), ``"exec_error"``, ``"empty_result"``, or
-    ``"cartesian_explosion"`` (``dup_ratio >= tau_inject``)."""
+    """The probe's verdict: None (healthy, or not probed), ``"exec_error"``, ``"empty_result"``,
+    ``"cartesian_explosion"`` (``dup_ratio >= tau_inject``), or ``"aggregate_fanout"`` (a value
+    aggregate over a join counted some rows several times, confirmed on the data: see ``aggregates``)."""
 
     flagged: bool
     """``trigger is not None``."""
@@ -86,7 +130,8 @@ class GuardReport:
     action: Action
     """What the guard changed: ``"none"`` (rows served exactly as SQLite returned them),
     ``"distinct_injected"`` (P1: DISTINCT added to the outermost SELECT), ``"distinct_removed"``
-    (P2: the outermost DISTINCT removed), ``"candidate_selected"`` (a rescue replaced the statement
+    (P2: the outermost DISTINCT removed), ``"aggregate_defanned"`` (the corrected aggregates of
+    ``aggregates`` are served, ``"text_to_sql"`` only), ``"candidate_selected"`` (a rescue replaced the statement
     with one of the caller's candidates), or ``"candidate_selected+distinct_injected"`` /
     ``"candidate_selected+distinct_removed"`` (a candidate, then patched)."""
 
@@ -137,13 +182,17 @@ class GuardReport:
     used, or why the analysis could not tell (at most four tables per list, then "and N more"). None
     with ``provenance``."""
 
+    aggregates: tuple[AggregateFinding, ...] = ()
+    """With ``trigger == "aggregate_fanout"``: each value aggregate the join inflated, with the written
+    and corrected values and the corrected query. Empty otherwise."""
+
     @classmethod
     def from_state(cls, state: ReportState) -> GuardReport:
         """Build the report from a ``ReportState`` (or a plain tuple of its fields)."""
         if type(state) is not ReportState:
             state = ReportState(*state)
         (mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns,
-         rescue, provenance) = state  # fmt: skip
+         rescue, provenance, aggregates) = state  # fmt: skip
         # The frozen dataclass's __init__ sets each field with object.__setattr__, which made reading a report
         # cost more than the whole probe. Instead: a copy of the healthy, unpatched report's fields, then only
         # the fields this statement changes, installed as the instance's __dict__ in one step.
@@ -180,6 +229,8 @@ class GuardReport:
         if provenance is not None:
             values["provenance"] = provenance.verdict
             values["provenance_evidence"] = provenance.evidence
+        if aggregates:
+            values["aggregates"] = aggregates
         report = _new_object(cls)
         _set_attribute(report, "__dict__", values)
         return report
@@ -196,6 +247,8 @@ class GuardReport:
         line = f"{verdict}: rows={self.rows} unique={self.unique_rows} dup_ratio={ratio} action={self.action}"
         if self.provenance is not None:
             line += f" provenance={self.provenance} ({self.provenance_evidence})"
+        for finding in self.aggregates:
+            line += f"; {finding.describe()}"
         return line
 
     def _repr_html_(self) -> str:
@@ -214,6 +267,7 @@ _HEALTHY_FIELDS: dict[str, object] = {
     "flagged": False,
     "probed": True,
     "decisions": (),
+    "aggregates": (),
 }
 """Every field of ``GuardReport``, in order, at its value for a statement nothing was found or done about."""
 
@@ -224,6 +278,8 @@ def _render(value: object) -> str:
             "; ".join(
                 f"{d.rule} {'applied' if d.applied else 'not applied'}: {d.reason}"
                 if isinstance(d, RuleDecision)
+                else d.describe()
+                if isinstance(d, AggregateFinding)
                 else str(d)
                 for d in value
             )

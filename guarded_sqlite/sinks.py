@@ -8,8 +8,9 @@ Log levels, one record per statement that is flagged or changed (nothing for hea
 
 * ``INFO`` when the guard changed the rows (a patch, a rescue candidate): what was done and why.
 * ``WARNING`` for an explosion served unchanged although the provenance analysis established that a
-  join multiplies its rows (``amplified``/``identified``; a rule refused on structure, such as a
-  ``LIMIT``): the caller is reading rows several times, and nothing fixed it.
+  join multiplies its rows (``amplified``/``identified``; a rule refused, e.g. on a ``COLLATE``), and
+  for an aggregate fan-out confirmed on the data and served unchanged: the caller is reading rows
+  several times, or totals that count rows several times, and nothing fixed it.
 * ``INFO`` for every other flagged statement left alone: an explosion of value repeats (legitimate)
   or not analysed (observe mode, the paper preset) or ``unknown``, an empty result, an execution
   error. They are signals, not verdicts, and applications produce them in normal work (an empty result
@@ -88,7 +89,9 @@ def log_statement(state: ReportState, dialect: str) -> None:
         level = logging.INFO
     elif trigger is None:
         return
-    elif trigger == "cartesian_explosion" and state.provenance is not None and state.provenance.amplification:
+    elif trigger == "aggregate_fanout" or (
+        trigger == "cartesian_explosion" and state.provenance is not None and state.provenance.amplification
+    ):
         level = logging.WARNING
     else:
         level = logging.INFO
@@ -127,6 +130,17 @@ def structured_fields(report: GuardReport, dialect: str) -> dict[str, Any]:
         "detect_us": report.detect_us,
         "patch_ms": report.patch_ms,
         "rescue_chosen_index": None if report.rescue is None else report.rescue.chosen_index,
+        # Not the written and corrected values: they are the application's data.
+        "aggregates": [
+            {
+                "function": finding.function,
+                "argument": _loggable(finding.argument, dialect),
+                "repeated": list(finding.repeated),
+                "repeating": list(finding.repeating),
+                "factor": finding.factor,
+            }
+            for finding in report.aggregates
+        ],
     }
 
 
@@ -148,6 +162,13 @@ def _message(report: GuardReport, fields: dict[str, Any]) -> str:
         text = f"guarded_sqlite exec_error ({fields['error']}): {sql}"
     elif report.trigger == "empty_result":
         text = f"guarded_sqlite empty_result: {sql}"
+    elif report.trigger == "aggregate_fanout":
+        inflated = "; ".join(
+            f"{f['function']}({f['argument']}) counts {', '.join(f['repeated'])} once per row of "
+            f"{', '.join(f['repeating'])}" + ("" if f["factor"] is None else f" (factor {f['factor']:.3g})")
+            for f in fields["aggregates"]
+        )
+        text = f"guarded_sqlite aggregate_fanout left unchanged: {sql} ({inflated})"
     else:
         text = (
             f"guarded_sqlite {report.trigger} left unchanged ({report.rows} rows, {report.unique_rows} distinct): {sql}"

@@ -95,8 +95,10 @@ def test_baseline_shows_the_multiplicity_gap(reports: dict[str, EvalReport]) -> 
 def test_text_to_sql_fixes_every_fan_out_and_breaks_nothing(reports: dict[str, EvalReport]) -> None:
     report = reports["text_to_sql"]
     assert of_kind("fan_out") <= fixed(report)
+    # The SUM over a join that repeats each customer once per line item: corrected values served.
+    assert of_kind("aggregate") <= fixed(report)
     assert not broken(report)
-    assert report.guarded.multiset_correct == 21
+    assert report.guarded.multiset_correct == 22
     assert (report.rules["P1"].fired, report.rules["P1"].fix, report.rules["P1"].break_) == (8, 8, 0)
 
 
@@ -118,9 +120,16 @@ def test_paper_preset_breaks_the_legitimate_duplicates(reports: dict[str, EvalRe
     assert (report.rules["P1"].fired, report.rules["P1"].fix, report.rules["P1"].break_) == (7, 6, 1)
 
 
-def test_set_ex_never_changes_under_the_guard(reports: dict[str, EvalReport]) -> None:
-    for report in reports.values():
-        assert report.guarded.set_correct == report.baseline.set_correct == 26
+def test_set_ex_changes_only_where_text_to_sql_serves_corrected_aggregates(reports: dict[str, EvalReport]) -> None:
+    """DISTINCT patches change multiplicity only; a corrected SUM is a different value, which Set-EX sees."""
+    for name, report in reports.items():
+        assert report.baseline.set_correct == 26
+        assert report.guarded.set_correct == (27 if name == "text_to_sql" else 26)
+    pairs = {p.index: p for p in reports["text_to_sql"].pairs}
+    (aggregate,) = of_kind("aggregate")
+    assert pairs[aggregate].guarded_set and not pairs[aggregate].baseline_set
+    flagged = {p.index: p for p in reports["patch"].pairs}[aggregate]
+    assert (flagged.trigger, flagged.action) == ("aggregate_fanout", "none")
 
 
 # On PostgreSQL the pairs of all three databases run in one process, switching search_path: this also
@@ -153,7 +162,7 @@ def test_cli_eval_sample(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "--sample", "--workers", "1", "--guard", "text_to_sql", "--json", "-"]) == 0
     data: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert data["n"] == 33 and data["guard"] == "text_to_sql"
-    assert data["baseline"]["multiset_correct"] == 13 and data["guarded"]["multiset_correct"] == 21
+    assert data["baseline"]["multiset_correct"] == 13 and data["guarded"]["multiset_correct"] == 22
     assert main(["eval", "--sample", "--workers", "1", "--guard", "patch,text_to_sql,paper"]) == 0
     table = capsys.readouterr().out
     assert "N=33" in table and "text_to_sql" in table and "7/6/1" in table

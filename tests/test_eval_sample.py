@@ -130,6 +130,11 @@ def test_set_ex_changes_only_where_text_to_sql_serves_corrected_aggregates(repor
     assert pairs[aggregate].guarded_set and not pairs[aggregate].baseline_set
     flagged = {p.index: p for p in reports["patch"].pairs}[aggregate]
     assert (flagged.trigger, flagged.action) == ("aggregate_fanout", "none")
+    # Counted per preset: flagged under both key-based presets, corrected (and a fix) under text_to_sql only.
+    rule = reports["text_to_sql"].rules["aggregate"]
+    assert (rule.fired, rule.fix, rule.break_) == (1, 1, 0)
+    assert reports["patch"].rules["aggregate"].fired == 0 and reports["paper"].flagged.aggregate_fanout == 0
+    assert reports["patch"].flagged.aggregate_fanout == reports["text_to_sql"].flagged.aggregate_fanout == 1
 
 
 # On PostgreSQL the pairs of all three databases run in one process, switching search_path: this also
@@ -166,6 +171,7 @@ def test_cli_eval_sample(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "--sample", "--workers", "1", "--guard", "patch,text_to_sql,paper"]) == 0
     table = capsys.readouterr().out
     assert "N=33" in table and "text_to_sql" in table and "7/6/1" in table
+    assert "aggregate fanout" in table and "1: 1/1/0" in table
 
 
 def test_cli_sweep_sample(capsys: pytest.CaptureFixture[str]) -> None:

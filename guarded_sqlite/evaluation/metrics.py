@@ -33,10 +33,11 @@ from .report import (
 )
 from .sweep_report import SweepRow
 
-TRIGGERS = ("exec_error", "empty_result", "cartesian_explosion")
+TRIGGERS = ("exec_error", "empty_result", "cartesian_explosion", "aggregate_fanout")
 VERDICTS = ("amplified", "identified", "value_repeats", "unknown")
 """``guarded_sqlite.provenance.Verdict``'s values, listed here so that scoring never imports sqlglot."""
-ACTIONS = {"P1": "distinct_injected", "P2": "distinct_removed"}
+ACTIONS = {"P1": "distinct_injected", "P2": "distinct_removed", "aggregate": "aggregate_defanned"}
+RULES = tuple(ACTIONS)
 # BIRD's strata in their natural order; other labels follow alphabetically.
 _DIFFICULTY_ORDER = {"simple": 0, "moderate": 1, "challenging": 2}
 

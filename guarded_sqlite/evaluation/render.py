@@ -275,13 +275,14 @@ def format_comparison(comparison: PresetComparison) -> str:
             g.set_correct - b.set_correct,
             _fbn(r.rules["P1"]),
             _fbn(r.rules["P2"]),
+            f"{r.flagged.aggregate_fanout}: {_fbn(r.rules['aggregate'])}",
         ]
         for verdict in VERDICTS:
             stats = r.provenance.get(verdict)
             row.append("-" if stats is None else f"{stats.asked}: {_fbn(stats.p1)} {_fbn(stats.p2)}")
         rows.append(row)
     headers = ["preset", "Set-EX", "Multiset-EX", "guarded Set-EX", "guarded Multiset-EX", "net", "set change"]
-    headers += ["P1 f/x/b", "P2 f/x/b", *VERDICTS]
+    headers += ["P1 f/x/b", "P2 f/x/b", "aggregate fanout: f/x/b", *VERDICTS]
     timings = ", ".join(f"{name} {r.timings.wall_s:.2f} s" for name, r in comparison.reports.items())
     return "\n".join(
         [
@@ -290,7 +291,8 @@ def format_comparison(comparison: PresetComparison) -> str:
             "",
             table(headers, rows),
             "",
-            "f/x/b = fired/fix/break (Multiset-EX pairs); per verdict: 'asked: P1 f/x/b P2 f/x/b'; "
+            "f/x/b = fired/fix/break (Multiset-EX pairs); aggregate fanout: 'flagged: corrected values served "
+            "f/x/b'; per verdict: 'asked: P1 f/x/b P2 f/x/b'; "
             "'-': the preset never asks the provenance analysis",
             f"Wall time: {timings}",
         ]

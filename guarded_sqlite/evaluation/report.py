@@ -82,6 +82,10 @@ class FlagCounts(JsonMixin):
     cartesian_explosion: int
     """Results with ``dup_ratio >= tau_inject``."""
 
+    aggregate_fanout: int = 0
+    """Results whose value aggregates a join inflated (confirmed on the data; ``"patch"`` and
+    ``"text_to_sql"`` only)."""
+
 
 @dataclass(frozen=True)
 class FixBreak(JsonMixin):
@@ -111,7 +115,7 @@ class RuleStats(FixBreak):
     """One patch rule's effect in an evaluation: how often it fired and which verdicts it changed."""
 
     rule: str
-    """``"P1"`` (DISTINCT injection) or ``"P2"`` (DISTINCT removal)."""
+    """``"P1"`` (DISTINCT injection), ``"P2"`` (DISTINCT removal) or ``"aggregate"`` (corrected aggregates served)."""
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ def summarise(
         baseline=metrics.scores(records, "baseline"),
         guarded=metrics.scores(records, "guarded"),
         flagged=metrics.flag_counts(records),
-        rules={rule: metrics.rule_stats(records, rule) for rule in ("P1", "P2")},
+        rules={rule: metrics.rule_stats(records, rule) for rule in metrics.RULES},
         detector=metrics.detector_stats(records),
         difficulty=metrics.difficulty_breakdown(records),
         timings=timings,

@@ -211,6 +211,33 @@ def _guard():
 
     core.repair_statement = repair_statement
 
+    checker = getattr(core, "check_aggregates", None)
+    if checker is None:
+        return
+
+    def check_aggregates(guard, raw, sql, parameters, rows):
+        outcome = checker(guard, raw, sql, parameters, rows)
+        try:
+            if outcome is not None:
+                _write(
+                    "aggregates",
+                    {
+                        "test": _test_id(),
+                        "sql": sql[:4000],
+                        "confirmed": bool(outcome.findings),
+                        "findings": [
+                            [f.function, f.argument, list(f.repeated), list(f.repeating), f.factor]
+                            for f in outcome.findings
+                        ],
+                        "decision": [outcome.decision.rule, outcome.decision.applied, outcome.decision.reason],
+                    },
+                )
+        except Exception as error:
+            _write("recorder_errors", {"test": _test_id(), "error": repr(error)})
+        return outcome
+
+    core.check_aggregates = check_aggregates
+
 
 try:
     _unittest_hooks()
@@ -456,6 +483,7 @@ class RunResult:
     outcomes: dict[str, str]
     details: dict[str, str]
     repairs: list[dict[str, Any]]
+    aggregates: list[dict[str, Any]]
     logs: list[dict[str, Any]]
     recorder_errors: list[dict[str, Any]]
     tail: str
@@ -503,6 +531,7 @@ def run_suite(project: Project, mode: str, source: Path, venv: Path, hook: Path,
         outcomes,
         details,
         _records(run, "repairs"),
+        _records(run, "aggregates"),
         _records(run, "log"),
         _records(run, "recorder_errors"),
         tail,
@@ -620,6 +649,12 @@ def summarise(result: RunResult, plain: RunResult | None, junit_keys: bool) -> d
         "decisions": dict(considered),
         "p1_refused_by_reason": dict(refused_p1),
         "applied": applied,
+        # Every aggregate the rule ran the corrected query for: confirmed fan-outs, and the ones the data
+        # did not realise or that could not be checked (their decision says why).
+        "aggregates": [
+            {**record, "test": pytest_test_key(record.get("test")) if junit_keys else record.get("test")}
+            for record in result.aggregates
+        ],
         "internal_errors": internal_errors,
         "patch_log_records": len(patch_logs),
         "other_log_records": [entry for entry in result.logs if entry not in patch_logs][:50],
@@ -686,6 +721,24 @@ def markdown(summary: dict[str, Any]) -> str:
                 lines += [f"P1 considered but not applied under {mode}:", ""]
                 for reason, count in sorted(run["p1_refused_by_reason"].items(), key=lambda item: -item[1]):
                     lines.append(f"- {count} × {reason}")
+                lines.append("")
+            confirmed = [record for record in run.get("aggregates", []) if record["confirmed"]]
+            if run.get("aggregates"):
+                lines += [
+                    f"Aggregate fan-out under {mode}: {len(run['aggregates'])} checked on the data, "
+                    f"{len(confirmed)} confirmed:",
+                    "",
+                ]
+                for record in confirmed:
+                    found = "; ".join(
+                        f"{function}({argument}) counts {', '.join(repeated)} once per row of {', '.join(repeating)}"
+                        + ("" if factor is None else f" (factor {factor:.3g})")
+                        for function, argument, repeated, repeating, factor in record["findings"]
+                    )
+                    lines.append(f"- `{record['test']}`: {found}; `{_short(record['sql'], 400)}`")
+                for record in run["aggregates"]:
+                    if not record["confirmed"] and record["decision"][2]:
+                        lines.append(f"- not confirmed in `{record['test']}`: {record['decision'][2]}")
                 lines.append("")
             for record in run.get("internal_errors", []):
                 reasons = "; ".join(reason for _, _, reason in record["decisions"])

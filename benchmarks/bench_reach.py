@@ -57,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if "on_report" in GuardPolicy.__dataclass_fields__:
         flagged: list[Any] = []
-        sunk = guarded_sqlite.connect(":memory:", guard=GuardPolicy(on_report=lambda r: r.flagged and flagged.append(r)))
+        sunk = guarded_sqlite.connect(
+            ":memory:", guard=GuardPolicy(on_report=lambda r: r.flagged and flagged.append(r))
+        )
         _fill(sunk)
         variants["guarded, report sink"] = lambda: _point_queries(sunk, args.batch)
 
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         variants["guarded, inside guard_scope('observe')"] = scoped
 
     samples: dict[str, list[float]] = {name: [] for name in variants}
-    for name, run in variants.items():  # warm-up
+    for run in variants.values():  # warm-up
         run()
     for _ in range(args.rounds):
         for name, run in variants.items():

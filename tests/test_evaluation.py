@@ -651,7 +651,13 @@ def test_cli_eval_end_to_end(tmp_path: Path, shop: Path, capsys: pytest.CaptureF
     data = json.loads(out.read_text())
     assert data["n"] == 6 and data["timeout_s"] == 2.0
     assert data["guarded"]["multiset_ex"] == pytest.approx(100 * 2 / 6, abs=1e-3)
-    assert data["flagged"] == {"total": 4, "exec_error": 1, "empty_result": 1, "cartesian_explosion": 2, "aggregate_fanout": 0}
+    assert data["flagged"] == {
+        "total": 4,
+        "exec_error": 1,
+        "empty_result": 1,
+        "cartesian_explosion": 2,
+        "aggregate_fanout": 0,
+    }
     assert [f["index"] for f in data["gold_failures"]] == [5]
 
     code = main(

@@ -90,9 +90,32 @@ def explain(guard: ConnectionState, sql: str) -> Provenance:
 
 
 def plan(guard: ConnectionState, sql: str) -> AggregatePlan:
-    """``aggregates.plan_aggregates`` of ``sql`` on the guarded connection: kept and reused exactly as
-    the provenance verdicts are."""
-    return _view(guard).explain(sql, _AGGREGATES)
+    """``aggregates.plan_aggregates`` of ``sql`` on the guarded connection: kept and reused as the
+    provenance verdicts are, except that on SQLite a plan that puts no aggregate at risk is served
+    again while ``PRAGMA schema_version`` is unchanged (one statement, not the lookups). That number can
+    repeat after other DDL (see above), which can make the guard miss a fan-out, never invent one: a plan
+    at risk, which leads to serving corrected values under ``"text_to_sql"``, is always checked."""
+    view = _view(guard)
+    if not isinstance(view, SqliteSchemaView):
+        return view.explain(sql, _AGGREGATES)
+    try:
+        cur = view.cursor
+        if cur is None:
+            cur = view.cursor = plain_cursor(view.raw)
+        version = cur.execute("PRAGMA schema_version").fetchone()[0]
+    except sqlite3.Error as error:
+        return AggregatePlan(note=f"catalog unreadable: {describe_error(error)}")
+    if view.safe_aggregates.get(sql) == version:
+        return _SAFE
+    found = view.explain(sql, _AGGREGATES)
+    if not found.risks:
+        if len(view.safe_aggregates) >= VERDICTS and sql not in view.safe_aggregates:
+            del view.safe_aggregates[next(iter(view.safe_aggregates))]
+        view.safe_aggregates[sql] = version
+    return found
+
+
+_SAFE = AggregatePlan(note="no value aggregate at risk (kept while the schema version is unchanged)")
 
 
 def _view(guard: ConnectionState) -> SqliteSchemaView | SnapshotSchemaView:
@@ -131,7 +154,7 @@ rows and its ``PRAGMA index_list``."""
 class SqliteSchemaView:
     """One SQLite connection's verdicts and table facts, reused only on identical declarations."""
 
-    __slots__ = ("cursor", "places", "raw", "tables", "verdicts")
+    __slots__ = ("cursor", "places", "raw", "safe_aggregates", "tables", "verdicts")
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -140,6 +163,8 @@ class SqliteSchemaView:
         self.places: dict[tuple[tuple[str, ...], Name], tuple[int | None, tuple[int, ...]]] = {}
         # (schema, declarations without rowids, index list) -> facts
         self.tables: dict[tuple[Any, ...], TableFacts] = {}
+        # SQL text -> PRAGMA schema_version when its aggregate plan put nothing at risk (see ``plan``)
+        self.safe_aggregates: dict[str, int] = {}
         # (question, SQL text) -> (check statements, their rows when the answer was reached, answer)
         self.verdicts: dict[tuple[str, str], tuple[tuple[Statement, ...], tuple[list[Any], ...], Any]] = {}
 

@@ -471,23 +471,33 @@ def check_aggregates(
     guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]
 ) -> FanoutOutcome | None:
     """The aggregate fan-out rule for a healthy result the pre-screen passed (``guarded_sqlite.fanout``)."""
-    from .catalog import plan
-    from .fanout import FanoutOutcome, confirm
+    if not _AGGREGATE_RULE:  # imported on first use: it loads sqlglot
+        from .catalog import plan
+        from .fanout import confirm
 
-    row_factory = getattr(raw, "row_factory", None)
-
-    def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
-        return read_only_fetch(guard, new_sql, parameters, row_factory, max_rows)
-
+        _AGGREGATE_RULE.extend((plan, confirm))
+    plan, confirm = _AGGREGATE_RULE
     try:
-        return confirm(sql, rows, plan(guard, sql), rerun, guard.policy.row_cap, guard.defan, guard.dialect)
+        found = plan(guard, sql)
+        if not found.risks:
+            return None
+        row_factory = getattr(raw, "row_factory", None)
+
+        def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
+            return read_only_fetch(guard, new_sql, parameters, row_factory, max_rows)
+
+        return confirm(sql, rows, found, rerun, guard.policy.row_cap, guard.defan, guard.dialect)
     except TransactionLost:
         raise
     except Exception as error:  # a bug in the analysis must never cost the caller their result
-        decision = RuleDecision(
-            "aggregate", False, f"internal error while checking aggregates: {describe_error(error)}"
-        )
-        return FanoutOutcome((), rows, sql, decision, 0)
+        from .fanout import FanoutOutcome
+
+        why = f"internal error while checking aggregates: {describe_error(error)}"
+        return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
+
+
+_AGGREGATE_RULE: list[Any] = []
+"""``catalog.plan`` and ``fanout.confirm``, once the rule first runs."""
 
 
 def forget_schema(guard: ConnectionState) -> None:

@@ -1,0 +1,101 @@
+"""What the aggregate fan-out rule costs: a repeated aggregate statement over a join with no risk (the
+rule's pre-screen passes, its cached plan says every aggregate is safe) under ``"patch"`` against
+``"observe"`` (which never looks), and an at-risk statement's confirmation (the corrected query, run
+read-only) as a ratio to the statement's own time. Same process, interleaved rounds, medians.
+
+    python benchmarks/bench_aggregates.py [--rounds 15] [--batch 300] [--customers 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import guarded_sqlite
+
+NO_RISK = "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id WHERE c.id = ? GROUP BY c.id"
+AT_RISK = (
+    "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+    "JOIN items i ON i.order_id = o.id GROUP BY c.id"
+)
+
+
+def _fill(con: Any, customers: int) -> None:
+    con.executescript(
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);"
+        "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, total REAL);"
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, order_id INTEGER, qty INTEGER);"
+    )
+    con.executemany("INSERT INTO customers VALUES (?, ?)", [(c, f"c{c}") for c in range(customers)])
+    con.executemany(
+        "INSERT INTO orders (customer_id, total) VALUES (?, ?)", [(c, k * 1.25) for c in range(customers) for k in range(5)]
+    )
+    con.executemany(
+        "INSERT INTO items (order_id, qty) VALUES (?, ?)", [(o, q) for o in range(1, customers * 5 + 1) for q in range(3)]
+    )
+    con.commit()
+
+
+def _timed(run: Callable[[], Any], batch: int) -> float:
+    started = time.perf_counter_ns()
+    for _ in range(batch):
+        run()
+    return (time.perf_counter_ns() - started) / batch
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--batch", type=int, default=300)
+    parser.add_argument("--customers", type=int, default=200)
+    args = parser.parse_args(argv)
+    cons = {}
+    for name in ("raw", "observe", "patch", "text_to_sql"):
+        con = sqlite3.connect(":memory:") if name == "raw" else guarded_sqlite.connect(":memory:", guard=name)
+        _fill(con, args.customers)
+        cons[name] = con
+    report = cons["patch"].execute(AT_RISK).guard_report
+    assert report is not None and report.trigger == "aggregate_fanout", report
+    assert cons["patch"].execute(NO_RISK, (3,)).guard_report.trigger is None
+
+    def no_risk(con: Any) -> Callable[[], Any]:
+        return lambda: con.execute(NO_RISK, (7,)).fetchall()
+
+    def at_risk(con: Any) -> Callable[[], Any]:
+        return lambda: con.execute(AT_RISK).fetchall()
+
+    workloads = {
+        f"no-risk aggregate, {name}": (no_risk(cons[name]), args.batch) for name in ("raw", "observe", "patch")
+    }
+    workloads.update(
+        {f"at-risk aggregate, {name}": (at_risk(cons[name]), max(1, args.batch // 30)) for name in cons}
+    )
+    samples: dict[str, list[float]] = {name: [] for name in workloads}
+    for run, batch in workloads.values():
+        _timed(run, batch)
+    for _ in range(args.rounds):
+        for name, (run, batch) in workloads.items():
+            samples[name].append(_timed(run, batch))
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, {args.rounds} rounds")
+    print("| workload | median µs | vs raw |")
+    print("|---|---:|---:|")
+    for name, value in median.items():
+        base = median["no-risk aggregate, raw" if name.startswith("no-risk") else "at-risk aggregate, raw"]
+        print(f"| {name} | {value / 1000:.1f} | {value / base:.2f}× |")
+    extra = median["no-risk aggregate, patch"] - median["no-risk aggregate, observe"]
+    print(f"no-risk aggregate: patch - observe = {extra / 1000:+.1f} µs per statement (target <= +5 µs)")
+    own = median["at-risk aggregate, observe"]
+    for name in ("patch", "text_to_sql"):
+        ratio = median[f"at-risk aggregate, {name}"] / own
+        print(f"at-risk aggregate, {name}: {ratio:.2f}× the statement's own time under observe (confirmation included)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

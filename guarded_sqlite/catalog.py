@@ -85,8 +85,13 @@ MAX_NAMES = 200
 
 
 def explain(guard: ConnectionState, sql: str) -> Provenance:
-    """The provenance of ``sql``'s duplicates on the guarded connection (see the module docstring)."""
-    return _view(guard).explain(sql, _PROVENANCE)
+    """The provenance of ``sql``'s duplicates on the guarded connection (see the module docstring).
+
+    Under ``provenance="text_to_sql"`` the reference is the projected tables alone, which do not depend
+    on the order the FROM clause names its tables in (inner joins commute; a model may write them either
+    way); elsewhere a fan-out must hold relative to the leading table too, as ORMs write their SQL."""
+    analyser = _PROJECTED if guard.policy.provenance == "text_to_sql" else _PROVENANCE
+    return _view(guard).explain(sql, analyser)
 
 
 def plan(guard: ConnectionState, sql: str) -> AggregatePlan:
@@ -137,6 +142,11 @@ class Analyser(NamedTuple, Generic[T]):
 
 
 _PROVENANCE: Analyser[Provenance] = Analyser("provenance", analyse_tree, lambda why: Provenance("unknown", why))
+_PROJECTED: Analyser[Provenance] = Analyser(
+    "provenance, projected",
+    lambda tree, facts, dialect: analyse_tree(tree, facts, dialect, "projected"),
+    lambda why: Provenance("unknown", why),
+)
 _AGGREGATES: Analyser[AggregatePlan] = Analyser("aggregates", plan_aggregates, lambda why: AggregatePlan(note=why))
 
 

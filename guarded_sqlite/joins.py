@@ -503,8 +503,13 @@ def derived_keys(
     if not isinstance(body, exp.Select):
         return None, (), "is not a plain SELECT"
     names = output_names(body.expressions)
+    items: list[exp.Expression] = list(body.expressions)
     if names is None:
-        return None, (), "selects * (columns unknown)"
+        expanded = expanded_items(body, schema, ctes)
+        if expanded is None:
+            return None, (), "selects * (columns unknown)"
+        items = expanded
+        names = [fold(item.alias_or_name) for item in items]
     outputs = frozenset(names)
     if body.args.get("limit") is not None and is_one(body.args["limit"]):
         return outputs, (frozenset(),), ""
@@ -512,7 +517,7 @@ def derived_keys(
         return outputs, (outputs,), ""
     group = body.args.get("group")
     if group is not None:
-        by_name = {plain_column(e): n for e, n in zip(body.expressions, names) if plain_column(e)}
+        by_name = {plain_column(e): n for e, n in zip(items, names) if plain_column(e)}
         key = [by_name.get(plain_column(g)) for g in group.expressions]
         if key and all(key):
             return outputs, (frozenset(k for k in key if k),), ""
@@ -529,7 +534,7 @@ def derived_keys(
     if facts is None or facts.is_view:
         return outputs, (), f"reads {table.name}, whose keys are unknown"
     renamed: dict[str, str] = {}
-    for item, name in zip(body.expressions, names):
+    for item, name in zip(items, names):
         inner = item.unalias()
         if isinstance(inner, exp.Column) and not isinstance(inner.this, exp.Star):
             renamed.setdefault(fold(inner.name), name)
@@ -544,6 +549,29 @@ def output_names(items: Sequence[exp.Expression]) -> list[str] | None:
             return None
         names.append(fold(item.alias_or_name))
     return names
+
+
+def expanded_items(
+    body: exp.Select, schema: SchemaFacts, ctes: dict[str, exp.Expression]
+) -> list[exp.Expression] | None:
+    """The select list of a one-table SELECT with ``*`` or ``t.*`` spelled out as the table's declared
+    columns; None for anything else (a join, a CTE or view underneath, an unknown table)."""
+    from_ = body.args.get("from_") or body.args.get("from")
+    if from_ is None or body.args.get("joins"):
+        return None
+    table = from_.this
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or fold(table.name) in ctes:
+        return None
+    facts = schema.table(table.name, table.db or None)
+    if facts is None or facts.is_view:
+        return None
+    items: list[exp.Expression] = []
+    for item in body.expressions:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+            items.extend(exp.column(column, quoted=True) for column in facts.columns)
+        else:
+            items.append(item)
+    return items
 
 
 def plain_column(node: exp.Expression) -> str:

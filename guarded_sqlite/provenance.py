@@ -327,7 +327,11 @@ class _Analysis(JoinGraph):
             return Provenance("unknown", f"{why}, and nothing determines its rows", **common)
         if identified:
             held = _clauses(self._key_text(k, identity) for k in sorted(projected))
-            return Provenance("identified", f"the projection identifies {held}: no duplicate rows", **common)
+            # About the keys, not the rows: rows that repeat anyway mean the data breaks a declared key
+            # (``patching`` then reports the contradiction), and the evidence must not deny what they show.
+            return Provenance(
+                "identified", f"the projection identifies {held}: the keys allow no repeated row", **common
+            )
         if len(self.instances) == 1:
             return Provenance("value_repeats", f"one table ({labels[0]}): duplicates repeat its values", **common)
         if not fan_l and not fan_p:

@@ -65,6 +65,10 @@ class AggregatePlan:
     """Why no aggregate is at risk, or why the risk cannot be corrected (then ``corrected_sql`` is None)."""
     separators: dict[int, str] = field(default_factory=dict)
     """Select-list position -> separator of each GROUP_CONCAT at risk (its parts compare as a multiset)."""
+    steady: frozenset[int] = frozenset()
+    """Select-list positions of the items with an aggregate but none at risk: the corrected query computes
+    them over the same rows, perhaps in another order (a GROUP_CONCAT's parts, a float sum's last bits),
+    so they do not decide whether the risk is realised."""
 
 
 _ANONYMOUS = {"total": "TOTAL"}
@@ -179,7 +183,14 @@ class _Planner(_Analysis):
         refusal = self._refusal(select, groups)
         if refusal:
             return AggregatePlan(found, None, refusal)
-        return AggregatePlan(found, self._rewrite(select, groups, risks), "", separators)
+        at_risk = {id(node) for node, _, _ in risks}
+        steady = frozenset(
+            position
+            for position, item in enumerate(select.expressions)
+            if not any(id(node) in at_risk for node in outer_scope(item))
+            and any(isinstance(node, (exp.AggFunc, exp.Anonymous)) for node in outer_scope(item))
+        )
+        return AggregatePlan(found, self._rewrite(select, groups, risks), "", separators, steady)
 
     # ------------------------------------------------------------------ reading
 

@@ -228,20 +228,22 @@ class _Planner(_Analysis):
         return reads
 
     def _keys(self, reads: set[int]) -> tuple[Col, ...] | None:
-        """A key of each instance the argument reads: a declared one (a NOT NULL one first), or the
-        engine's row id of a base table that declares none (DuckDB's ``rowid``, PostgreSQL's ``ctid``;
-        SQLite's is among the declared keys of a rowid table already). None if an instance has neither."""
+        """A key of each instance the argument reads: a declared NOT NULL one, else the engine's row id
+        of a base table (DuckDB's ``rowid``, PostgreSQL's ``ctid``; SQLite's is among the declared keys
+        of a rowid table already), else a key that may hold NULL (rows whose key is NULL would share one
+        number: a nullable UNIQUE column tells them apart only where it is not NULL). None if an
+        instance has none of these."""
         columns: list[Col] = []
         for k in sorted(reads):
             instance = self.instances[k]
-            key = next((key for key in instance.keys if key <= instance.not_null), None) or next(
-                iter(instance.keys), None
-            )
-            if key is None:
-                row_id = _ROW_IDS.get(self.dialect)
-                if row_id is None or instance.kind != "table" or instance.opaque_reason:
-                    return None
+            key = next((key for key in instance.keys if key <= instance.not_null), None)
+            row_id = _ROW_IDS.get(self.dialect)
+            if key is None and row_id is not None and instance.kind == "table" and not instance.opaque_reason:
                 key = frozenset({row_id})
+            if key is None:
+                key = next(iter(instance.keys), None)
+            if key is None:
+                return None
             columns.extend((k, column) for column in sorted(key))
         return tuple(columns)
 

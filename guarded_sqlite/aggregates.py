@@ -65,6 +65,10 @@ class AggregatePlan:
     """Why no aggregate is at risk, or why the risk cannot be corrected (then ``corrected_sql`` is None)."""
     separators: dict[int, str] = field(default_factory=dict)
     """Select-list position -> separator of each GROUP_CONCAT at risk (its parts compare as a multiset)."""
+    steady: frozenset[int] = frozenset()
+    """Select-list positions of the items with an aggregate but none at risk: the corrected query computes
+    them over the same rows, perhaps in another order (a GROUP_CONCAT's parts, a float sum's last bits),
+    so they do not decide whether the risk is realised."""
 
 
 _ANONYMOUS = {"total": "TOTAL"}
@@ -179,7 +183,14 @@ class _Planner(_Analysis):
         refusal = self._refusal(select, groups)
         if refusal:
             return AggregatePlan(found, None, refusal)
-        return AggregatePlan(found, self._rewrite(select, groups, risks), "", separators)
+        at_risk = {id(node) for node, _, _ in risks}
+        steady = frozenset(
+            position
+            for position, item in enumerate(select.expressions)
+            if not any(id(node) in at_risk for node in outer_scope(item))
+            and any(isinstance(node, (exp.AggFunc, exp.Anonymous)) for node in outer_scope(item))
+        )
+        return AggregatePlan(found, self._rewrite(select, groups, risks), "", separators, steady)
 
     # ------------------------------------------------------------------ reading
 
@@ -217,20 +228,22 @@ class _Planner(_Analysis):
         return reads
 
     def _keys(self, reads: set[int]) -> tuple[Col, ...] | None:
-        """A key of each instance the argument reads: a declared one (a NOT NULL one first), or the
-        engine's row id of a base table that declares none (DuckDB's ``rowid``, PostgreSQL's ``ctid``;
-        SQLite's is among the declared keys of a rowid table already). None if an instance has neither."""
+        """A key of each instance the argument reads: a declared NOT NULL one, else the engine's row id
+        of a base table (DuckDB's ``rowid``, PostgreSQL's ``ctid``; SQLite's is among the declared keys
+        of a rowid table already), else a key that may hold NULL (rows whose key is NULL would share one
+        number: a nullable UNIQUE column tells them apart only where it is not NULL). None if an
+        instance has none of these."""
         columns: list[Col] = []
         for k in sorted(reads):
             instance = self.instances[k]
-            key = next((key for key in instance.keys if key <= instance.not_null), None) or next(
-                iter(instance.keys), None
-            )
-            if key is None:
-                row_id = _ROW_IDS.get(self.dialect)
-                if row_id is None or instance.kind != "table" or instance.opaque_reason:
-                    return None
+            key = next((key for key in instance.keys if key <= instance.not_null), None)
+            row_id = _ROW_IDS.get(self.dialect)
+            if key is None and row_id is not None and instance.kind == "table" and not instance.opaque_reason:
                 key = frozenset({row_id})
+            if key is None:
+                key = next(iter(instance.keys), None)
+            if key is None:
+                return None
             columns.extend((k, column) for column in sorted(key))
         return tuple(columns)
 

@@ -84,12 +84,16 @@ def _normal(value: Any) -> Any:
 
 def _comparable(rows: Sequence[Any], plan: AggregatePlan) -> Counter[tuple[Any, ...]]:
     """The rows as a multiset, with floats rounded and each GROUP_CONCAT's parts sorted (their order
-    is unspecified, in the written query and the corrected one alike)."""
+    is unspecified, in the written query and the corrected one alike), without the items whose
+    aggregates are not at risk (``AggregatePlan.steady``)."""
     separators = plan.separators
+    steady = plan.steady
     normal: Counter[tuple[Any, ...]] = Counter()
     for row in rows:
         values = []
         for position, value in enumerate(row):
+            if position in steady:
+                continue
             separator = separators.get(position)
             if separator is not None and isinstance(value, str):
                 value = separator.join(sorted(value.split(separator))) if separator else "".join(sorted(value))
@@ -106,11 +110,11 @@ def _finding(
     factor: float | None = None
     column = risk.column
     if column is not None:
-        # Rows match up by the columns that are not aggregates at risk (the groups, when selected).
-        at_risk = {r.column for r in plan.risks if r.column is not None}
+        # Rows match up by the columns that are not aggregates (the groups, when selected).
+        aggregates = {r.column for r in plan.risks if r.column is not None} | plan.steady
 
         def key(row: Sequence[Any]) -> tuple[Any, ...]:
-            return tuple(_normal(v) for i, v in enumerate(row) if i not in at_risk)
+            return tuple(_normal(v) for i, v in enumerate(row) if i not in aggregates)
 
         by_key: dict[tuple[Any, ...], Any] = {}
         for row in corrected:

@@ -1,0 +1,1028 @@
+"""The aggregate fan-out rule (``guarded_sqlite.aggregates``, ``guarded_sqlite.fanout``): property tests on
+generated star/snowflake schemas, fixture tests of ``plan_aggregates``, and the rule on DuckDB and PostgreSQL.
+
+The property tests generate a root table ``root`` (``r``, INTEGER PRIMARY KEY), one to three child tables
+``kid1..kid3`` (``c1..c3``) each holding a non-unique ``fk`` to the root or to an earlier child, and maybe a
+lookup table ``look`` (``l``) that tables reach N:1 through their ``lk`` column. Keys are declared in
+several ways (the rowid alias, a nullable ``TEXT PRIMARY KEY``, a nullable ``UNIQUE`` column, a WITHOUT
+ROWID table); values are small integers, floats and NULLs drawn from small pools, so non-key columns
+repeat. Queries join a connected subset (inner, sometimes LEFT, sometimes comma joins), take one or two
+value aggregates, and maybe a COUNT/MIN/MAX/SUM(DISTINCT) alongside, a GROUP BY, a WHERE filter or pin and
+a HAVING on COUNT(*).
+
+The oracle is an independent SQL formulation, not the library's rewrite: for ``FUNC(arg)`` it is
+``SELECT g, FUNC(a) FROM (SELECT DISTINCT <group> AS g, <rowid of each table arg reads>, arg AS a FROM
+<same FROM/WHERE>) GROUP BY g``, i.e. the aggregate over the distinct rows of the argument's tables that
+take part in the join within each group.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import sqlglot
+from hypothesis import event, example, given, note, settings
+from hypothesis import strategies as st
+
+import guarded_sqlite
+from guarded_sqlite.aggregates import plan_aggregates
+from guarded_sqlite.schema import read_sqlite_schema
+
+# --------------------------------------------------------------------------------------------------
+# Generated schemas and data
+# --------------------------------------------------------------------------------------------------
+
+ALIASES = {"root": "r", "kid1": "c1", "kid2": "c2", "kid3": "c3", "look": "l"}
+KEY_KINDS = ["int_pk", "int_pk", "text_pk", "unique", "without_rowid"]
+GROUP_VALUES = st.sampled_from(["a", "b", "A", "", None, "1"])
+NUMBERS = st.one_of(
+    st.none(),
+    st.integers(-3, 9),
+    st.sampled_from([0.5, 1.25, -2.0, 2.5, 0.1, 0.2, 0.3, 1.0]),
+)
+FLOATS = st.one_of(st.none(), st.sampled_from([0.5, 1.25, -2.0, 0.1, 0.2, 0.3, 3.0, 1e-3]))
+
+
+@dataclass(frozen=True)
+class Tbl:
+    name: str
+    key: str  # one of KEY_KINDS ("int_pk" for the root)
+    parent: str | None  # the table ``fk`` refers to
+    rows: tuple[tuple[Any, ...], ...]  # (id, fk, g, x, y, lk)
+    declare_fk: bool = False
+
+    @property
+    def alias(self) -> str:
+        return ALIASES[self.name]
+
+    def ddl(self) -> str:
+        key = {
+            "int_pk": "id INTEGER PRIMARY KEY",
+            "text_pk": "id TEXT PRIMARY KEY",
+            "unique": "id INTEGER UNIQUE",
+            "without_rowid": "id INTEGER NOT NULL PRIMARY KEY",
+        }[self.key]
+        fk = f"fk REFERENCES {self.parent}(id)" if self.declare_fk and self.parent else "fk"
+        tail = " WITHOUT ROWID" if self.key == "without_rowid" else ""
+        return f"CREATE TABLE {self.name} ({key}, {fk}, g TEXT, x, y REAL, lk INTEGER){tail}"
+
+    def identity(self) -> str:
+        """What tells this table's rows apart, for the oracle: the rowid (the PK without one)."""
+        return f"{self.alias}.id" if self.key == "without_rowid" else f"{self.alias}.rowid"
+
+    def ids(self) -> list[Any]:
+        return [row[0] for row in self.rows if row[0] is not None]
+
+
+@dataclass(frozen=True)
+class Db:
+    tables: tuple[Tbl, ...]
+
+    def get(self, name: str) -> Tbl:
+        return next(t for t in self.tables if t.name == name)
+
+    def has(self, name: str) -> bool:
+        return any(t.name == name for t in self.tables)
+
+    def kids(self) -> list[Tbl]:
+        return [t for t in self.tables if t.name.startswith("kid")]
+
+    def load(self, con: sqlite3.Connection) -> None:
+        for t in self.tables:
+            con.execute(t.ddl())
+            con.executemany(f"INSERT INTO {t.name} VALUES (?, ?, ?, ?, ?, ?)", t.rows)
+        con.commit()
+
+
+def _key_value(kind: str, n: int, draw: Any) -> Any:
+    if kind == "text_pk":
+        return None if draw(st.integers(0, 5)) == 0 else f"k{n}"
+    if kind == "unique":
+        return None if draw(st.integers(0, 5)) == 0 else n
+    return n
+
+
+@st.composite
+def databases(draw: Any) -> Db:
+    with_lookup = draw(st.booleans())
+    look_ids = [1, 2, 3] if with_lookup else []
+    lk = st.one_of(st.none(), st.sampled_from([*look_ids, 9])) if with_lookup else st.none()
+    tables: list[Tbl] = []
+    root_ids = draw(st.lists(st.integers(1, 6), min_size=1, max_size=4, unique=True))
+    root_rows = tuple((i, None, draw(GROUP_VALUES), draw(NUMBERS), draw(FLOATS), draw(lk)) for i in root_ids)
+    tables.append(Tbl("root", "int_pk", None, root_rows))
+    counter = 100
+    for number in range(1, draw(st.integers(1, 3)) + 1):
+        parent = draw(st.sampled_from([t for t in tables if t.name != "look"]))
+        kind = draw(st.sampled_from(KEY_KINDS))
+        rows: list[tuple[Any, ...]] = []
+        for parent_id in parent.ids():
+            for _ in range(draw(st.integers(0, 4))):
+                counter += 1
+                rows.append(
+                    (
+                        _key_value(kind, counter, draw),
+                        parent_id,
+                        draw(GROUP_VALUES),
+                        draw(NUMBERS),
+                        draw(FLOATS),
+                        draw(lk),
+                    )
+                )
+        if draw(st.integers(0, 4)) == 0:  # an orphan: its fk is NULL or matches nothing
+            counter += 1
+            rows.append((_key_value(kind, counter, draw), draw(st.sampled_from([None, 999])), "a", 1, 0.5, None))
+        tables.append(Tbl(f"kid{number}", kind, parent.name, tuple(rows), draw(st.booleans())))
+    if with_lookup:
+        look_rows = tuple((i, None, draw(GROUP_VALUES), draw(NUMBERS), draw(FLOATS), None) for i in look_ids)
+        tables.append(Tbl("look", draw(st.sampled_from(["int_pk", "without_rowid"])), None, look_rows))
+    return Db(tuple(tables))
+
+
+# --------------------------------------------------------------------------------------------------
+# Generated queries
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Agg:
+    """One aggregate of the select list: ``template.format(argument)``."""
+
+    template: str  # e.g. "SUM({})", "GROUP_CONCAT({}, '|')"
+    argument: str
+    reads: tuple[str, ...]  # table names the argument reads
+    value: bool  # a value aggregate without DISTINCT (the rule's business)
+
+    @property
+    def sql(self) -> str:
+        return self.template.format(self.argument)
+
+    @property
+    def function(self) -> str:
+        return self.template.split("(")[0].upper()
+
+    @property
+    def separator(self) -> str | None:
+        if self.function != "GROUP_CONCAT":
+            return None
+        return "|" if "'|'" in self.template else ","
+
+
+@dataclass
+class AggQuery:
+    from_sql: str  # FROM ... JOIN ... (without WHERE)
+    where: list[str]  # conjuncts
+    where_params: list[Any]
+    group: str | None  # the group expression (select item 0 when set)
+    group_by: str | None  # how GROUP BY spells it ("r.id", "1", "gk")
+    extra_columns: list[str]  # non-aggregate select items after the group (fixed by the groups)
+    aggs: list[Agg]
+    having_min: int | None = None  # HAVING COUNT(*) >= ?
+    order: str = ""
+    tables: dict[str, Tbl] = field(default_factory=dict)  # joined, by name
+
+    @property
+    def where_sql(self) -> str:
+        return f" WHERE {' AND '.join(self.where)}" if self.where else ""
+
+    @property
+    def params(self) -> tuple[Any, ...]:
+        return (*self.where_params, *([] if self.having_min is None else [self.having_min]))
+
+    @property
+    def first_agg(self) -> int:
+        return (0 if self.group is None else 1) + len(self.extra_columns)
+
+    @property
+    def sql(self) -> str:
+        items = ([] if self.group is None else [f"{self.group} AS gk"]) + self.extra_columns
+        items += [agg.sql for agg in self.aggs]
+        text = f"SELECT {', '.join(items)} {self.from_sql}{self.where_sql}"
+        if self.group_by is not None:
+            text += f" GROUP BY {self.group_by}"
+        if self.having_min is not None:
+            text += " HAVING COUNT(*) >= ?"
+        return text + self.order
+
+
+def _edges(db: Db, names: set[str]) -> list[tuple[str, str, str]]:
+    """(child, parent, ON condition) of each join edge between the tables ``names``."""
+    edges = []
+    for t in db.tables:
+        if t.name in names and t.parent in names:
+            parent = db.get(t.parent)
+            edges.append((t.name, parent.name, f"{t.alias}.fk = {parent.alias}.id"))
+    if "look" in names:
+        for t in db.tables:
+            if t.name in names and t.name != "look" and any(row[5] is not None for row in t.rows):
+                edges.append((t.name, "look", f"{t.alias}.lk = l.id"))
+                break  # the lookup hangs off one table (else it would close a cycle)
+    return edges
+
+
+def _from_clause(draw: Any, db: Db, names: set[str], allow_left: bool) -> tuple[str, list[str], set[str]]:
+    """FROM ... over the tables ``names`` (connected through ``_edges``): the text, conjuncts the WHERE
+    must add (comma joins), and the tables joined with LEFT JOIN."""
+    edges = _edges(db, names)
+    if "look" in names and not any("look" in e[:2] for e in edges):
+        names = names - {"look"}
+    order = [draw(st.sampled_from(sorted(names)))]
+    where: list[str] = []
+    left: set[str] = set()
+    parts = [f"FROM {order[0]} AS {db.get(order[0]).alias}"]
+    while len(order) < len(names):
+        options = [
+            (other, condition)
+            for child, parent, condition in edges
+            for joined, other in ((child, parent), (parent, child))
+            if joined in order and other not in order
+        ]
+        other, condition = draw(st.sampled_from(options))
+        alias = db.get(other).alias
+        style = draw(st.sampled_from(["join", "join", "join", "left", "comma"] if allow_left else ["join", "comma"]))
+        if style == "left":
+            parts.append(f"LEFT JOIN {other} AS {alias} ON {condition}")
+            left.add(other)
+        elif style == "comma":
+            parts.append(f", {other} AS {alias}")
+            where.append(condition)
+        else:
+            parts.append(f"JOIN {other} AS {alias} ON {condition}")
+        order.append(other)
+    return " ".join(parts), where, left
+
+
+def _connected_subset(draw: Any, db: Db) -> set[str]:
+    names = {"root"}
+    for t in db.kids():
+        if t.parent in names and draw(st.booleans()):
+            names.add(t.name)
+    if db.has("look") and draw(st.booleans()):
+        names.add("look")
+    if len(names) == 1:
+        names.add(db.kids()[0].name)
+    return names
+
+
+def _value_agg(draw: Any, db: Db, names: set[str]) -> Agg:
+    table = db.get(draw(st.sampled_from(sorted(names))))
+    a = table.alias
+    function = draw(st.sampled_from(["SUM", "AVG", "TOTAL", "GROUP_CONCAT", "sum", "total"]))
+    if function.upper() == "GROUP_CONCAT":
+        column = draw(st.sampled_from(["g", "x"]))
+        template = draw(st.sampled_from(["GROUP_CONCAT({})", "GROUP_CONCAT({}, '|')", "group_concat({})"]))
+        return Agg(template, f"{a}.{column}", (table.name,), True)
+    form = draw(st.sampled_from(["x", "x", "y", "x * 2", "x + y", "lookup"]))
+    if form == "lookup":
+        # A second table the argument reads: the one this table reaches N:1, when it is joined.
+        edges = [(c, p) for c, p, _ in _edges(db, names) if c == table.name]
+        if edges:
+            parent = db.get(draw(st.sampled_from(edges))[1])
+            return Agg(f"{function}({{}})", f"{a}.x + {parent.alias}.y", (table.name, parent.name), True)
+        form = "x"
+    return Agg(
+        f"{function}({{}})", " ".join(f"{a}.{w}" if w.isalpha() else w for w in form.split()), (table.name,), True
+    )
+
+
+def _other_agg(draw: Any, db: Db, names: set[str]) -> Agg:
+    table = db.get(draw(st.sampled_from(sorted(names))))
+    a = table.alias
+    template = draw(
+        st.sampled_from(
+            ["COUNT(*)", "COUNT({})", "MIN({})", "MAX({})", "SUM(DISTINCT {})", "AVG(DISTINCT {})", "min({})"]
+        )
+    )
+    return Agg(template, f"{a}.x", (table.name,), False)
+
+
+def _group(draw: Any, q: AggQuery, db: Db) -> None:
+    kind = draw(st.sampled_from(["none", "key", "key", "column"]))
+    if kind == "none":
+        return
+    q.group = "r.id" if kind == "key" else "r.g"
+    q.group_by = draw(st.sampled_from([q.group, q.group, "1", "gk"]))
+    if kind == "key" and draw(st.booleans()):
+        q.extra_columns.append("r.g")
+    if draw(st.integers(0, 3)) == 0:
+        q.order = draw(st.sampled_from([" ORDER BY 1", " ORDER BY gk DESC", f" ORDER BY {q.first_agg + 1}"]))
+
+
+def _filter(draw: Any, q: AggQuery, db: Db) -> None:
+    kind = draw(st.sampled_from(["none", "none", "gt", "notnull", "g", "pin"]))
+    table = q.tables[draw(st.sampled_from(sorted(q.tables)))]
+    a = table.alias
+    if kind == "gt":
+        q.where.append(f"{a}.x > ?")
+        q.where_params.append(draw(st.integers(-1, 3)))
+    elif kind == "notnull":
+        q.where.append(f"{a}.y IS NOT NULL")
+    elif kind == "g":
+        q.where.append(f"{a}.g <> 'b'")
+    elif kind == "pin":
+        ids = table.ids()
+        q.where.append(f"{a}.id = ?")
+        q.where_params.append(draw(st.sampled_from(ids)) if ids else 1)
+
+
+@st.composite
+def risky_cases(draw: Any) -> tuple[Db, AggQuery]:
+    db = draw(databases())
+    names = _connected_subset(draw, db)
+    from_sql, where, _ = _from_clause(draw, db, names, allow_left=True)
+    tables = {n: db.get(n) for n in names if f" {n} AS " in f" {from_sql} "}
+    q = AggQuery(from_sql, where, [], None, None, [], [], tables=tables)
+    _group(draw, q, db)
+    _filter(draw, q, db)
+    q.aggs = [_value_agg(draw, db, set(tables)) for _ in range(draw(st.integers(1, 2)))]
+    if draw(st.booleans()):
+        q.aggs.insert(draw(st.integers(0, len(q.aggs))), _other_agg(draw, db, set(tables)))
+    if q.group is not None and draw(st.integers(0, 4)) == 0:
+        q.having_min = draw(st.integers(1, 3))
+    return db, q
+
+
+# --------------------------------------------------------------------------------------------------
+# The oracle and comparisons
+# --------------------------------------------------------------------------------------------------
+
+
+def oracle(raw: sqlite3.Connection, q: AggQuery, agg: Agg) -> dict[Any, Any]:
+    """Group value (0 without GROUP BY) -> ``agg`` over the distinct rows of its argument's tables that
+    take part in the join within the group."""
+    identities = ", ".join(q.tables[name].identity() for name in agg.reads)
+    group = q.group or "0"
+    inner = f"SELECT DISTINCT {group} AS __g, {identities}, {agg.argument} AS __a {q.from_sql}{q.where_sql}"
+    value = agg.template.format("__a")
+    if q.group is None:
+        sql = f"SELECT 0, {value} FROM ({inner})"
+    else:
+        sql = f"SELECT __g, {value} FROM ({inner}) GROUP BY __g"
+    return dict(raw.execute(sql, q.where_params).fetchall())
+
+
+def groups_kept(raw: sqlite3.Connection, q: AggQuery) -> dict[Any, int] | None:
+    """Group value -> COUNT(*) of join rows, for the HAVING (None: every group is kept)."""
+    if q.group is None or q.having_min is None:
+        return None
+    sql = f"SELECT {q.group}, COUNT(*) {q.from_sql}{q.where_sql} GROUP BY {q.group}"
+    return {g: n for g, n in raw.execute(sql, q.where_params).fetchall() if n >= q.having_min}
+
+
+def same(agg: Agg, written: Any, expected: Any) -> bool:
+    if written is None or expected is None:
+        return written is None and expected is None
+    if agg.separator is not None:
+        return Counter(str(written).split(agg.separator)) == Counter(str(expected).split(agg.separator))
+    if isinstance(written, float) or isinstance(expected, float):
+        # abs_tol: sums that cancel to (nearly) zero differ by rounding noise only, in either order.
+        return math.isclose(written, expected, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(written == expected)
+
+
+def value_aggs_of(q: AggQuery, finding: guarded_sqlite.AggregateFinding) -> list[tuple[int, Agg]]:
+    """The positions and generated aggregates a finding may be about (value aggregates of its function
+    and argument: GROUP_CONCATs with different separators share them)."""
+    found = [
+        (i, agg)
+        for i, agg in enumerate(q.aggs)
+        if agg.value and (agg.function, agg.argument) == (finding.function, finding.argument)
+    ]
+    assert found, finding
+    return found
+
+
+def group_of(q: AggQuery, row: tuple[Any, ...]) -> Any:
+    return 0 if q.group is None else row[0]
+
+
+def mismatches(raw: sqlite3.Connection, q: AggQuery, rows: list[tuple[Any, ...]]) -> list[tuple[Agg, Any, Any]]:
+    """Each (aggregate, served value, oracle value) of ``rows`` where a value aggregate is not the oracle's."""
+    found = []
+    for i, agg in enumerate(q.aggs):
+        if not agg.value:
+            continue
+        expected = oracle(raw, q, agg)
+        for row in rows:
+            value = row[q.first_agg + i]
+            if not same(agg, value, expected.get(group_of(q, row))):
+                found.append((agg, value, expected.get(group_of(q, row))))
+    return found
+
+
+def _at_risk(raw: sqlite3.Connection, q: AggQuery) -> bool:
+    return bool(plan_aggregates(sqlglot.parse_one(q.sql, read="sqlite"), read_sqlite_schema(raw)).risks)
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    rows: list[tuple[Any, ...]]
+    report: guarded_sqlite.GuardReport
+    statements: int
+
+
+def serve(raw: sqlite3.Connection, guard: str, q: AggQuery) -> Served:
+    con = guarded_sqlite.wrap(raw, guard=guard)
+    traced: list[str] = []
+    raw.set_trace_callback(traced.append)
+    try:
+        cursor = con.execute(q.sql, q.params)
+        rows = cursor.fetchall()
+    finally:
+        raw.set_trace_callback(None)
+    report = cursor.guard_report
+    assert report is not None
+    return Served(rows, report, len(traced))
+
+
+def open_raw(db: Db) -> sqlite3.Connection:
+    raw = sqlite3.connect(":memory:")
+    db.load(raw)
+    return raw
+
+
+def describe(db: Db, q: AggQuery) -> None:
+    for t in db.tables:
+        note(f"{t.ddl()}  rows={t.rows}")
+    note(f"sql={q.sql!r} params={q.params!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# a, b, d, e: generated risky shapes under every preset
+# --------------------------------------------------------------------------------------------------
+
+
+def check_risky(db: Db, q: AggQuery) -> None:
+    describe(db, q)
+    raw = open_raw(db)
+    try:
+        expected_rows = raw.execute(q.sql, q.params).fetchall()
+        wrong = mismatches(raw, q, expected_rows)
+        note(f"raw rows={expected_rows} wrong={wrong}")
+
+        # d: the default preset serves exactly sqlite3's rows, in sqlite3's order.
+        patch = serve(raw, "patch", q)
+        assert patch.rows == expected_rows
+        flagged = patch.report.trigger == "aggregate_fanout"
+        event("flagged" if flagged else ("static risk, not realised" if _at_risk(raw, q) else "no risk"))
+        note(f"patch: trigger={patch.report.trigger} decisions={patch.report.decisions}")
+        # b: flagged exactly when a written value is not the oracle's (no false confirmation, and a
+        # static risk the data does not realise is not flagged). Every generated shape can be corrected.
+        assert flagged == bool(wrong), (flagged, wrong, patch.report.decisions)
+        assert patch.report.action == "none" and patch.report.final_sql == q.sql
+        if flagged:
+            assert patch.report.aggregates
+            for finding in patch.report.aggregates:
+                candidates = value_aggs_of(q, finding)
+                if finding.written is None and finding.corrected is None:
+                    continue
+                assert any(
+                    same(agg, row[q.first_agg + i], finding.written)
+                    and same(agg, oracle(raw, q, agg).get(group_of(q, row)), finding.corrected)
+                    for i, agg in candidates
+                    for row in expected_rows
+                ), finding
+        else:
+            assert patch.report.aggregates == ()
+
+        # a: text_to_sql serves the oracle's values whenever it corrects.
+        t2s = serve(raw, "text_to_sql", q)
+        note(f"text_to_sql: action={t2s.report.action} final={t2s.report.final_sql}")
+        assert (t2s.report.trigger == "aggregate_fanout") == flagged
+        if t2s.report.action == "aggregate_defanned":
+            assert t2s.report.final_sql != q.sql and t2s.report.aggregates
+            assert all(f.corrected_sql == t2s.report.final_sql for f in t2s.report.aggregates)
+            assert mismatches(raw, q, t2s.rows) == []
+            kept = groups_kept(raw, q)
+            raw_by_group = {group_of(q, row): row for row in expected_rows}
+            if kept is not None:
+                assert sorted(map(repr, (group_of(q, row) for row in t2s.rows))) == sorted(map(repr, kept))
+            else:
+                assert len(t2s.rows) == len(expected_rows)
+            for row in t2s.rows:
+                written = raw_by_group[group_of(q, row)]
+                # The group and the columns it fixes, and the aggregates not at risk, are as written.
+                assert row[: q.first_agg] == written[: q.first_agg]
+                for i, agg in enumerate(q.aggs):
+                    if not agg.value:
+                        assert row[q.first_agg + i] == written[q.first_agg + i]
+            for finding in t2s.report.aggregates:
+                if finding.corrected is not None:
+                    assert any(
+                        same(agg, row[q.first_agg + i], finding.corrected)
+                        for i, agg in value_aggs_of(q, finding)
+                        for row in t2s.rows
+                    ), finding
+        else:
+            assert not flagged
+            assert t2s.rows == expected_rows
+
+        # e: observe and paper never look, and run nothing but the statement.
+        for guard in ("observe", "paper"):
+            other = serve(raw, guard, q)
+            assert other.rows == expected_rows
+            assert other.report.trigger != "aggregate_fanout" and other.report.aggregates == ()
+            assert other.statements == 1, guard
+    finally:
+        raw.close()
+
+
+def _kid1_root_case(kid1_rows: tuple[tuple[Any, ...], ...], aggs: list[Agg]) -> tuple[Db, AggQuery]:
+    root = Tbl("root", "int_pk", None, tuple((i, None, "a", None, None, None) for i in (2, 3, 4)))
+    kid1 = Tbl("kid1", "int_pk", "root", kid1_rows)
+    q = AggQuery("FROM kid1 AS c1 JOIN root AS r ON c1.fk = r.id", [], [], None, None, [], aggs)
+    q.tables = {"root": root, "kid1": kid1}
+    return Db((root, kid1)), q
+
+
+# The corrected query fed GROUP_CONCAT(c1.g), not at risk, its rows in another order: that alone
+# confirmed a fan-out of SUM(r.x), whose values are all NULL (fixed: AggregatePlan.steady).
+ORDER_CASE = _kid1_root_case(
+    ((101, 2, "a", None, None, None), (102, 4, "a", None, None, None), (103, 3, "b", None, None, None)),
+    [Agg("GROUP_CONCAT({})", "c1.g", ("kid1",), True), Agg("SUM({})", "r.x", ("root",), True)],
+)
+
+
+@settings(max_examples=250, deadline=None)
+@given(case=risky_cases())
+@example(case=ORDER_CASE)
+def test_generated_aggregates_over_joins(case: tuple[Db, AggQuery]) -> None:
+    """a, b, d, e on generated schemas and queries: see ``check_risky``."""
+    check_risky(*case)
+
+
+# --------------------------------------------------------------------------------------------------
+# c: safe shapes are never flagged
+# --------------------------------------------------------------------------------------------------
+
+
+def _chain(db: Db, table: Tbl) -> set[str]:
+    """``table`` and every table its ``fk`` reaches: each row of ``table`` picks one row of each."""
+    names = {table.name}
+    while table.parent is not None:
+        table = db.get(table.parent)
+        names.add(table.name)
+    return names
+
+
+@st.composite
+def safe_cases(draw: Any) -> tuple[Db, AggQuery, str]:
+    db = draw(databases())
+    kind = draw(st.sampled_from(["counts", "grain", "pinned", "semi", "derived"]))
+    if kind in ("counts", "pinned"):
+        names = _connected_subset(draw, db)
+    else:
+        names = _chain(db, draw(st.sampled_from(db.kids())))
+    from_sql, where, _ = _from_clause(draw, db, names, allow_left=kind == "counts")
+    tables = {n: db.get(n) for n in names if f" {n} AS " in f" {from_sql} "}
+    q = AggQuery(from_sql, where, [], None, None, [], [], tables=tables)
+    _group(draw, q, db)
+    if kind == "counts":
+        # MIN/MAX, counts and DISTINCT aggregates over any join.
+        q.aggs = [_other_agg(draw, db, set(tables)) for _ in range(draw(st.integers(1, 2)))]
+        if draw(st.booleans()):
+            a = db.get(draw(st.sampled_from(sorted(tables)))).alias
+            q.aggs.append(Agg("GROUP_CONCAT(DISTINCT {})", f"{a}.g", (), False))
+    elif kind == "pinned":
+        # Every table no other joined table refers to pinned by its key: one row of each, which picks
+        # one row of every table they refer to.
+        referred = {parent for _, parent, _ in _edges(db, set(tables))}
+        for name in sorted(set(tables) - referred) or ["root"]:
+            ids = tables[name].ids()
+            q.where.append(f"{tables[name].alias}.id = ?")
+            q.where_params.append(draw(st.sampled_from(ids)) if ids else 1)
+        q.aggs = [_value_agg(draw, db, set(tables)) for _ in range(draw(st.integers(1, 2)))]
+    else:
+        # The deepest table of a chain (``names``): every other one is determined by it.
+        deepest = max((db.get(n) for n in names if n.startswith("kid")), key=lambda t: len(_chain(db, t)))
+        d = deepest.alias
+        function = draw(st.sampled_from(["SUM({})", "AVG({})", "TOTAL({})", "GROUP_CONCAT({})"]))
+        argument = draw(st.sampled_from([f"{d}.x", f"{d}.x * r.x", f"{d}.y + r.y"]))
+        if function.startswith("GROUP_CONCAT"):
+            argument = f"{d}.g"
+        q.aggs = [
+            Agg(function, argument, tuple(sorted({deepest.name, "root"} if "r." in argument else {deepest.name})), True)
+        ]
+        if kind == "semi":
+            # A child of some joined table, not joined: a semi-join repeats nothing.
+            others = [t for t in db.kids() if t.name not in names and t.parent in names]
+            other = draw(st.sampled_from(others)) if others else deepest
+            parent = db.get(other.parent) if other.parent is not None else db.get("root")
+            pa = tables[parent.name].alias if parent.name in tables else "r"
+            if draw(st.booleans()):
+                q.where.append(f"EXISTS (SELECT 1 FROM {other.name} AS s WHERE s.fk = {pa}.id)")
+            else:
+                q.where.append(f"{pa}.id IN (SELECT fk FROM {other.name})")
+        elif kind == "derived":
+            # Root joined to a child pre-aggregated by its fk: one derived row per root row.
+            child = draw(st.sampled_from([t for t in db.kids() if t.parent == "root"]))
+            q.from_sql = (
+                "FROM root AS r JOIN (SELECT fk, SUM(x) AS s, COUNT(*) AS n, GROUP_CONCAT(g) AS gs "
+                f"FROM {child.name} GROUP BY fk) AS d ON d.fk = r.id"
+            )
+            q.where = []
+            q.tables = {"root": db.get("root")}
+            q.aggs = [
+                Agg(template, argument, (), False)
+                for template, argument in draw(
+                    st.lists(
+                        st.sampled_from([("SUM({})", "r.x"), ("SUM({})", "d.s"), ("AVG({})", "r.y"),
+                                         ("TOTAL({})", "d.n"), ("GROUP_CONCAT({})", "r.g")]),
+                        min_size=1, max_size=2,
+                    )
+                )
+            ]  # fmt: skip
+    if draw(st.booleans()):
+        q.aggs.append(_other_agg(draw, db, set(q.tables)))
+    return db, q, kind
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=safe_cases())
+def test_safe_shapes_are_never_flagged(case: tuple[Db, AggQuery, str]) -> None:
+    """c: MIN/MAX, counts, DISTINCT aggregates, arguments at the join's grain, pinned keys, semi-joins and
+    pre-aggregated derived tables are never at risk (statically), never flagged, and served as sqlite3's;
+    and (a check of the generator) their written values are the oracle's."""
+    db, q, kind = case
+    event(kind)
+    describe(db, q)
+    raw = open_raw(db)
+    try:
+        expected_rows = raw.execute(q.sql, q.params).fetchall()
+        if kind != "derived":
+            assert mismatches(raw, q, expected_rows) == []
+        plan = plan_aggregates(sqlglot.parse_one(q.sql, read="sqlite"), read_sqlite_schema(raw))
+        note(f"plan={plan}")
+        assert plan.risks == ()
+        for guard in ("patch", "text_to_sql"):
+            served = serve(raw, guard, q)
+            assert served.rows == expected_rows
+            assert served.report.trigger != "aggregate_fanout" and served.report.action == "none"
+            assert served.report.aggregates == ()
+    finally:
+        raw.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# plan_aggregates on fixed statements (pure)
+# --------------------------------------------------------------------------------------------------
+
+SHOP = """
+CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);
+CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customers(id), total REAL);
+CREATE TABLE items (id INTEGER PRIMARY KEY, order_id INTEGER REFERENCES orders(id), product_id INTEGER, qty INTEGER);
+CREATE TABLE products (id INTEGER PRIMARY KEY, cost REAL);
+CREATE TABLE payments (id INTEGER PRIMARY KEY, order_id INTEGER, amount REAL);
+INSERT INTO customers VALUES (1, 'ann', 'oslo'), (2, 'bob', 'rome'), (3, 'cy', 'oslo');
+INSERT INTO orders VALUES (10, 1, 100.0), (11, 1, 50.0), (12, 2, 7.0);
+INSERT INTO items VALUES (1, 10, 1, 1), (2, 10, 2, 2), (3, 10, 1, 3), (4, 11, 2, 1), (5, 12, 1, 1);
+INSERT INTO products VALUES (1, 2.5), (2, 4.0);
+INSERT INTO payments VALUES (1, 10, 60.0), (2, 10, 40.0), (3, 12, 7.0);
+"""
+FANOUT = (
+    "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+    "JOIN items i ON i.order_id = o.id GROUP BY c.id"
+)
+
+
+@pytest.fixture
+def shop() -> Iterator[sqlite3.Connection]:
+    con = sqlite3.connect(":memory:")
+    con.executescript(SHOP)
+    yield con
+    con.close()
+
+
+def plan_of(con: sqlite3.Connection, sql: str, dialect: str = "sqlite") -> Any:
+    return plan_aggregates(sqlglot.parse_one(sql, read=dialect), read_sqlite_schema(con), dialect)
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        pytest.param(FANOUT, [("SUM", "o.total", ("o (orders)",), ("i (items)",), 1)], id="orders-per-item"),
+        pytest.param(
+            "SELECT c.city, AVG(c.id * 1.0), TOTAL(o.total), GROUP_CONCAT(c.name, '/') FROM customers c "
+            "JOIN orders o ON o.customer_id = c.id GROUP BY c.city",
+            [
+                ("AVG", "c.id * 1.0", ("c (customers)",), ("o (orders)",), 1),
+                ("GROUP_CONCAT", "c.name", ("c (customers)",), ("o (orders)",), 3),
+            ],
+            id="customer-per-order-by-city",
+        ),
+        pytest.param(
+            "SELECT o.id, SUM(i.qty) + SUM(p.amount) FROM orders o JOIN items i ON i.order_id = o.id "
+            "JOIN payments p ON p.order_id = o.id GROUP BY o.id",
+            [
+                ("SUM", "i.qty", ("i (items)",), ("p (payments)",), None),
+                ("SUM", "p.amount", ("p (payments)",), ("i (items)",), None),
+            ],
+            id="two-children-inside-an-expression",
+        ),
+        pytest.param(
+            "SELECT SUM(o.total * pr.cost) FROM orders o JOIN items i ON i.order_id = o.id "
+            "JOIN products pr ON pr.id = i.product_id",
+            [("SUM", "o.total * pr.cost", ("o (orders)", "pr (products)"), ("i (items)",), 0)],
+            id="two-tables-in-the-argument",
+        ),
+        pytest.param(
+            "SELECT c.name, string_agg(o.total, ';') FROM customers c, orders o, items i "
+            "WHERE o.customer_id = c.id AND i.order_id = o.id GROUP BY c.id, c.name",
+            [("GROUP_CONCAT", "o.total", ("o (orders)",), ("i (items)",), 1)],
+            id="comma-joins-string-agg",
+        ),
+    ],
+)
+def test_plan_names_the_aggregates_at_risk(shop: sqlite3.Connection, sql: str, expected: list[Any]) -> None:
+    plan = plan_of(shop, sql)
+    got = [(r.function, r.argument, r.repeated, r.repeating, r.column) for r in plan.risks]
+    assert got == expected, plan
+    if all(r.column is not None or r.function != "GROUP_CONCAT" for r in plan.risks):
+        assert plan.corrected_sql is not None and plan.note == ""
+        shop.execute(plan.corrected_sql).fetchall()  # it runs
+
+
+def test_plan_corrected_sql_computes_each_order_once(shop: sqlite3.Connection) -> None:
+    plan = plan_of(shop, FANOUT + " ORDER BY c.name")
+    assert shop.execute(FANOUT + " ORDER BY c.name").fetchall() == [("ann", 350.0), ("bob", 7.0)]
+    assert shop.execute(plan.corrected_sql).fetchall() == [("ann", 150.0), ("bob", 7.0)]
+
+
+@pytest.mark.parametrize(
+    ("sql", "note"),
+    [
+        pytest.param("SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id", "no value aggregate",
+                     id="no-aggregate"),
+        pytest.param("SELECT SUM(total) FROM orders", "one table: nothing repeats its rows", id="one-table"),
+        pytest.param(
+            "SELECT c.id, MIN(o.total), MAX(o.total), COUNT(*), COUNT(o.total), SUM(DISTINCT o.total) "
+            "FROM customers c JOIN orders o ON o.customer_id = c.id JOIN items i ON i.order_id = o.id GROUP BY c.id",
+            "every value aggregate reads rows the join does not repeat",
+            id="safe-aggregates",
+        ),
+        pytest.param(
+            "SELECT c.id, SUM(i.qty * pr.cost) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "JOIN items i ON i.order_id = o.id JOIN products pr ON pr.id = i.product_id GROUP BY c.id",
+            "every value aggregate reads rows the join does not repeat",
+            id="at-the-grain",
+        ),
+        pytest.param(
+            "SELECT SUM(o.total) FROM orders o JOIN items i ON i.order_id = o.id WHERE i.id = ?",
+            "every value aggregate reads rows the join does not repeat",
+            id="pinned-key",
+        ),
+        pytest.param(
+            "SELECT c.id, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "WHERE EXISTS (SELECT 1 FROM items i WHERE i.order_id = o.id) GROUP BY c.id",
+            "every value aggregate reads rows the join does not repeat",
+            id="semi-join",
+        ),
+        pytest.param(
+            "SELECT c.id, SUM(c.id), SUM(t.s) FROM customers c JOIN (SELECT customer_id, SUM(total) AS s "
+            "FROM orders GROUP BY customer_id) t ON t.customer_id = c.id GROUP BY c.id",
+            "every value aggregate reads rows the join does not repeat",
+            id="pre-aggregated",
+        ),
+    ],
+)  # fmt: skip
+def test_plan_no_op_says_why(shop: sqlite3.Connection, sql: str, note: str) -> None:
+    plan = plan_of(shop, sql)
+    assert (plan.risks, plan.corrected_sql, plan.note) == ((), None, note)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        pytest.param(FANOUT.replace("GROUP BY c.id", "GROUP BY 1"), id="ordinal"),
+        pytest.param(
+            "SELECT c.name AS who, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "JOIN items i ON i.order_id = o.id GROUP BY who",
+            id="alias",
+        ),
+    ],
+)  # fmt: skip
+def test_plan_group_by_ordinal_and_alias(shop: sqlite3.Connection, sql: str) -> None:
+    plan = plan_of(shop, sql)
+    assert [(r.function, r.argument, r.column) for r in plan.risks] == [("SUM", "o.total", 1)]
+    assert sorted(shop.execute(plan.corrected_sql).fetchall()) == [("ann", 150.0), ("bob", 7.0)]
+
+
+def test_plan_group_by_a_bad_ordinal_is_refused(shop: sqlite3.Connection) -> None:
+    plan = plan_of(shop, FANOUT.replace("GROUP BY c.id", "GROUP BY 7"))
+    assert (plan.risks, plan.corrected_sql, plan.note) == ((), None, "GROUP BY 7: no such select item")
+
+
+@pytest.mark.parametrize(
+    ("sql", "note"),
+    [
+        pytest.param(
+            "SELECT *, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "JOIN items i ON i.order_id = o.id GROUP BY c.id",
+            "SELECT *: not corrected",
+            id="select-star",
+        ),
+        pytest.param(
+            "SELECT c.name, SUM(o.total), (SELECT COUNT(*) FROM payments) FROM customers c "
+            "JOIN orders o ON o.customer_id = c.id JOIN items i ON i.order_id = o.id GROUP BY c.id",
+            "a subquery outside FROM and WHERE: not corrected",
+            id="subquery-in-select-list",
+        ),
+        pytest.param(
+            "SELECT SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "JOIN items i ON i.order_id = o.id GROUP BY c.id, ?",
+            "a parameter in GROUP BY: not corrected",
+            id="parameter-in-group-by",
+        ),
+        pytest.param(
+            "SELECT c.name, length(GROUP_CONCAT(o.total)) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "JOIN items i ON i.order_id = o.id GROUP BY c.id",
+            "GROUP_CONCAT at risk inside an expression: not corrected",
+            id="group-concat-in-expression",
+        ),
+        pytest.param(
+            "SELECT o.id, SUM(c.id) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.city",
+            "column o.id is neither grouped nor fixed by the groups: not corrected",
+            id="bare-column",
+        ),
+    ],
+)
+def test_plan_refusals_keep_the_risk_and_say_why(shop: sqlite3.Connection, sql: str, note: str) -> None:
+    plan = plan_of(shop, sql)
+    assert plan.risks and plan.corrected_sql is None and plan.note == note
+
+
+def test_plan_corrected_sql_keeps_parameters_in_order(shop: sqlite3.Connection) -> None:
+    sql = (
+        "SELECT c.name, SUM(o.total) + ? FROM customers c JOIN orders o ON o.customer_id = c.id "
+        "JOIN items i ON i.order_id = o.id WHERE o.total > ? AND i.qty < ? GROUP BY c.id "
+        "HAVING COUNT(*) >= ? ORDER BY c.name"
+    )
+    params = (1000, 5.0, 3, 1)
+    plan = plan_of(shop, sql)
+    assert plan.corrected_sql is not None and plan.corrected_sql.count("?") == 4
+    assert shop.execute(sql, params).fetchall() == [("ann", 1250.0), ("bob", 1007.0)]
+    # Each order once: ann's orders 10 (items 1 and 2 have qty < 3) and 11; bob's 12.
+    assert shop.execute(plan.corrected_sql, params).fetchall() == [("ann", 1150.0), ("bob", 1007.0)]
+
+
+def test_plan_never_raises_and_refuses_what_is_not_one_select(shop: sqlite3.Connection) -> None:
+    union = f"{FANOUT} UNION ALL {FANOUT}"
+    assert plan_of(shop, union).note == "not a single SELECT"
+    assert plan_of(shop, "SELECT SUM(1)").note == "no FROM clause"
+
+
+# --------------------------------------------------------------------------------------------------
+# Regressions
+# --------------------------------------------------------------------------------------------------
+
+
+def test_an_order_sensitive_aggregate_not_at_risk_does_not_confirm_a_fan_out() -> None:
+    """The corrected query feeds a GROUP_CONCAT (or json_group_array) that is not at risk its rows in
+    another order; that alone once confirmed the fan-out of SUM(r.x), whose values were all NULL."""
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(
+        "CREATE TABLE root (id INTEGER PRIMARY KEY, g TEXT, x);"
+        "CREATE TABLE kid1 (id INTEGER PRIMARY KEY, fk, g TEXT, x);"
+        "INSERT INTO root VALUES (2, 'a', NULL), (3, 'a', NULL), (4, 'a', NULL);"
+        "INSERT INTO kid1 VALUES (101, 2, 'a', 1), (102, 4, 'a', 2), (103, 3, 'b', 3);"
+    )
+    for item in ("GROUP_CONCAT(c1.g)", "json_group_array(c1.x)", "length(group_concat(c1.g)) || group_concat(c1.x)"):
+        sql = f"SELECT {item}, SUM(r.x) FROM kid1 AS c1 JOIN root AS r ON c1.fk = r.id"
+        for guard in ("patch", "text_to_sql"):
+            cursor = guarded_sqlite.wrap(raw, guard=guard).execute(sql)
+            assert cursor.fetchall() == raw.execute(sql).fetchall()
+            assert (cursor.guard_report.trigger, cursor.guard_report.action) == (None, "none"), (guard, item)
+    raw.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# DuckDB and PostgreSQL
+# --------------------------------------------------------------------------------------------------
+
+ENGINE_SCHEMA = [
+    "CREATE TABLE customers (id INTEGER{pk}, name TEXT)",
+    "CREATE TABLE orders (id INTEGER{pk}, customer_id INTEGER, total DOUBLE PRECISION)",
+    "CREATE TABLE items (id INTEGER{pk}, order_id INTEGER, qty INTEGER)",
+    "INSERT INTO customers VALUES (1, 'a'), (2, 'b')",
+    "INSERT INTO orders VALUES (1, 1, 100), (2, 1, 50), (3, 2, 7)",
+    "INSERT INTO items VALUES (1, 1, 1), (2, 1, 2), (3, 1, 3), (4, 2, 1), (5, 3, 1)",
+]
+ENGINE_SQL = FANOUT.replace("c.name, SUM", "c.id, c.name, SUM") + ", c.name ORDER BY c.id"
+
+
+def check_engine(raw: Any, dialect: str, row_id: str | None) -> None:
+    """The default flags the customers/orders/items fan-out and leaves its rows; text_to_sql serves the
+    corrected ones (numbering each order by its key, or by the engine's ``row_id`` without keys)."""
+    written = [(1, "a", 350.0), (2, "b", 7.0)]
+    patch = guarded_sqlite.wrap(raw, guard="patch", dialect=dialect)
+    cursor = patch.cursor() if dialect == "postgres" else patch
+    cursor.execute(ENGINE_SQL)
+    assert [tuple(row) for row in cursor.fetchall()] == written
+    report = cursor.guard_report
+    assert (report.trigger, report.action, report.final_sql) == ("aggregate_fanout", "none", ENGINE_SQL)
+    (finding,) = report.aggregates
+    assert (finding.function, finding.argument, finding.written, finding.corrected) == ("SUM", "o.total", 350.0, 150.0)
+    # Without keys nothing says an order has one customer: customers may repeat orders too.
+    repeating = ("i (items)",) if row_id is None else ("c (customers)", "i (items)")
+    assert (finding.repeated, finding.repeating) == (("o (orders)",), repeating)
+    t2s = guarded_sqlite.wrap(raw, guard="text_to_sql", dialect=dialect)
+    cursor = t2s.cursor() if dialect == "postgres" else t2s
+    cursor.execute(ENGINE_SQL)
+    assert [tuple(row) for row in cursor.fetchall()] == [(1, "a", 150.0), (2, "b", 7.0)]
+    report = cursor.guard_report
+    assert (report.trigger, report.action) == ("aggregate_fanout", "aggregate_defanned")
+    assert report.final_sql == finding.corrected_sql != ENGINE_SQL
+    if row_id is not None:
+        assert f'"o"."{row_id}"' in report.final_sql, report.final_sql
+
+
+@pytest.mark.parametrize("keys", [True, False], ids=["primary-keys", "row-ids"])
+def test_duckdb_flags_and_corrects_the_fan_out(keys: bool) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    raw = duckdb.connect()
+    for statement in ENGINE_SCHEMA:
+        raw.execute(statement.format(pk=" PRIMARY KEY" if keys else ""))
+    check_engine(raw, "duckdb", None if keys else "rowid")
+    raw.close()
+
+
+@pytest.mark.parametrize("keys", [True, False], ids=["primary-keys", "row-ids"])
+def test_postgres_flags_and_corrects_the_fan_out(pg_dsn: str, keys: bool) -> None:
+    import uuid
+
+    import psycopg
+
+    schema = f"agg_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as raw:
+            for statement in ENGINE_SCHEMA:
+                raw.execute(statement.format(pk=" PRIMARY KEY" if keys else ""))
+            check_engine(raw, "postgres", None if keys else "ctid")
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+NULLABLE_KEY_SCHEMA = [
+    "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)",
+    "CREATE TABLE orders (id INTEGER UNIQUE, customer_id INTEGER, total DOUBLE PRECISION)",
+    "CREATE TABLE visits (id INTEGER PRIMARY KEY, customer_id INTEGER)",
+    "INSERT INTO customers VALUES (1, 'a')",
+    "INSERT INTO orders VALUES (NULL, 1, 100), (NULL, 1, 50), (3, 1, 7)",
+    "INSERT INTO visits VALUES (1, 1), (2, 1)",
+]
+NULLABLE_KEY_SQL = (
+    "SELECT c.id, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+    "JOIN visits v ON v.customer_id = c.id GROUP BY c.id"
+)
+
+
+def check_nullable_key(raw: Any, dialect: str, row_id: str) -> None:
+    """Two orders whose nullable UNIQUE id is NULL are two orders: numbered by that id they shared one
+    number and text_to_sql served 107 (one of them dropped) instead of 157."""
+    con = guarded_sqlite.wrap(raw, guard="text_to_sql", dialect=dialect)
+    cursor = con.cursor() if dialect == "postgres" else con
+    cursor.execute(NULLABLE_KEY_SQL)
+    assert [tuple(row) for row in cursor.fetchall()] == [(1, 157.0)]
+    assert cursor.guard_report.action == "aggregate_defanned"
+    assert f'"o"."{row_id}"' in cursor.guard_report.final_sql
+
+
+def test_duckdb_a_nullable_unique_key_does_not_number_rows() -> None:
+    duckdb = pytest.importorskip("duckdb")
+    raw = duckdb.connect()
+    for statement in NULLABLE_KEY_SCHEMA:
+        raw.execute(statement)
+    check_nullable_key(raw, "duckdb", "rowid")
+    raw.close()
+
+
+def test_postgres_a_nullable_unique_key_does_not_number_rows(pg_dsn: str) -> None:
+    import uuid
+
+    import psycopg
+
+    schema = f"agg_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as raw:
+            for statement in NULLABLE_KEY_SCHEMA:
+                raw.execute(statement)
+            check_nullable_key(raw, "postgres", "ctid")
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -18,7 +18,9 @@ from typing import Any
 
 import guarded_sqlite
 
-NO_RISK = "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id WHERE c.id = ? GROUP BY c.id"
+NO_RISK = (
+    "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id WHERE c.id = ? GROUP BY c.id"
+)
 AT_RISK = (
     "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
     "JOIN items i ON i.order_id = o.id GROUP BY c.id"
@@ -33,10 +35,12 @@ def _fill(con: Any, customers: int) -> None:
     )
     con.executemany("INSERT INTO customers VALUES (?, ?)", [(c, f"c{c}") for c in range(customers)])
     con.executemany(
-        "INSERT INTO orders (customer_id, total) VALUES (?, ?)", [(c, k * 1.25) for c in range(customers) for k in range(5)]
+        "INSERT INTO orders (customer_id, total) VALUES (?, ?)",
+        [(c, k * 1.25) for c in range(customers) for k in range(5)],
     )
     con.executemany(
-        "INSERT INTO items (order_id, qty) VALUES (?, ?)", [(o, q) for o in range(1, customers * 5 + 1) for q in range(3)]
+        "INSERT INTO items (order_id, qty) VALUES (?, ?)",
+        [(o, q) for o in range(1, customers * 5 + 1) for q in range(3)],
     )
     con.commit()
 
@@ -72,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     workloads = {
         f"no-risk aggregate, {name}": (no_risk(cons[name]), args.batch) for name in ("raw", "observe", "patch")
     }
-    workloads.update(
-        {f"at-risk aggregate, {name}": (at_risk(cons[name]), max(1, args.batch // 30)) for name in cons}
-    )
+    workloads.update({f"at-risk aggregate, {name}": (at_risk(cons[name]), max(1, args.batch // 30)) for name in cons})
     samples: dict[str, list[float]] = {name: [] for name in workloads}
     for run, batch in workloads.values():
         _timed(run, batch)

@@ -649,8 +649,8 @@ def summarise(result: RunResult, plain: RunResult | None, junit_keys: bool) -> d
         "decisions": dict(considered),
         "p1_refused_by_reason": dict(refused_p1),
         "applied": applied,
-        # Every aggregate the rule ran the corrected query for: confirmed fan-outs, and the ones the data
-        # did not realise or that could not be checked (their decision says why).
+        # Confirmed fan-outs, and confirmations that could not run (their decision says why); a risk the
+        # data does not realise returns nothing, so it is not recorded.
         "aggregates": [
             {**record, "test": pytest_test_key(record.get("test")) if junit_keys else record.get("test")}
             for record in result.aggregates
@@ -725,7 +725,7 @@ def markdown(summary: dict[str, Any]) -> str:
             confirmed = [record for record in run.get("aggregates", []) if record["confirmed"]]
             if run.get("aggregates"):
                 lines += [
-                    f"Aggregate fan-out under {mode}: {len(run['aggregates'])} checked on the data, "
+                    f"Aggregate fan-out under {mode}: {len(run['aggregates'])} recorded, "
                     f"{len(confirmed)} confirmed:",
                     "",
                 ]

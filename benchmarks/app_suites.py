@@ -725,8 +725,7 @@ def markdown(summary: dict[str, Any]) -> str:
             confirmed = [record for record in run.get("aggregates", []) if record["confirmed"]]
             if run.get("aggregates"):
                 lines += [
-                    f"Aggregate fan-out under {mode}: {len(run['aggregates'])} recorded, "
-                    f"{len(confirmed)} confirmed:",
+                    f"Aggregate fan-out under {mode}: {len(run['aggregates'])} recorded, {len(confirmed)} confirmed:",
                     "",
                 ]
                 for record in confirmed:

@@ -56,10 +56,12 @@ from .sqlite_fast import GuardedSQLiteConnection, GuardedSQLiteCursor
 
 if TYPE_CHECKING:
     from .evaluation import evaluate
+    from .findings import AggregateFinding
     from .rescue import DupRatioSelector, LLMRescue, RescueChoice, RescueReport, RescueRequest
 
 # Loaded on first use, so that ``import guarded_sqlite`` stays close to ``import sqlite3``.
 _LAZY = {
+    "AggregateFinding": "findings",
     "evaluate": "evaluation",
     "DupRatioSelector": "rescue",
     "LLMRescue": "rescue",

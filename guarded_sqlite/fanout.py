@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 from .aggregates import AggregatePlan, AggregateRisk
 from .engines import RerunRefused
 from .errors import TransactionLost, describe_error
-from .report import AggregateFinding, RuleDecision
+from .findings import AggregateFinding
+from .report import RuleDecision
 from .rewrite import is_read_only_query
 
 Rerun = Callable[[str, int], list[Any] | None]

@@ -26,11 +26,10 @@ def mentions_distinct(sql: str) -> bool:
     return "distinct" in sql.lower()
 
 
-_VALUE_AGGREGATE_TEXT = re.compile(r"\b(sum|avg|total|group_concat|string_agg)\s*\(", re.IGNORECASE)
+_VALUE_AGGREGATE_TEXT = r"\b(sum|avg|total|group_concat|string_agg)\s*\("
 # A JOIN, or a comma in a FROM clause before anything that ends it (a clause keyword or a parenthesis).
-_JOIN_TEXT = re.compile(
-    r"\bjoin\b|\bfrom\b(?:(?!\b(?:select|where|group|order|having|limit|union|intersect|except|window)\b)[^()])*?,",
-    re.IGNORECASE | re.DOTALL,
+_JOIN_TEXT = (
+    r"\bjoin\b|\bfrom\b(?:(?!\b(?:select|where|group|order|having|limit|union|intersect|except|window)\b)[^()])*?,"
 )
 AGGREGATE_SCREEN: dict[str, bool] = {}
 """SQL text -> the pre-screen's answer; read directly by ``core`` on the hot path (a lookup, no call)."""
@@ -54,7 +53,11 @@ def mentions_value_aggregate_over_join(sql: str) -> bool:
     """
     known = AGGREGATE_SCREEN.get(sql)
     if known is None:
-        known = _VALUE_AGGREGATE_TEXT.search(sql) is not None and _JOIN_TEXT.search(sql) is not None
+        # re caches compiled patterns; compiling them here rather than at import keeps import time down.
+        flags = re.IGNORECASE | re.DOTALL
+        known = (
+            re.search(_VALUE_AGGREGATE_TEXT, sql, flags) is not None and re.search(_JOIN_TEXT, sql, flags) is not None
+        )
         if len(AGGREGATE_SCREEN) >= _SCREEN_SIZE:
             AGGREGATE_SCREEN.clear()
         AGGREGATE_SCREEN[sql] = known

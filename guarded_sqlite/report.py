@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from .probe import PartialCount
 
 if TYPE_CHECKING:
+    from .findings import AggregateFinding
     from .provenance import Provenance
     from .rescue import RescueReport
 
@@ -43,46 +44,6 @@ class RuleDecision:
 
     reason: str
     """Why it fired, or why it did not (a structural exemption, a failed check, an error)."""
-
-
-@dataclass(frozen=True)
-class AggregateFinding:
-    """One value aggregate a join inflated on this statement's data (``trigger == "aggregate_fanout"``)."""
-
-    function: str
-    """``"SUM"``, ``"AVG"``, ``"TOTAL"`` or ``"GROUP_CONCAT"``."""
-
-    argument: str
-    """The aggregate's argument, as SQL."""
-
-    repeated: tuple[str, ...]
-    """The tables the argument reads, whose rows the join repeats (``alias (table)``)."""
-
-    repeating: tuple[str, ...]
-    """The tables whose rows repeat them."""
-
-    written: object
-    """The value the query as written computed, in the first row where it differs from the corrected
-    one; None when the rows cannot be matched up (the aggregate is not a select item of its own)."""
-
-    corrected: object
-    """The value with each row of ``repeated`` counted once per group, in that row."""
-
-    factor: float | None
-    """Sum of the written values over the sum of the corrected ones, across the rows (numeric only)."""
-
-    corrected_sql: str
-    """The query that computes the corrected values (the same for every finding of a statement)."""
-
-    def describe(self) -> str:
-        """One line: ``SUM(o.total) counts o (orders) once per row of i (items): 350.0 -> 150.0``."""
-        repeated, repeating = ", ".join(self.repeated), ", ".join(self.repeating)
-        line = f"{self.function}({self.argument}) counts {repeated} once per row of {repeating}"
-        if self.written is not None or self.corrected is not None:
-            line += f": {self.written!r} -> {self.corrected!r}"
-        if self.factor is not None:
-            line += f" (factor {self.factor:.3g})"
-        return line
 
 
 class ReportState(NamedTuple):
@@ -279,7 +240,7 @@ def _render(value: object) -> str:
                 f"{d.rule} {'applied' if d.applied else 'not applied'}: {d.reason}"
                 if isinstance(d, RuleDecision)
                 else d.describe()
-                if isinstance(d, AggregateFinding)
+                if hasattr(d, "describe")  # an AggregateFinding (guarded_sqlite.findings, loaded with the rule)
                 else str(d)
                 for d in value
             )

@@ -17,7 +17,9 @@ Log levels, one record per statement that is flagged or changed (nothing for hea
   is often the right answer; the error already reached the caller as an exception), so they stay out
   of an application's default WARNING output.
 
-The logger has a ``NullHandler``, so an application that configured no logging prints nothing.
+The logger has a ``NullHandler``, so an application that configured no logging prints nothing. The
+``logging`` module is imported by the first record (``import guarded_sqlite`` stays close to ``import
+sqlite3``); the levels below are ``logging``'s numbers.
 
 The message and the structured fields (``record.guarded_sqlite``) show the SQL with its literals
 replaced by ``?`` (``rewrite.normalise_literals``; literals can be secrets); the full SQL goes to a
@@ -26,16 +28,29 @@ separate ``DEBUG`` record. Normalising imports sqlglot, so it runs only for a re
 
 from __future__ import annotations
 
-import logging
 import re
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .report import GuardReport, ReportState
 
-logger = logging.getLogger("guarded_sqlite")
-logger.addHandler(logging.NullHandler())
+if TYPE_CHECKING:
+    import logging
+
+_DEBUG, _INFO, _WARNING = 10, 20, 30
+_loggers: list[logging.Logger] = []
+
+
+def _logger() -> logging.Logger:
+    if not _loggers:
+        import logging
+
+        logger = logging.getLogger("guarded_sqlite")
+        logger.addHandler(logging.NullHandler())
+        _loggers.append(logger)
+    return _loggers[0]
+
 
 ReportSink = Callable[[GuardReport], object]
 """What ``GuardPolicy.on_report`` takes: called with each statement's report."""
@@ -77,7 +92,7 @@ def deliver(sink: ReportSink, state: ReportState, cursor: Any) -> None:
         cursor._self_report = (state, report)
         sink(report)
     except Exception:
-        logger.warning("guarded_sqlite: the report sink raised; the statement is unaffected", exc_info=True)
+        _logger().warning("guarded_sqlite: the report sink raised; the statement is unaffected", exc_info=True)
     finally:
         _depth.inside = False
 
@@ -86,22 +101,23 @@ def log_statement(state: ReportState, dialect: str) -> None:
     """The log record of one flagged or changed statement (see the module's docstring for levels)."""
     action, trigger = state.action, state.trigger
     if action != "none":
-        level = logging.INFO
+        level = _INFO
     elif trigger is None:
         return
     elif trigger == "aggregate_fanout" or (
         trigger == "cartesian_explosion" and state.provenance is not None and state.provenance.amplification
     ):
-        level = logging.WARNING
+        level = _WARNING
     else:
-        level = logging.INFO
+        level = _INFO
+    logger = _logger()
     if logger.isEnabledFor(level):
         report = built(state)
         fields = structured_fields(report, dialect)
         logger.log(level, _message(report, fields), extra={"guarded_sqlite": fields})
     if action != "none":
         logger.debug("guarded_sqlite %s, full SQL: %s -> %s", action, state.sql, state.final_sql)
-    elif logger.isEnabledFor(logging.DEBUG):
+    elif logger.isEnabledFor(_DEBUG):
         logger.debug("guarded_sqlite %s, full SQL: %s", trigger, state.sql)
 
 
@@ -181,7 +197,7 @@ def _message(report: GuardReport, fields: dict[str, Any]) -> str:
     return text
 
 
-_QUOTED = re.compile(r"'(?:[^']|'')*'?|\"(?:[^\"]|\"\")*\"?")
+_QUOTED = r"'(?:[^']|'')*'?|\"(?:[^\"]|\"\")*\"?"
 
 
 def redact_quoted(message: str) -> str:
@@ -193,4 +209,4 @@ def redact_quoted(message: str) -> str:
     >>> redact_quoted("no such table: orders")
     'no such table: orders'
     """
-    return _QUOTED.sub("?", message)
+    return re.sub(_QUOTED, "?", message)

@@ -212,6 +212,63 @@ class GuardReport:
             line += f"; {finding.describe()}"
         return line
 
+    def feedback(self) -> str:
+        """What an LLM (or a person) needs to revise the statement, in a few lines of stable wording:
+        what was found, rows before and after, the evidence, what the guard did, and a next step. The
+        empty string for a statement nothing was found or done about.
+
+        >>> GuardReport.from_state(("patch", "SELECT 1", "SELECT 1", None, "none", 1, 1, 1, None, None, (),
+        ...                         0, None, None, None, ())).feedback()
+        ''
+        """
+        lines: list[str] = []
+        trigger = self.trigger
+        if trigger == "exec_error":
+            lines.append(f"The query failed: {self.error}.")
+            lines.append("Next step: fix the SQL; check table and column names against the schema.")
+        elif trigger == "empty_result":
+            lines.append("The query returned no rows.")
+            lines.append(
+                "Next step: check the WHERE conditions and literal values (spelling, case, date formats) against "
+                "the data; an empty answer may also be right."
+            )
+        elif trigger == "cartesian_explosion" or self.action in ("distinct_injected", "distinct_removed"):
+            ratio = 0.0 if self.dup_ratio is None else self.dup_ratio
+            lines.append(
+                f"The query returned {self.rows} rows but only {self.unique_rows} distinct ones "
+                f"({ratio:.0%} are repeats)."
+            )
+            if self.provenance is not None:
+                lines.append(f"Why ({self.provenance}): {self.provenance_evidence}.")
+            if self.action == "distinct_injected":
+                lines.append(f"The guard served the {self.final_rows} distinct rows (as SELECT DISTINCT).")
+            elif self.action == "distinct_removed":
+                lines.append(f"The guard removed DISTINCT and served {self.final_rows} rows.")
+            else:
+                lines.append(f"The guard served all {self.rows} rows as returned.")
+            if self.provenance in ("value_repeats", "identified") and self.action == "none":
+                lines.append("Next step: if each answer should appear once, add DISTINCT; the repeats may be meant.")
+            elif self.action != "distinct_removed":
+                lines.append(
+                    "Next step: add DISTINCT to the outer SELECT, or test the joined table with EXISTS / IN "
+                    "(SELECT ...) instead of joining it, so that its rows do not repeat the answer."
+                )
+        elif trigger == "aggregate_fanout":
+            for finding in self.aggregates:
+                lines.append(f"An aggregate counts rows several times: {finding.describe()}.")
+            repeating = ", ".join(dict.fromkeys(t for f in self.aggregates for t in f.repeating))
+            if self.action == "aggregate_defanned":
+                lines.append("The guard served the corrected values (each row counted once per group).")
+            else:
+                lines.append("The guard served the values as computed.")
+            lines.append(
+                f"Next step: aggregate before joining {repeating} (a subquery grouped by the join key), or test "
+                f"{repeating} with EXISTS / IN (SELECT ...) instead of joining it."
+            )
+        elif self.action != "none":
+            lines.append(f"The guard changed the result ({self.action}): {self.summary()}.")
+        return "\n".join(lines)
+
     def _repr_html_(self) -> str:
         import html
 

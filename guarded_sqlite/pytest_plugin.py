@@ -183,11 +183,9 @@ def _policy(preset: str, sink: Callable[[GuardReport], object]) -> GuardPolicy:
 
 def _statement(sql: str, width: int | None) -> str:
     """``sql`` with its literals replaced by ``?`` and whitespace runs collapsed, cut to ``width``."""
-    from .rewrite import MAX_PARSED_CHARS, normalise_literals
+    from .sinks import loggable_sql
 
-    # Past the parse bound tokenizing would take seconds for a line no one reads (as in the logs).
-    text = f"<SQL not shown: {len(sql)} characters>" if len(sql) > MAX_PARSED_CHARS else normalise_literals(sql)
-    text = " ".join(text.split())
+    text = " ".join(loggable_sql(sql).split())
     if width is not None and len(text) > width:
         text = text[: width - 3] + "..."
     return text

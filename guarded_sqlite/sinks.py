@@ -123,8 +123,8 @@ def log_statement(state: ReportState, dialect: str) -> None:
 
 def structured_fields(report: GuardReport, dialect: str) -> dict[str, Any]:
     """The report as JSON-ready fields, with the SQL's literals replaced by ``?``."""
-    sql = _loggable(report.sql, dialect)
-    final_sql = sql if report.final_sql == report.sql else _loggable(report.final_sql, dialect)
+    sql = loggable_sql(report.sql, dialect)
+    final_sql = sql if report.final_sql == report.sql else loggable_sql(report.final_sql, dialect)
     return {
         "mode": report.mode,
         "trigger": report.trigger,
@@ -150,7 +150,7 @@ def structured_fields(report: GuardReport, dialect: str) -> dict[str, Any]:
         "aggregates": [
             {
                 "function": finding.function,
-                "argument": _loggable(finding.argument, dialect),
+                "argument": loggable_sql(finding.argument, dialect),
                 "repeated": list(finding.repeated),
                 "repeating": list(finding.repeating),
                 "factor": finding.factor,
@@ -160,9 +160,9 @@ def structured_fields(report: GuardReport, dialect: str) -> dict[str, Any]:
     }
 
 
-def _loggable(sql: str, dialect: str) -> str:
-    """``sql`` without its literals; past the parse bound not even that (tokenizing a megabyte of SQL
-    for a log line would cost seconds, and no reader wants the line)."""
+def loggable_sql(sql: str, dialect: str = "sqlite") -> str:
+    """``sql`` without its literals, as logs and the pytest plugin show it; past the parse bound not even
+    that (tokenizing a megabyte of SQL for a log line would cost seconds, and no reader wants the line)."""
     from .rewrite import MAX_PARSED_CHARS, normalise_literals
 
     if len(sql) > MAX_PARSED_CHARS:

@@ -224,7 +224,7 @@ class GuardReport:
         lines: list[str] = []
         trigger = self.trigger
         if trigger == "exec_error":
-            lines.append(f"The query failed: {self.error}.")
+            lines.append(f"The query failed: {(self.error or '').rstrip('.')}.")
             lines.append("Next step: fix the SQL; check table and column names against the schema.")
         elif trigger == "empty_result":
             lines.append("The query returned no rows.")

@@ -1,0 +1,368 @@
+"""The guard for agents: run a model's SQL with limits, hand back rows plus feedback, describe the schema.
+
+Text-to-SQL agents read a tool's answer and write their next query from it. This module is the one
+place that decides what such a tool does, so the MCP server (``guarded_sqlite.mcp_server``) and the
+LangChain and LlamaIndex tools (``guarded_sqlite.langchain_tools``, ``guarded_sqlite.llama_index_tools``)
+refuse, limit and report alike:
+
+- ``GuardedDatabase.query`` runs one statement through a guarded connection and returns a
+  ``QueryResult``: the rows served, the ``GuardReport`` and its ``feedback()`` text, which tells the
+  model when its rows repeat or an aggregate counts rows several times, and what to change.
+- It raises ``QueryRefused`` (a clear message for the model, never a crash) for a write while writes
+  are off, a result over the row or size limit, a statement that runs past the time limit, and SQL the
+  database rejects. Writes are refused twice over on SQLite: by reading the statement
+  (``rewrite.is_read_only_query``) and by ``PRAGMA query_only``, which the engine itself enforces.
+- ``GuardedDatabase.schema`` lists tables with their columns, keys, foreign keys with their cardinality
+  (which join repeats which rows), and row counts: what a model needs to join without fanning out.
+
+SQLite files and DuckDB files (and connections) are supported.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .cli_query import format_table, json_safe, report_dict
+from .report import GuardReport
+
+__all__ = [
+    "ForeignKeyInfo",
+    "GuardedDatabase",
+    "QueryRefused",
+    "QueryResult",
+    "SchemaInfo",
+    "TableInfo",
+]
+
+DEFAULT_MAX_ROWS = 200
+"""Rows a query may return before it is refused (the model is asked to add LIMIT or aggregate)."""
+
+DEFAULT_MAX_CHARS = 200_000
+"""Characters the rows may take as JSON before the result is refused: a few wide rows can be as big as
+many narrow ones, and a model's context is the limit that matters."""
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds a statement may run before it is interrupted (a cross join can run for hours)."""
+
+_DUCKDB_SUFFIXES = (".duckdb", ".ddb")
+
+
+class QueryRefused(Exception):
+    """A statement the tool does not run, or whose result it does not return. ``str(error)`` is a
+    message written for the model: what happened and what to do instead.
+
+    ``kind`` is one of ``"write"`` (writes are off), ``"too_large"`` (over ``max_rows`` or
+    ``max_chars``), ``"timeout"``, ``"sql_error"`` (the database rejected the statement) and
+    ``"empty"`` (no SQL given). ``feedback`` is the guard's feedback on the statement, when it ran."""
+
+    def __init__(self, kind: str, message: str, feedback: str = "") -> None:
+        super().__init__(message if not feedback else f"{message}\n{feedback}")
+        self.kind = kind
+        self.feedback = feedback
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """What one query returned through the guard."""
+
+    sql: str
+    """The statement as the model wrote it."""
+
+    columns: tuple[str, ...]
+    """Column names of the result, in order (empty for a statement that returns no rows)."""
+
+    rows: tuple[tuple[Any, ...], ...]
+    """The rows the guarded cursor served (after any repair the guard's preset makes)."""
+
+    report: GuardReport
+    """The guard's report on the statement (``cursor.guard_report``)."""
+
+    @property
+    def feedback(self) -> str:
+        """``report.feedback()``: empty when nothing was found or done."""
+        return self.report.feedback()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``columns``, ``rows`` (BLOBs as ``{"hex": ...}``), ``row_count``, ``feedback`` and
+        ``report`` (every field of the report)."""
+        return {
+            "columns": list(self.columns),
+            "rows": json_safe(self.rows),
+            "row_count": len(self.rows),
+            "feedback": self.feedback,
+            "report": report_dict(self.report),
+        }
+
+    def observation(self) -> str:
+        """The result as text for a model: a table of the rows, their count, and the guard's feedback
+        under ``Guard feedback:`` when there is any."""
+        if not self.columns:
+            text = "The statement ran and returns no rows."
+        else:
+            plural = "row" if len(self.rows) == 1 else "rows"
+            text = "\n".join([*format_table(self.columns, self.rows), f"({len(self.rows)} {plural})"])
+        feedback = self.feedback
+        return f"{text}\n\nGuard feedback:\n{feedback}" if feedback else text
+
+
+@dataclass(frozen=True)
+class ForeignKeyInfo:
+    """A declared foreign key, with what joining along it does to row counts."""
+
+    columns: tuple[str, ...]
+    """The referencing columns."""
+
+    table: str
+    """The referenced table."""
+
+    ref_columns: tuple[str, ...]
+    """The referenced columns (the referenced table's key when the declaration names none)."""
+
+    cardinality: str
+    """``"many-to-one"`` (each referenced row may match many referencing rows, so joining the
+    referencing table repeats the referenced table's rows), ``"one-to-one"`` (the referencing columns are
+    a key too), or ``"unknown"`` (the referenced columns are not a declared key)."""
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """One table or view."""
+
+    name: str
+    """Its name."""
+
+    schema: str
+    """The schema it lives in (SQLite: ``main``, ``temp`` or an attached name)."""
+
+    kind: str
+    """``"table"`` or ``"view"``."""
+
+    columns: tuple[tuple[str, str], ...]
+    """``(name, declared type)`` pairs, in order (the type is ``""`` when none is declared)."""
+
+    keys: tuple[tuple[str, ...], ...]
+    """Declared keys (primary key, UNIQUE constraints and unique indexes), as column names: the values
+    of a key's columns identify one row."""
+
+    foreign_keys: tuple[ForeignKeyInfo, ...]
+    """Declared foreign keys."""
+
+    row_count: int | None
+    """Rows in the table; None for a view or when it could not be counted."""
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    """The database's tables, as ``GuardedDatabase.schema()`` read them."""
+
+    dialect: str
+    """``"sqlite"`` or ``"duckdb"``: the SQL the tables are queried in."""
+
+    tables: tuple[TableInfo, ...]
+    """Every table and view, by schema and name."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``dialect`` and ``tables`` with every field."""
+        result: dict[str, Any] = json_safe(self)
+        return result
+
+    def text(self) -> str:
+        """The schema as text for a model: each table's columns, keys, foreign keys with what a join
+        along them repeats, and its row count."""
+        referenced: dict[str, list[tuple[str, str]]] = {}
+        for table in self.tables:
+            for fk in table.foreign_keys:
+                if fk.cardinality == "many-to-one":
+                    referenced.setdefault(fk.table.lower(), []).append((table.name, ", ".join(fk.columns)))
+        lines = [f"Dialect: {self.dialect}"]
+        for table in self.tables:
+            size = "" if table.row_count is None else f", {table.row_count} rows"
+            name = table.name if table.schema == "main" else f"{table.schema}.{table.name}"
+            lines.append(f"{table.kind.capitalize()} {name}{size}")
+            columns = ", ".join(f"{column} {kind}".rstrip() for column, kind in table.columns)
+            lines.append(f"  columns: {columns}")
+            if table.keys:
+                lines.append("  keys: " + ", ".join(f"({', '.join(key)})" for key in table.keys))
+            elif table.kind == "table":
+                lines.append("  keys: none declared (rows may repeat)")
+            for fk in table.foreign_keys:
+                target = f"{fk.table}({', '.join(fk.ref_columns)})"
+                lines.append(f"  foreign key: ({', '.join(fk.columns)}) -> {target}, {fk.cardinality}")
+            for source, columns in referenced.get(table.name.lower(), ()):
+                lines.append(
+                    f"  referenced by {source}({columns}): joining {source} repeats each {table.name} row once "
+                    f"per matching {source} row"
+                )
+        return "\n".join(lines)
+
+
+class GuardedDatabase:
+    """A guarded connection with an agent tool's limits. Queries are serialised by a lock, so the MCP
+    server's worker threads and an agent framework's threads can share one.
+
+    ``connection`` is a guarded connection (``guarded_sqlite.connect``'s, or ``wrap()``'s over SQLite or
+    DuckDB). With ``allow_writes=False`` (the default) any statement that is not a query is refused, and
+    on SQLite ``PRAGMA query_only`` is switched on as well."""
+
+    def __init__(
+        self,
+        connection: Any,
+        *,
+        allow_writes: bool = False,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        from .engines import engine_for
+        from .schema import _raw_sqlite
+
+        if getattr(connection, "guard_policy", None) is None:
+            raise TypeError("GuardedDatabase needs a guarded connection: guarded_sqlite.connect() or wrap()")
+        if max_rows < 0 or max_chars < 0 or not timeout > 0:
+            raise ValueError("max_rows and max_chars must be at least 0, timeout positive")
+        raw = _raw_sqlite(connection) if isinstance(connection, sqlite3.Connection) else connection.__wrapped__
+        self.connection = connection
+        self.dialect: str = engine_for(raw).dialect
+        self.allow_writes = allow_writes
+        self.max_rows = max_rows
+        self.max_chars = max_chars
+        self.timeout = timeout
+        self._raw = raw
+        self._lock = threading.Lock()
+        if not allow_writes and self.dialect == "sqlite":
+            raw.execute("PRAGMA query_only = ON")
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        guard: Any = "patch",
+        read_only: bool = False,
+        allow_writes: bool = False,
+        **limits: Any,
+    ) -> GuardedDatabase:
+        """Open a SQLite file (or a DuckDB file: ``.duckdb``/``.ddb``) through the guard. The file must
+        exist; it is never created. ``read_only=True`` opens it read-only at the file level, so nothing
+        on this connection can write (it cannot be combined with ``allow_writes``). ``guard`` takes
+        what ``connect`` takes; ``limits`` are ``max_rows``, ``max_chars`` and ``timeout``.
+
+        Raises ``ValueError`` for a path that is not a usable database, with the reason."""
+        from .api import connect, wrap
+        from .cli_query import _database_problem
+
+        path = Path(path)
+        if read_only and allow_writes:
+            raise ValueError("read_only and allow_writes exclude each other")
+        if path.suffix.lower() in _DUCKDB_SUFFIXES:
+            if not path.is_file():
+                raise ValueError(f"{path}: no such file")
+            import duckdb
+
+            raw = duckdb.connect(str(path), read_only=read_only)
+            return cls(wrap(raw, guard=guard), allow_writes=allow_writes, **limits)
+        problem = _database_problem(path)
+        if problem is not None:
+            raise ValueError(problem)
+        # mode=rw never creates a missing file; as_uri() percent-encodes '?', '#' and '%' in the path.
+        uri = path.resolve().as_uri() + ("?mode=ro" if read_only else "?mode=rw")
+        try:
+            # Tool calls may arrive on any worker thread; the lock in __init__ serialises them.
+            con = connect(uri, uri=True, guard=guard, check_same_thread=False)
+        except sqlite3.Error as failure:
+            raise ValueError(f"{path}: cannot be opened ({failure})") from None
+        return cls(con, allow_writes=allow_writes, **limits)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.connection.close()
+
+    def __enter__(self) -> GuardedDatabase:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def query(self, sql: str, parameters: Sequence[Any] = ()) -> QueryResult:
+        """Run one statement through the guard and return what it served; see ``QueryRefused`` for
+        every refusal. The limits apply to the rows the guard serves (after any repair)."""
+        from .deadlines import interrupt_after
+        from .rewrite import is_read_only_query
+
+        if not isinstance(sql, str) or not sql.strip():
+            raise QueryRefused("empty", "No SQL was given: pass one SELECT (or WITH ... SELECT) statement.")
+        if not self.allow_writes and not is_read_only_query(sql, self.dialect):
+            raise QueryRefused(
+                "write",
+                "Refused: only queries (SELECT, or WITH ... SELECT) may run here; this statement is not a "
+                "query and could change the database. Writes are off for this tool.",
+            )
+        with self._lock:
+            deadline = interrupt_after(self.timeout, self._raw.interrupt)
+            try:
+                with deadline:
+                    cur = self.connection.execute(sql, tuple(parameters))
+                    description = cur.description
+                    rows = cur.fetchall()
+            except Exception as failure:
+                self._refuse_failure(failure, deadline.fired)
+                raise  # not reached: _refuse_failure raises
+            report: GuardReport | None = cur.guard_report
+        assert report is not None  # every guarded execute sets one
+        columns = tuple(entry[0] for entry in description) if description is not None else ()
+        feedback = report.feedback()
+        if len(rows) > self.max_rows:
+            raise QueryRefused(
+                "too_large",
+                f"Refused: the query returned {len(rows)} rows, more than this tool's limit of {self.max_rows}. "
+                "Add a LIMIT or a WHERE condition, or aggregate (COUNT, GROUP BY) to get a smaller answer.",
+                feedback,
+            )
+        size = len(json.dumps(json_safe(rows), ensure_ascii=False))
+        if size > self.max_chars:
+            raise QueryRefused(
+                "too_large",
+                f"Refused: the rows take {size} characters as JSON, more than this tool's limit of "
+                f"{self.max_chars}. Select fewer or narrower columns, or add a LIMIT.",
+                feedback,
+            )
+        return QueryResult(sql, columns, tuple(tuple(row) for row in rows), report)
+
+    def _refuse_failure(self, failure: Exception, timed_out: bool) -> None:
+        """Turn a failed statement into ``QueryRefused``; errors that are not the database's own pass."""
+        from .errors import describe_error
+
+        report = getattr(self.connection, "guard_report", None)
+        feedback = report.feedback() if isinstance(report, GuardReport) else ""
+        message = describe_error(failure)
+        if timed_out:
+            raise QueryRefused(
+                "timeout",
+                f"Refused: the query ran longer than {self.timeout:g} seconds and was stopped. A join without "
+                "a condition, or over many rows, can run that long; add join conditions or a LIMIT.",
+            ) from None
+        if not _is_database_error(failure):
+            raise failure
+        # The feedback already opens with "The query failed: <error>."; say it once.
+        raise QueryRefused("sql_error", feedback or f"The query failed: {message}.") from None
+
+    def schema(self) -> SchemaInfo:
+        """Every table and view with columns, keys, foreign keys and row counts, read fresh."""
+        from .schema_description import describe
+
+        with self._lock:
+            return describe(self._raw, self.dialect)
+
+
+def _is_database_error(failure: Exception) -> bool:
+    if isinstance(failure, sqlite3.Error):
+        return True
+    duckdb = sys.modules.get("duckdb")
+    return duckdb is not None and isinstance(failure, duckdb.Error)

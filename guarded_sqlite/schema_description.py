@@ -1,0 +1,156 @@
+"""The schema as an agent tool shows it: tables, typed columns, keys, foreign keys with their cardinality,
+and row counts (``agent.SchemaInfo``), read from SQLite's or DuckDB's catalog.
+
+Keys and foreign keys come from the same readers the guard's analysis uses (``schema``,
+``schema_servers``), so what the model is told about keys is what the guard reasons with. Column types
+and row counts are read here: the analysis needs neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .agent import ForeignKeyInfo, SchemaInfo, TableInfo
+from .schema import SchemaFacts, TableFacts, fold
+
+__all__ = ["describe", "foreign_key_cardinality"]
+
+
+def describe(raw: Any, dialect: str) -> SchemaInfo:
+    """Read the schema of ``raw`` (an unguarded ``sqlite3`` or ``duckdb`` connection)."""
+    if dialect == "duckdb":
+        from .schema_servers import read_duckdb_schema
+
+        facts = read_duckdb_schema(raw)
+        types = _duckdb_types(raw)
+    else:
+        from .schema import read_sqlite_schema
+
+        facts = read_sqlite_schema(raw)
+        types = {}
+    tables = []
+    for table in sorted(facts.tables, key=lambda t: (t.schema != "main", t.schema, t.name.lower())):
+        if dialect == "sqlite" and table.name.lower().startswith("sqlite_"):
+            continue  # SQLite's own bookkeeping (sqlite_sequence, sqlite_stat1)
+        if dialect == "sqlite":
+            columns = _sqlite_columns(raw, table)
+        else:
+            columns = types.get((table.schema, table.name)) or tuple((c, "") for c in table.columns)
+        tables.append(
+            TableInfo(
+                name=table.name,
+                schema=table.schema,
+                kind="view" if table.is_view else "table",
+                columns=columns,
+                keys=_declared_keys(table),
+                foreign_keys=tuple(_foreign_key(table, fk, facts) for fk in table.foreign_keys),
+                row_count=None if table.is_view else _row_count(raw, table, dialect),
+            )
+        )
+    return SchemaInfo(dialect, tuple(tables))
+
+
+def _declared_keys(table: TableFacts) -> tuple[tuple[str, ...], ...]:
+    """The keys as declared column names, without SQLite's implicit ``rowid`` key (not a column the
+    model sees with ``SELECT *``)."""
+    by_fold = {fold(column): column for column in table.columns}
+    keys = []
+    for key in table.keys:
+        if not key <= by_fold.keys():
+            continue
+        keys.append(tuple(by_fold[name] for name in sorted(key, key=list(by_fold).index)))
+    return tuple(keys)
+
+
+def foreign_key_cardinality(
+    referencing: TableFacts, columns: tuple[str, ...], referenced: TableFacts | None, ref_columns: tuple[str, ...]
+) -> str:
+    """``"one-to-one"``, ``"many-to-one"`` or ``"unknown"`` for a foreign key (see ``ForeignKeyInfo``).
+
+    >>> child = TableFacts("orders", columns=("id", "customer_id"), keys=(frozenset({"id"}),),
+    ...                    not_null=frozenset({"id"}))
+    >>> parent = TableFacts("customers", columns=("id",), keys=(frozenset({"id"}),), not_null=frozenset({"id"}))
+    >>> foreign_key_cardinality(child, ("customer_id",), parent, ("id",))
+    'many-to-one'
+    >>> foreign_key_cardinality(child, ("id",), parent, ("id",))
+    'one-to-one'
+    >>> foreign_key_cardinality(child, ("customer_id",), parent, ("name",))
+    'unknown'
+    """
+    target = frozenset(fold(c) for c in ref_columns)
+    if referenced is None or not target or not any(key <= target for key in referenced.keys):
+        return "unknown"
+    source = frozenset(fold(c) for c in columns)
+    return "one-to-one" if any(key <= source for key in referencing.identity_keys) else "many-to-one"
+
+
+def _foreign_key(table: TableFacts, fk: Any, facts: SchemaFacts) -> ForeignKeyInfo:
+    referenced = facts.table(fk.table, table.schema) or facts.table(fk.table)
+    ref_columns = tuple(fk.ref_columns)
+    if not ref_columns and referenced is not None:
+        # A bare REFERENCES t names t's primary key; the first declared key of its columns stands for it.
+        declared = _declared_keys(referenced)
+        ref_columns = declared[0] if declared else ()
+    return ForeignKeyInfo(
+        columns=tuple(fk.columns),
+        table=fk.table,
+        ref_columns=ref_columns,
+        cardinality=foreign_key_cardinality(table, tuple(fk.columns), referenced, ref_columns),
+    )
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _qualified(table: TableFacts) -> str:
+    return ".".join(_quote(part) for part in table.schema.split(".")) + "." + _quote(table.name)
+
+
+def _sqlite_columns(raw: Any, table: TableFacts) -> tuple[tuple[str, str], ...]:
+    import sqlite3
+
+    cur = sqlite3.Cursor(raw)
+    cur.row_factory = None
+    try:
+        rows = cur.execute(f"PRAGMA {_quote(table.schema)}.table_xinfo({_quote(table.name)})").fetchall()
+    except sqlite3.Error:
+        return tuple((column, "") for column in table.columns)
+    finally:
+        cur.close()
+    # table_xinfo's hidden column: 0 for ordinary columns, 2/3 for generated ones (shown), 1 for a
+    # virtual table's hidden columns (not shown by SELECT *).
+    return tuple((str(row[1]), str(row[2] or "")) for row in rows if row[6] != 1)
+
+
+def _duckdb_types(raw: Any) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
+    try:
+        rows = raw.execute(
+            "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
+            "WHERE database_name = current_database() ORDER BY schema_name, table_name, column_index"
+        ).fetchall()
+    except Exception:  # duckdb raises its own hierarchy; types are a courtesy, keys come from elsewhere
+        return {}
+    types: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for schema, name, column, kind in rows:
+        types.setdefault((str(schema), str(name)), []).append((str(column), str(kind)))
+    return {key: tuple(value) for key, value in types.items()}
+
+
+def _row_count(raw: Any, table: TableFacts, dialect: str) -> int | None:
+    sql = f"SELECT COUNT(*) FROM {_qualified(table)}"
+    try:
+        if dialect == "sqlite":
+            import sqlite3
+
+            cur = sqlite3.Cursor(raw)
+            cur.row_factory = None
+            try:
+                row = cur.execute(sql).fetchone()
+            finally:
+                cur.close()
+        else:
+            row = raw.execute(sql).fetchone()
+    except Exception:  # an unreadable table (a virtual table's module missing) has no count to show
+        return None
+    return int(row[0]) if row is not None else None

@@ -32,17 +32,21 @@ def describe(raw: Any, dialect: str) -> SchemaInfo:
     for table in sorted(facts.tables, key=lambda t: (t.schema != "main", t.schema, t.name.lower())):
         if dialect == "sqlite" and table.name.lower().startswith("sqlite_"):
             continue  # SQLite's own bookkeeping (sqlite_sequence, sqlite_stat1)
+        primary_key: tuple[str, ...] = ()
         if dialect == "sqlite":
-            columns = _sqlite_columns(raw, table)
+            columns, primary_key = _sqlite_columns(raw, table)
         else:
             columns = types.get((table.schema, table.name)) or tuple((c, "") for c in table.columns)
+        keys = _declared_keys(table)
+        # The primary key first: it is the one a model should join through.
+        keys = tuple(sorted(keys, key=lambda key: set(key) != set(primary_key)))
         tables.append(
             TableInfo(
                 name=table.name,
                 schema=table.schema,
                 kind="view" if table.is_view else "table",
                 columns=columns,
-                keys=_declared_keys(table),
+                keys=keys,
                 foreign_keys=tuple(_foreign_key(table, fk, facts) for fk in table.foreign_keys),
                 row_count=None if table.is_view else _row_count(raw, table, dialect),
             )
@@ -107,7 +111,8 @@ def _qualified(table: TableFacts) -> str:
     return ".".join(_quote(part) for part in table.schema.split(".")) + "." + _quote(table.name)
 
 
-def _sqlite_columns(raw: Any, table: TableFacts) -> tuple[tuple[str, str], ...]:
+def _sqlite_columns(raw: Any, table: TableFacts) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """``(name, declared type)`` of each column, and the primary key's columns in key order."""
     import sqlite3
 
     cur = sqlite3.Cursor(raw)
@@ -115,12 +120,14 @@ def _sqlite_columns(raw: Any, table: TableFacts) -> tuple[tuple[str, str], ...]:
     try:
         rows = cur.execute(f"PRAGMA {_quote(table.schema)}.table_xinfo({_quote(table.name)})").fetchall()
     except sqlite3.Error:
-        return tuple((column, "") for column in table.columns)
+        return tuple((column, "") for column in table.columns), ()
     finally:
         cur.close()
     # table_xinfo's hidden column: 0 for ordinary columns, 2/3 for generated ones (shown), 1 for a
     # virtual table's hidden columns (not shown by SELECT *).
-    return tuple((str(row[1]), str(row[2] or "")) for row in rows if row[6] != 1)
+    columns = tuple((str(row[1]), str(row[2] or "")) for row in rows if row[6] != 1)
+    primary_key = tuple(str(row[1]) for row in sorted((row for row in rows if row[5]), key=lambda row: row[5]))
+    return columns, primary_key
 
 
 def _duckdb_types(raw: Any) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:

@@ -8,8 +8,9 @@ rows the guard itself would serve.
 For every prediction (paired with its gold query by position, as ``guarded-sqlite eval`` pairs them):
 
 1. the prediction runs through ``guarded_sqlite.connect(path, guard="patch")`` (the default preset, what an
-   agent sees) and ``cursor.guard_report`` is read;
-2. where the report is flagged ``cartesian_explosion`` or ``aggregate_fanout``, the reviser gets the question,
+   agent sees; ``--feedback-guard text_to_sql`` for the other preset) and ``cursor.guard_report`` is read;
+2. where the report is flagged ``cartesian_explosion`` or ``aggregate_fanout`` (or, under ``text_to_sql``, not
+   flagged but patched below the threshold, which has feedback too), the reviser gets the question,
    the SQL and ``report.feedback()`` (never the gold, the rows or the report's fields) and returns one revised
    SQL or None (see ``revise``); execution errors and empty results are counted, not revised;
 3. the raw prediction, the revised SQL and the gold run on plain ``sqlite3`` (read-only), and the rows the
@@ -58,7 +59,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import sqlglot
 from sqlglot import exp
@@ -68,6 +69,7 @@ import guarded_sqlite
 from guarded_sqlite.evaluation import metrics
 from guarded_sqlite.evaluation.loaders import Pair, exclude_databases, load_pairs, locate_databases
 from guarded_sqlite.evaluation.sample import sample_inputs
+from guarded_sqlite.policy import GuardPreset
 from guarded_sqlite.rewrite import inject_distinct, is_read_only_query
 
 # --------------------------------------------------------------------------------------------------------------
@@ -316,8 +318,9 @@ def revise(question: str | None, sql: str, feedback: str, config: ReviserConfig 
 SIDES = ("before", "after", "guard")
 """The raw prediction, after the one revision, and the rows the ``text_to_sql`` preset serves."""
 CATEGORIES = ("healthy", "flagged", "exec_error", "empty_result", "refused")
-"""What the ``"patch"`` guard made of a prediction. ``refused``: not a read-only query by the library's token test
-(``is_read_only_query``), so never executed: writes, and SQL the tokenizer cannot read as a query (``SELEC ...``)."""
+"""What the feedback guard (``"patch"`` unless ``--feedback-guard``) made of a prediction. ``refused``: not a
+read-only query by the library's token test (``is_read_only_query``), so never executed: writes, and SQL the
+tokenizer cannot read as a query (``SELEC ...``)."""
 
 
 @dataclass
@@ -348,8 +351,8 @@ class PairOutcome:
 class _Databases:
     """Per database: a plain read-only connection and the two guarded ones, opened once."""
 
-    def __init__(self, paths: dict[str, Path], stack: ExitStack, timeout: float) -> None:
-        self.paths, self.stack, self.timeout = paths, stack, timeout
+    def __init__(self, paths: dict[str, Path], stack: ExitStack, timeout: float, feedback_guard: str) -> None:
+        self.paths, self.stack, self.timeout, self.feedback_guard = paths, stack, timeout, feedback_guard
         self.opened: dict[str, tuple[sqlite3.Connection, sqlite3.Connection, sqlite3.Connection]] = {}
 
     def get(self, db_id: str) -> tuple[sqlite3.Connection, sqlite3.Connection, sqlite3.Connection]:
@@ -357,7 +360,7 @@ class _Databases:
             # mode=ro: the second fence after is_read_only_query; nothing this script runs can change a file.
             uri = self.paths[db_id].resolve().as_uri() + "?mode=ro"
             plain = sqlite3.connect(uri, uri=True)
-            patch = guarded_sqlite.connect(uri, uri=True, guard="patch")
+            patch = guarded_sqlite.connect(uri, uri=True, guard=cast(GuardPreset, self.feedback_guard))
             repair = guarded_sqlite.connect(uri, uri=True, guard="text_to_sql")
             for con in (plain, patch, repair):
                 self.stack.callback(con.close)
@@ -388,7 +391,7 @@ def _run_guarded(con: sqlite3.Connection, sql: str) -> tuple[list[Any] | None, A
 
 
 def measure_pairs(
-    pairs: Sequence[Pair], paths: dict[str, Path], config: ReviserConfig, timeout: float
+    pairs: Sequence[Pair], paths: dict[str, Path], config: ReviserConfig, timeout: float, feedback_guard: str = "patch"
 ) -> tuple[list[PairOutcome], list[int]]:
     """Every pair through the loop; returns the outcomes and the indexes of pairs whose gold failed."""
     variants = [ReviserConfig(fix, policy) for fix in EXPLOSION_FIXES for policy in REPEATS_POLICIES]
@@ -396,7 +399,7 @@ def measure_pairs(
     gold_failures: list[int] = []
     gold_cache: dict[tuple[str, str], metrics.GoldRows | None] = {}
     with ExitStack() as stack:
-        dbs = _Databases(paths, stack, timeout)
+        dbs = _Databases(paths, stack, timeout, feedback_guard)
         for pair in pairs:
             key = (pair.db_id, pair.gold_sql)
             if key not in gold_cache:
@@ -432,10 +435,15 @@ def _measure_pair(
     if report.trigger in ("exec_error", "empty_result"):
         outcome.category = report.trigger
         return outcome
-    if report.trigger not in FLAGGED_TRIGGERS:
+    feedback = report.feedback()
+    # Under "text_to_sql" a result below tau_inject can be patched without a trigger; its feedback still says what
+    # was done and what to do next, so it is a report an agent would act on.
+    acted = report.trigger is None and report.action != "none" and feedback
+    if report.trigger not in FLAGGED_TRIGGERS and not acted:
         return outcome
     outcome.category = "flagged"
-    outcome.feedback = report.feedback()
+    outcome.trigger = report.trigger or f"none+{report.action}"
+    outcome.feedback = feedback
     cache: dict[str | None, tuple[bool, bool]] = {None: before}
     for variant in [config, *variants]:
         revision = revise(pair.question, pair.pred_sql, outcome.feedback, variant)
@@ -552,11 +560,12 @@ def render_markdown(result: dict[str, Any]) -> str:
         "Before = the raw prediction on plain sqlite3; after = the one revision (the raw prediction where the",
         'reviser left it); guard = the rows `guard="text_to_sql"` serves for the raw prediction. Fix/break =',
         "pairs going wrong→right / right→wrong against before. Flagged = `cartesian_explosion` or",
-        '`aggregate_fanout` under `guard="patch"`.',
+        f'`aggregate_fanout` under `guard="{result["feedback_guard"]}"` (under `text_to_sql` also a result it',
+        "patched without a trigger, trigger shown as `none+<action>`).",
         "",
         "## Counts",
         "",
-        "| predictions | pairs | healthy | exec error | empty | refused | flagged (explosion, aggregate) | revised "
+        "| predictions | pairs | healthy | exec error | empty | refused | flagged (by trigger) | revised "
         "(by rule) | revision failed |",
         "|---|---:|---:|---:|---:|---:|---|---|---:|",
     ]
@@ -565,7 +574,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         rules = ", ".join(f"{rule} {count}" for rule, count in sorted(f["revised_by_rule"].items())) or "-"
         lines.append(
             f"| {f['label']} | {f['n']} | {c['healthy']} | {c['exec_error']} | {c['empty_result']} | {c['refused']} "
-            f"| {c['flagged']} ({by.get('cartesian_explosion', 0)}, {by.get('aggregate_fanout', 0)}) "
+            f"| {c['flagged']} ({', '.join(f'{t} {k}' for t, k in sorted(by.items())) or '-'}) "
             f"| {f['revised']} ({rules}) | {f['revision_errors']} |"
         )
     lines += [
@@ -640,6 +649,7 @@ def run(
     exclude_db: Sequence[str],
     config: ReviserConfig,
     timeout: float,
+    feedback_guard: str = "patch",
 ) -> dict[str, Any]:
     """Measure each prediction file (and the gold fed back as predictions); the figures as a JSON-able dict."""
     from guarded_sqlite.evaluation.loaders import load_gold
@@ -653,9 +663,14 @@ def run(
         pairs, excluded = exclude_databases(pairs, exclude_db)
         paths = locate_databases(db_root, (pair.db_id for pair in pairs))
         print(f"closed loop: {label}: {len(pairs)} pairs", file=sys.stderr)
-        outcomes, gold_failures = measure_pairs(pairs, paths, config, timeout)
+        outcomes, gold_failures = measure_pairs(pairs, paths, config, timeout, feedback_guard)
         files.append(summarise(label, outcomes, gold_failures, excluded))
-    return {"reviser": config.name, "excluded_db_ids": sorted(exclude_db), "files": files}
+    return {
+        "reviser": config.name,
+        "feedback_guard": feedback_guard,
+        "excluded_db_ids": sorted(exclude_db),
+        "files": files,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -668,6 +683,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sample", action="store_true", help="run on the sample shipped in the package instead")
     parser.add_argument("--explosion-fix", choices=EXPLOSION_FIXES, default="distinct")
     parser.add_argument("--repeats", choices=REPEATS_POLICIES, default="asked")
+    parser.add_argument(
+        "--feedback-guard",
+        choices=("patch", "text_to_sql"),
+        default="patch",
+        help="preset whose report the reviser reads (default patch, what an agent sees through the library)",
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per plain query (default 5)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write every figure and flagged pair as JSON")
     parser.add_argument("--markdown", type=Path, metavar="OUT", help="write the Markdown report here")
@@ -687,7 +708,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.db_root is None or args.gold is None or not (args.pred or args.gold_as_pred):
                 parser.error("give --db-root, --gold and --pred (or --gold-as-pred), or --sample")
             db_root, gold, preds = args.db_root, args.gold, args.pred
-        result = run(db_root, gold, preds, args.gold_as_pred, args.exclude_db, config, args.timeout)
+        result = run(
+            db_root, gold, preds, args.gold_as_pred, args.exclude_db, config, args.timeout, args.feedback_guard
+        )
     result["wall_s"] = round(time.perf_counter() - started, 3)
     result["machine"] = _machine()
     result["command"] = "python benchmarks/closed_loop.py " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -70,6 +70,7 @@ from guarded_sqlite.evaluation import metrics
 from guarded_sqlite.evaluation.loaders import Pair, exclude_databases, load_pairs, locate_databases
 from guarded_sqlite.evaluation.sample import sample_inputs
 from guarded_sqlite.policy import GuardPreset
+from guarded_sqlite.report import GuardReport
 from guarded_sqlite.rewrite import inject_distinct, is_read_only_query
 
 # --------------------------------------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def repeating_tables(feedback: str) -> tuple[str, ...] | None:
     return aliases if all(aliases) else None
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+def _conjuncts(node: exp.Expr | None) -> list[exp.Expr]:
     if node is None:
         return []
     if isinstance(node, exp.Paren) and isinstance(node.this, exp.And):
@@ -171,13 +172,13 @@ def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
     return [node]
 
 
-def _mentions(node: exp.Expression, names: set[str]) -> bool:
+def _mentions(node: exp.Expr, names: set[str]) -> bool:
     # At any depth, subqueries included: a conjunct wrongly thought to mention the semi-joined tables only moves
     # into the EXISTS, which keeps the meaning; one wrongly thought not to would change it.
     return any(column.table.lower() in names for column in node.find_all(exp.Column))
 
 
-def _outer_columns(node: exp.Expression) -> Iterator[exp.Column]:
+def _outer_columns(node: exp.Expr) -> Iterator[exp.Column]:
     """Column references of the outer query's own scope (not inside subqueries)."""
     for child in node.walk(prune=lambda n: n is not node and isinstance(n, (exp.Select, exp.Subquery))):
         if isinstance(child, exp.Column):
@@ -242,9 +243,9 @@ def semi_join(sql: str, aliases: Sequence[str], rule: str = "semijoin") -> Revis
                     return refuse("the select list has a * that includes the tables to semi-join")
             if any(column.table.lower() in wanted for column in _outer_columns(part)):
                 return refuse(f"columns of {', '.join(sorted(wanted))} are used outside the join and WHERE")
-    ons: list[exp.Expression | None] = [None, *(join.args.get("on") for join in joins)]
-    moved: list[exp.Expression] = []
-    kept: list[tuple[exp.Expression, list[exp.Expression]]] = []
+    ons: list[exp.Expr | None] = [None, *(join.args.get("on") for join in joins)]
+    moved: list[exp.Expr] = []
+    kept: list[tuple[exp.Expr, list[exp.Expr]]] = []
     for index, (source, on) in enumerate(zip(sources, ons, strict=True)):
         parts = _conjuncts(on)
         if index in keep:
@@ -253,7 +254,7 @@ def semi_join(sql: str, aliases: Sequence[str], rule: str = "semijoin") -> Revis
         else:
             moved.extend(parts)
     where = select.args.get("where")
-    outer_where: list[exp.Expression] = []
+    outer_where: list[exp.Expr] = []
     for conjunct in _conjuncts(where.this if where is not None else None):
         (moved if _mentions(conjunct, wanted) else outer_where).append(conjunct)
     semi_sources = [sources[index] for index in range(len(sources)) if index not in keep]
@@ -348,14 +349,17 @@ class PairOutcome:
     """Flagged pairs only: whether each reviser configuration revised the SQL."""
 
 
+_Guarded = guarded_sqlite.GuardedSQLiteConnection
+
+
 class _Databases:
     """Per database: a plain read-only connection and the two guarded ones, opened once."""
 
     def __init__(self, paths: dict[str, Path], stack: ExitStack, timeout: float, feedback_guard: str) -> None:
         self.paths, self.stack, self.timeout, self.feedback_guard = paths, stack, timeout, feedback_guard
-        self.opened: dict[str, tuple[sqlite3.Connection, sqlite3.Connection, sqlite3.Connection]] = {}
+        self.opened: dict[str, tuple[sqlite3.Connection, _Guarded, _Guarded]] = {}
 
-    def get(self, db_id: str) -> tuple[sqlite3.Connection, sqlite3.Connection, sqlite3.Connection]:
+    def get(self, db_id: str) -> tuple[sqlite3.Connection, _Guarded, _Guarded]:
         if db_id not in self.opened:
             # mode=ro: the second fence after is_read_only_query; nothing this script runs can change a file.
             uri = self.paths[db_id].resolve().as_uri() + "?mode=ro"
@@ -380,14 +384,16 @@ class _Databases:
             con.set_progress_handler(None, 0)
 
 
-def _run_guarded(con: sqlite3.Connection, sql: str) -> tuple[list[Any] | None, Any]:
+def _run_guarded(con: _Guarded, sql: str) -> tuple[list[Any] | None, GuardReport]:
     cur = con.cursor()
     try:
         cur.execute(sql)
         rows: list[Any] | None = cur.fetchall()
     except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError):
         rows = None
-    return rows, cur.guard_report
+    report = cur.guard_report
+    assert report is not None  # execute() always leaves one, failures included
+    return rows, report
 
 
 def measure_pairs(
@@ -495,7 +501,9 @@ def _subset_summary(outcomes: Sequence[PairOutcome]) -> dict[str, Any]:
     }
 
 
-def summarise(label: str, outcomes: Sequence[PairOutcome], gold_failures: Sequence[int], excluded: int) -> dict:
+def summarise(
+    label: str, outcomes: Sequence[PairOutcome], gold_failures: Sequence[int], excluded: int
+) -> dict[str, Any]:
     """The per-file figures: counts, then scores and fixes/breaks on the flagged subset and on all pairs."""
     categories = Counter(o.category for o in outcomes)
     flagged = [o for o in outcomes if o.category == "flagged"]
@@ -637,7 +645,7 @@ def render_markdown(result: dict[str, Any]) -> str:
 def _machine() -> str:
     return (
         f"{platform.system()} {platform.machine()}, Python {platform.python_version()}, SQLite "
-        f"{sqlite3.sqlite_version}, sqlglot {sqlglot.__version__}"
+        f"{sqlite3.sqlite_version}, sqlglot {getattr(sqlglot, '__version__', '?')}"
     )
 
 

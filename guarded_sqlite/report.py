@@ -256,14 +256,16 @@ class GuardReport:
         elif trigger == "aggregate_fanout":
             for finding in self.aggregates:
                 lines.append(f"An aggregate counts rows several times: {finding.describe()}.")
-            repeating = ", ".join(dict.fromkeys(t for f in self.aggregates for t in f.repeating))
+            tables = tuple(dict.fromkeys(t for f in self.aggregates for t in f.repeating))
+            repeating = ", ".join(tables)
+            them = "it" if len(tables) == 1 else "them"
             if self.action == "aggregate_defanned":
                 lines.append("The guard served the corrected values (each row counted once per group).")
             else:
                 lines.append("The guard served the values as computed.")
             lines.append(
                 f"Next step: aggregate before joining {repeating} (a subquery grouped by the join key), or test "
-                f"{repeating} with EXISTS / IN (SELECT ...) instead of joining it."
+                f"{repeating} with EXISTS / IN (SELECT ...) instead of joining {them}."
             )
         elif self.action != "none":
             lines.append(f"The guard changed the result ({self.action}): {self.summary()}.")

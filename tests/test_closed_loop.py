@@ -53,7 +53,7 @@ AGGREGATE = (
     "i (order_items): 8575 -> 945 (factor 9.07).\n"
     "The guard served the values as computed.\n"
     "Next step: aggregate before joining o (orders), i (order_items) (a subquery grouped by the join key), or test "
-    "o (orders), i (order_items) with EXISTS / IN (SELECT ...) instead of joining it."
+    "o (orders), i (order_items) with EXISTS / IN (SELECT ...) instead of joining them."
 )
 EMPTY = (
     "The query returned no rows.\nNext step: check the WHERE conditions and literal values (spelling, case, date "

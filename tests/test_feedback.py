@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 import guarded_sqlite
+from guarded_sqlite.demo import build_shop
 
 from .helpers import EXPLODING_SQL, fill_fanout
 
@@ -88,4 +90,19 @@ def test_an_aggregate_fan_out_names_the_aggregate_and_the_fix(guard: str) -> Non
     assert lines[2] == (
         "Next step: aggregate before joining n (notes) (a subquery grouped by the join key), or test n (notes) "
         "with EXISTS / IN (SELECT ...) instead of joining it."
+    )
+
+
+def test_an_aggregate_repeated_by_two_tables_names_both(tmp_path: Path) -> None:
+    build_shop(tmp_path / "shop.db")
+    con = guarded_sqlite.connect(tmp_path / "shop.db")
+    sql = (
+        "SELECT c.name, SUM(c.points) FROM customers c JOIN orders o ON o.customer_id = c.id "
+        "JOIN order_items i ON i.order_id = o.id GROUP BY c.name"
+    )
+    last = con.execute(sql).guard_report.feedback().splitlines()[-1]
+    con.close()
+    assert last == (
+        "Next step: aggregate before joining o (orders), i (order_items) (a subquery grouped by the join key), "
+        "or test o (orders), i (order_items) with EXISTS / IN (SELECT ...) instead of joining them."
     )

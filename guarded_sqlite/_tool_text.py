@@ -1,0 +1,40 @@
+"""What the agent-framework tools (``langchain_tools``, ``llama_index_tools``) tell the model about
+themselves: their names and descriptions, written once so both frameworks' tools read alike.
+
+The descriptions name the dialect, the row limit and whether writes are refused, because a model
+writes better SQL when it knows them before its first call rather than from a refusal.
+"""
+
+from __future__ import annotations
+
+from .agent import GuardedDatabase
+
+__all__ = [
+    "QUERY_TOOL_NAME",
+    "SCHEMA_TOOL_DESCRIPTION",
+    "SCHEMA_TOOL_NAME",
+    "SQL_ARGUMENT_DESCRIPTION",
+    "query_description",
+]
+
+QUERY_TOOL_NAME = "sql_query"
+SCHEMA_TOOL_NAME = "sql_schema"
+SQL_ARGUMENT_DESCRIPTION = "One SQL statement: a SELECT, or WITH ... SELECT."
+
+
+def query_description(db: GuardedDatabase) -> str:
+    """The query tool's description for ``db``'s dialect, limits and write setting."""
+    writes = "" if db.allow_writes else " Writes are refused."
+    return (
+        f"Run one SQL query ({db.dialect} dialect) on the database and get its rows as a table.{writes} "
+        f"Results over {db.max_rows} rows are refused: add a LIMIT, a WHERE condition or an aggregate. "
+        "A guard checks every result: when rows repeat because a join fans out, or an aggregate counts rows "
+        "several times, the answer ends with 'Guard feedback:', what was found and what to change. Revise "
+        "the query and run it again before you answer."
+    )
+
+
+SCHEMA_TOOL_DESCRIPTION = (
+    "List the database's tables: columns, keys, foreign keys with which joins repeat rows (many-to-one), "
+    "and row counts. Read it before writing a query that joins tables."
+)

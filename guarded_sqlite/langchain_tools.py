@@ -14,7 +14,7 @@ Two tools built on ``langchain-core`` alone, over one ``agent.GuardedDatabase``:
   foreign keys with the joins that repeat rows, row counts.
 
 ``guarded_sql_tools(db)`` returns both; ``open_guarded_sql_tools(path, ...)`` opens the database
-first. Agents run tools on worker threads, so a ``GuardedDatabase`` built over your own SQLite
+first and returns it with them. Agents run tools on worker threads, so a ``GuardedDatabase`` built over your own SQLite
 connection needs it opened with ``check_same_thread=False`` (``GuardedDatabase.open`` does that).
 
 This module imports ``langchain_core`` when it is imported; ``import guarded_sqlite`` does not import it.
@@ -129,9 +129,9 @@ def open_guarded_sql_tools(
     max_rows: int = DEFAULT_MAX_ROWS,
     max_chars: int = DEFAULT_MAX_CHARS,
     timeout: float = DEFAULT_TIMEOUT,
-) -> list[BaseTool]:
-    """``guarded_sql_tools`` over ``GuardedDatabase.open(path, ...)`` (same arguments). The database
-    stays open while the tools live; ``tools[0].db.close()`` closes it."""
+) -> tuple[GuardedDatabase, list[BaseTool]]:
+    """``GuardedDatabase.open(path, ...)`` (same arguments) and ``guarded_sql_tools`` over it. The
+    database is returned too, to be closed when the agent is done (``with db:`` works)."""
     db = GuardedDatabase.open(
         path,
         guard=guard,
@@ -141,4 +141,4 @@ def open_guarded_sql_tools(
         max_chars=max_chars,
         timeout=timeout,
     )
-    return guarded_sql_tools(db)
+    return db, guarded_sql_tools(db)

@@ -194,16 +194,15 @@ def test_refusals_reach_the_model_and_the_loop_goes_on(shop: Path) -> None:
 
 
 def test_the_schema_tool_shows_keys_and_foreign_key_cardinality(shop: Path) -> None:
-    query, schema = open_guarded_sql_tools(shop, read_only=True)
-    assert isinstance(query, GuardedSQLQueryTool) and isinstance(schema, GuardedSQLSchemaTool)
-    try:
+    db, (query, schema) = open_guarded_sql_tools(shop, read_only=True)
+    with db:
+        assert isinstance(query, GuardedSQLQueryTool) and isinstance(schema, GuardedSQLSchemaTool)
+        assert query.db is schema.db is db
         text = schema.invoke({})
-        assert text == query.db.schema().text()
+        assert text == db.schema().text()
         assert "keys: (id)" in text
         assert "foreign key: (customer_id) -> customers(id), many-to-one" in text
         assert "joining orders repeats each customers row" in text
-    finally:
-        query.db.close()
 
 
 def test_the_tools_describe_themselves_for_the_model(shop: Path) -> None:

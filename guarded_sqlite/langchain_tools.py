@@ -88,6 +88,8 @@ class GuardedSQLQueryTool(BaseTool):
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
 
     def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        # The description names the database's dialect and limits, which are known only here.
         if not self.description:
             self.description = query_description(self.db)
 

@@ -280,8 +280,10 @@ class GuardedDatabase:
         # mode=rw never creates a missing file; as_uri() percent-encodes '?', '#' and '%' in the path.
         uri = path.resolve().as_uri() + ("?mode=ro" if read_only else "?mode=rw")
         try:
-            # Tool calls may arrive on any worker thread; the lock in __init__ serialises them.
-            con = connect(uri, uri=True, guard=guard, check_same_thread=False)
+            # Tool calls may arrive on any worker thread; the lock in __init__ serialises them. Autocommit
+            # (isolation_level=None): with allow_writes a write is committed when its statement ends,
+            # instead of sitting in sqlite3's implicit transaction, unseen by others and lost at exit.
+            con = connect(uri, uri=True, guard=guard, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as failure:
             raise ValueError(f"{path}: cannot be opened ({failure})") from None
         return cls(con, allow_writes=allow_writes, **limits)

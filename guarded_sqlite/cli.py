@@ -1,10 +1,12 @@
-"""The ``guarded-sqlite`` command line: ``demo``, ``query``, ``eval`` and ``sweep`` (and ``--version``).
+"""The ``guarded-sqlite`` command line: ``demo``, ``query``, ``mcp``, ``eval`` and ``sweep`` (and ``--version``).
 
 ``query DB SQL`` runs one statement through the guard on a SQLite file opened read-only and prints the
-rows and the guard report (``cli_query``). ``eval`` and ``sweep`` run on the SQLite files, or with
-``--engine duckdb|postgres`` on copies of them (made on first use, reused while the files are
-unchanged) with every query transpiled from SQLite; ``--sample`` runs them on the small evaluation
-sample shipped in the package (``evaluation.sample``) instead of ``--db-root/--gold/--pred``.
+rows and the guard report (``cli_query``). ``mcp DB`` serves a SQLite or DuckDB file to an LLM agent as
+an MCP server over stdio (``mcp_server``; it needs the ``mcp`` extra and exits 2 naming it without).
+``eval`` and ``sweep`` run on the SQLite files, or with ``--engine duckdb|postgres`` on copies of them
+(made on first use, reused while the files are unchanged) with every query transpiled from SQLite;
+``--sample`` runs them on the small evaluation sample shipped in the package (``evaluation.sample``)
+instead of ``--db-root/--gold/--pred``.
 
 Exit status: 0 on success, 2 for unusable inputs (missing files, a prediction count or db_id that does
 not match the gold, bad options, an engine that cannot be reached or copied into, an output path
@@ -142,6 +144,7 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     from .cli_query import add_query_parser
     from .evaluation.options import ORDERS, RESCUERS, SWEEP_GUARDS
+    from .mcp_server import add_mcp_parser
 
     parser = argparse.ArgumentParser(
         prog="guarded-sqlite", description="Runtime guardrail for machine-written SQL on SQLite."
@@ -151,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="build a small shop database and show a join explosion caught and patched")
     demo.add_argument("--db", type=Path, help="where to create the demo database (default: a temporary file)")
     add_query_parser(commands)
+    add_mcp_parser(commands)
 
     evaluate = commands.add_parser(
         "eval",
@@ -263,6 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # BrokenPipeError Python would raise flushing stdout at exit (the recipe in Python's signal docs).
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
+    if args.command == "mcp":
+        from .mcp_server import run_mcp
+
+        return run_mcp(args, lambda message: _print_error("mcp", message))
     if args.command in ("eval", "sweep"):
         inputs = ("--db-root", "--gold", "--pred")
         given = [option for option in inputs if getattr(args, option[2:].replace("-", "_")) is not None]

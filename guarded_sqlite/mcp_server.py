@@ -34,7 +34,7 @@ try:
 except ImportError:  # without the extra no server is built and these shapes are only documentation
     from typing import TypedDict
 
-from .agent import DEFAULT_MAX_CHARS, DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, GuardedDatabase, QueryRefused
+from .agent import AGENT_GUARD, DEFAULT_MAX_CHARS, DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, GuardedDatabase, QueryRefused
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -220,8 +220,9 @@ def add_mcp_parser(commands: Any) -> None:
     command.add_argument(
         "--guard",
         choices=PRESETS,
-        default="patch",
-        help="guard preset: patch (default), text_to_sql, paper, observe (probe only) or off",
+        default=AGENT_GUARD,
+        help=f"guard preset: {AGENT_GUARD} (default: the preset for generated SQL), patch, paper, observe "
+        "(probe only) or off",
     )
     access = command.add_mutually_exclusive_group()
     access.add_argument(

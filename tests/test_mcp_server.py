@@ -229,7 +229,7 @@ async def test_repeated_rows_come_back_with_the_feedback_in_both_contents(open_d
 
 @pytest.mark.anyio
 async def test_an_aggregate_fan_out_comes_back_with_the_feedback(open_db: OpenDb) -> None:
-    result = await call(open_db(), "query", sql=FANOUT_SQL)  # the default guard, patch
+    result = await call(open_db(guard="patch"), "query", sql=FANOUT_SQL)
     assert not result.is_error and result.structured_content is not None
     feedback = result.structured_content["feedback"]
     assert feedback.startswith("An aggregate counts rows several times: SUM(c.points) counts c (customers)")
@@ -240,7 +240,7 @@ async def test_an_aggregate_fan_out_comes_back_with_the_feedback(open_db: OpenDb
 
 @pytest.mark.anyio
 async def test_duckdb_query_and_aggregate_fan_out(open_db: OpenDb, duck: Path) -> None:
-    db = open_db(duck)
+    db = open_db(duck, guard="patch")
     healthy = await call(db, "query", sql="SELECT name FROM customers ORDER BY id")
     assert not healthy.is_error and healthy.structured_content is not None
     assert healthy.structured_content["rows"] == [["Ana"], ["Ben"], ["Chen"]]
@@ -532,3 +532,10 @@ def test_importing_the_package_does_not_import_mcp() -> None:
     )
     done = subprocess.run([sys.executable, "-W", "error", "-c", check], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_command_defaults_to_the_agent_preset_and_writes_off(shop: Path) -> None:
+    from guarded_sqlite.cli import _parser
+
+    args = _parser().parse_args(["mcp", str(shop)])
+    assert (args.guard, args.read_only, args.allow_writes) == ("text_to_sql", False, False)

@@ -21,6 +21,7 @@ SQLite files and DuckDB files (and connections) are supported.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import sys
 import threading
@@ -64,7 +65,8 @@ class QueryRefused(Exception):
     """A statement the tool does not run, or whose result it does not return. ``str(error)`` is a
     message written for the model: what happened and what to do instead.
 
-    ``kind`` is one of ``"write"`` (writes are off), ``"too_large"`` (over ``max_rows`` or
+    ``kind`` is one of ``"write"`` (writes are off), ``"not_a_query"`` (an unknown first word, most
+    likely a typo, while writes are off), ``"too_large"`` (over ``max_rows`` or
     ``max_chars``), ``"timeout"``, ``"sql_error"`` (the database rejected the statement) and
     ``"empty"`` (no SQL given). ``feedback`` is the guard's feedback on the statement, when it ran."""
 
@@ -272,7 +274,10 @@ class GuardedDatabase:
                 raise ValueError(f"{path}: no such file")
             import duckdb
 
-            raw = duckdb.connect(str(path), read_only=read_only)
+            try:
+                raw = duckdb.connect(str(path), read_only=read_only)
+            except duckdb.Error as failure:  # not a DuckDB file, another process's lock, a newer format
+                raise ValueError(f"{path}: cannot be opened ({' '.join(str(failure).split())})") from None
             return cls(wrap(raw, guard=guard), allow_writes=allow_writes, **limits)
         problem = _database_problem(path)
         if problem is not None:
@@ -307,10 +312,18 @@ class GuardedDatabase:
         if not isinstance(sql, str) or not sql.strip():
             raise QueryRefused("empty", "No SQL was given: pass one SELECT (or WITH ... SELECT) statement.")
         if not self.allow_writes and not is_read_only_query(sql, self.dialect):
+            first = _first_word(sql)
+            if first in _QUERY_WORDS or first in _NOT_QUERY_WORDS:
+                raise QueryRefused(
+                    "write",
+                    "Refused: only queries (SELECT, or WITH ... SELECT) may run here; this statement is not a "
+                    "query and could change the database. Writes are off for this tool.",
+                )
+            # Neither a query nor a statement we know: most likely a typo in the first keyword.
             raise QueryRefused(
-                "write",
-                "Refused: only queries (SELECT, or WITH ... SELECT) may run here; this statement is not a "
-                "query and could change the database. Writes are off for this tool.",
+                "not_a_query",
+                f"Refused: only queries (SELECT, or WITH ... SELECT) may run here, and this statement starts "
+                f"with {first or sql.split(maxsplit=1)[0]!r}; check its first word.",
             )
         with self._lock:
             deadline = interrupt_after(self.timeout, self._raw.interrupt)
@@ -367,6 +380,36 @@ class GuardedDatabase:
 
         with self._lock:
             return describe(self._raw, self.dialect)
+
+
+_QUERY_WORDS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
+"""First words of statements that read as queries (DuckDB's ``FROM t`` among them): refused only for a
+write inside (``WITH ... DELETE``)."""
+
+_NOT_QUERY_WORDS = frozenset(
+    "INSERT UPDATE DELETE REPLACE UPSERT MERGE CREATE DROP ALTER TRUNCATE ATTACH DETACH PRAGMA VACUUM "
+    "REINDEX ANALYZE ANALYSE BEGIN COMMIT ROLLBACK END SAVEPOINT RELEASE COPY INSTALL LOAD SET RESET CALL "
+    "EXPORT IMPORT CHECKPOINT GRANT REVOKE USE EXPLAIN DESCRIBE SHOW SUMMARIZE COMMENT".split()
+)
+"""First words of the statements SQLite and DuckDB know that are not plain queries."""
+
+
+def _first_word(sql: str) -> str:
+    """The statement's first keyword, upper-cased, after comments and opening parentheses."""
+    text = sql
+    while True:
+        text = text.lstrip().lstrip("(").lstrip()
+        if text.startswith("--"):
+            text = text.partition("\n")[2]
+        elif text.startswith("/*"):
+            text = text.partition("*/")[2]
+        else:
+            break
+    match = _WORD.match(text)
+    return match.group(0).upper() if match else ""
+
+
+_WORD = re.compile(r"[A-Za-z_]+")
 
 
 def _is_database_error(failure: Exception) -> bool:

@@ -276,3 +276,31 @@ def test_duckdb_files(tmp_path: Path) -> None:
     assert ("name", "VARCHAR") in tables["customers"].columns
     with GuardedDatabase.open(path, read_only=True) as db:
         assert db.query("SELECT count(*) FROM orders").rows == ((20,),)
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind"),
+    [
+        ("SELEC name FROM customers", "not_a_query"),
+        ("-- a comment\nSLECT 1", "not_a_query"),
+        ("/* first */ UPDATE customers SET points = 0", "write"),
+        ("WITH gone AS (DELETE FROM orders RETURNING id) SELECT * FROM gone", "write"),
+        ("EXPLAIN QUERY PLAN SELECT 1", "write"),
+    ],
+)
+def test_a_typo_is_not_called_a_write(shop: Path, sql: str, kind: str) -> None:
+    with GuardedDatabase.open(shop) as db:
+        with pytest.raises(QueryRefused) as refused:
+            db.query(sql)
+    assert refused.value.kind == kind
+    if kind == "not_a_query":
+        assert "check its first word" in str(refused.value)
+        assert ("'SELEC'" if "SELEC" in sql else "'SLECT'") in str(refused.value)
+
+
+def test_a_duckdb_path_that_is_not_duckdb_is_a_value_error(tmp_path: Path) -> None:
+    pytest.importorskip("duckdb")
+    path = tmp_path / "broken.duckdb"
+    path.write_bytes(b"definitely not a duckdb file" * 100)
+    with pytest.raises(ValueError, match="cannot be opened"):
+        GuardedDatabase.open(path)

@@ -7,8 +7,8 @@ rows the guard itself would serve.
 
 For every prediction (paired with its gold query by position, as ``guarded-sqlite eval`` pairs them):
 
-1. the prediction runs through ``guarded_sqlite.connect(path, guard="patch")`` (the default preset, what an
-   agent sees; ``--feedback-guard text_to_sql`` for the other preset) and ``cursor.guard_report`` is read;
+1. the prediction runs through ``guarded_sqlite.connect(path, guard="patch")`` (the applications' default
+   preset; ``--feedback-guard text_to_sql`` for the one the agent tools use) and ``cursor.guard_report`` is read;
 2. where the report is flagged ``cartesian_explosion`` or ``aggregate_fanout`` (or, under ``text_to_sql``, not
    flagged but patched below the threshold, which has feedback too), the reviser gets the question,
    the SQL and ``report.feedback()`` (never the gold, the rows or the report's fields) and returns one revised
@@ -695,7 +695,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--feedback-guard",
         choices=("patch", "text_to_sql"),
         default="patch",
-        help="preset whose report the reviser reads (default patch, what an agent sees through the library)",
+        help="preset whose report the reviser reads (default patch, the applications' preset; the agent tools "
+        "use text_to_sql)",
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per plain query (default 5)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write every figure and flagged pair as JSON")

@@ -17,10 +17,8 @@ import guarded_sqlite
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
 from guarded_sqlite.demo import build_shop
 
-FAN_OUT = "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id"
-AGGREGATE_FAN_OUT = (
-    "SELECT c.name, SUM(c.points) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.name"
-)
+from .agent_cases import AGGREGATE as AGGREGATE_FAN_OUT
+from .agent_cases import FAN_OUT
 
 
 @pytest.fixture

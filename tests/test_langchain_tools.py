@@ -33,17 +33,11 @@ from guarded_sqlite.langchain_tools import (
     open_guarded_sql_tools,
 )
 
-FAN_OUT = "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id"
-FAN_OUT_FIX = "SELECT c.name FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id)"
-FAN_OUT_RIGHT = "SELECT name FROM customers WHERE id IN (SELECT customer_id FROM orders)"  # checked with sqlite3
-
-AGGREGATE = "SELECT c.name, SUM(c.points) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.name"
-AGGREGATE_FIX = "SELECT name, points FROM customers WHERE id IN (SELECT customer_id FROM orders)"
-AGGREGATE_RIGHT = (
-    "SELECT c.name, c.points FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id)"
+from .agent_cases import (
+    FAN_OUT_EXISTS,
+    FEEDBACK_MARKS,
+    loop_cases,
 )
-
-FEEDBACK_MARKS = ("Guard feedback:", "add DISTINCT", "An aggregate counts rows several times")
 
 
 @pytest.fixture
@@ -122,17 +116,7 @@ def sql_of_calls(messages: list[BaseMessage]) -> list[str]:
     return [tc["args"]["sql"] for m in messages if isinstance(m, AIMessage) for tc in m.tool_calls]
 
 
-CASES = [
-    pytest.param("observe", FAN_OUT, FAN_OUT_FIX, FAN_OUT_RIGHT, "add DISTINCT", id="fan-out-observe"),
-    pytest.param(
-        "patch",
-        AGGREGATE,
-        AGGREGATE_FIX,
-        AGGREGATE_RIGHT,
-        "An aggregate counts rows several times",
-        id="aggregate-patch",
-    ),
-]
+CASES = loop_cases(FAN_OUT_EXISTS)
 
 
 @pytest.mark.parametrize(("guard", "first", "revised", "right", "mark"), CASES)

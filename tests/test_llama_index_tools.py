@@ -27,17 +27,12 @@ from guarded_sqlite.agent import GuardedDatabase, QueryResult
 from guarded_sqlite.demo import build_shop
 from guarded_sqlite.llama_index_tools import guarded_sql_tools, open_guarded_sql_tools
 
-FAN_OUT = "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id"
-FAN_OUT_FIX = "SELECT DISTINCT c.name FROM customers c JOIN orders o ON o.customer_id = c.id"
-FAN_OUT_RIGHT = "SELECT name FROM customers WHERE id IN (SELECT customer_id FROM orders)"  # checked with sqlite3
-
-AGGREGATE = "SELECT c.name, SUM(c.points) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.name"
-AGGREGATE_FIX = "SELECT name, points FROM customers WHERE id IN (SELECT customer_id FROM orders)"
-AGGREGATE_RIGHT = (
-    "SELECT c.name, c.points FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id)"
+from .agent_cases import (
+    FAN_OUT_DISTINCT,
+    FEEDBACK_MARKS,
+    loop_cases,
 )
 
-FEEDBACK_MARKS = ("Guard feedback:", "add DISTINCT", "An aggregate counts rows several times")
 # How the ReAct formatter hands a tool's output back to the model, as CustomLLM's default
 # messages_to_prompt writes it ("role: content" lines); the model's own turns start "assistant: ".
 OBSERVATION = "\nuser: Observation: "
@@ -118,17 +113,7 @@ def run_agent(tools: list[FunctionTool], decide: Callable[[str], str]) -> tuple[
     return llm, results, response
 
 
-CASES = [
-    pytest.param("observe", FAN_OUT, FAN_OUT_FIX, FAN_OUT_RIGHT, "add DISTINCT", id="fan-out-observe"),
-    pytest.param(
-        "patch",
-        AGGREGATE,
-        AGGREGATE_FIX,
-        AGGREGATE_RIGHT,
-        "An aggregate counts rows several times",
-        id="aggregate-patch",
-    ),
-]
+CASES = loop_cases(FAN_OUT_DISTINCT)
 
 
 @pytest.mark.parametrize(("guard", "first", "revised", "right", "mark"), CASES)

@@ -32,8 +32,10 @@ from guarded_sqlite.cli import main
 from guarded_sqlite.demo import build_shop
 from guarded_sqlite.mcp_server import INSTALL_HINT, build_server
 
-DUPLICATES_SQL = "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id"
-FANOUT_SQL = "SELECT c.name, SUM(c.points) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.name"
+from .agent_cases import AGGREGATE, FAN_OUT
+
+DUPLICATES_SQL = FAN_OUT
+FANOUT_SQL = AGGREGATE
 ENDLESS_SQL = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
 
 OpenDb = Callable[..., GuardedDatabase]

@@ -236,8 +236,11 @@ class GuardedDatabase:
         if max_rows < 0 or max_chars < 0 or not timeout > 0:
             raise ValueError("max_rows and max_chars must be at least 0, timeout positive")
         raw = _raw_sqlite(connection) if isinstance(connection, sqlite3.Connection) else connection.__wrapped__
-        self.connection = connection
         self.dialect: str = engine_for(raw).dialect
+        if self.dialect not in ("sqlite", "duckdb"):
+            # The schema reader, the time limit (interrupt()) and the write backstop are SQLite's and DuckDB's.
+            raise TypeError(f"GuardedDatabase supports SQLite and DuckDB connections, not {self.dialect}")
+        self.connection = connection
         self.allow_writes = allow_writes
         self.max_rows = max_rows
         self.max_chars = max_chars

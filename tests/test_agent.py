@@ -302,3 +302,10 @@ def test_a_duckdb_path_that_is_not_duckdb_is_a_value_error(tmp_path: Path) -> No
     path.write_bytes(b"definitely not a duckdb file" * 100)
     with pytest.raises(ValueError, match="cannot be opened"):
         GuardedDatabase.open(path)
+
+
+def test_postgres_is_refused_clearly(pg_dsn: str) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(pg_dsn) as raw:
+        with pytest.raises(TypeError, match="SQLite and DuckDB connections, not postgres"):
+            GuardedDatabase(guarded_sqlite.wrap(raw))

@@ -11,7 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from .agent import ForeignKeyInfo, SchemaInfo, TableInfo
-from .schema import SchemaFacts, TableFacts, fold
+from .schema import (
+    CatalogUnreadable,
+    SchemaFacts,
+    TableFacts,
+    _quote,
+    catalog_rows,
+    fold,
+    plain_cursor,
+    read_sqlite_schema,
+)
 
 __all__ = ["describe", "foreign_key_cardinality"]
 
@@ -23,34 +32,39 @@ def describe(raw: Any, dialect: str) -> SchemaInfo:
 
         facts = read_duckdb_schema(raw)
         types = _duckdb_types(raw)
+        reader = raw
     else:
-        from .schema import read_sqlite_schema
-
         facts = read_sqlite_schema(raw)
         types = {}
-    tables = []
-    for table in sorted(facts.tables, key=lambda t: (t.schema != "main", t.schema, t.name.lower())):
-        if dialect == "sqlite" and table.name.lower().startswith("sqlite_"):
-            continue  # SQLite's own bookkeeping (sqlite_sequence, sqlite_stat1)
-        primary_key: tuple[str, ...] = ()
-        if dialect == "sqlite":
-            columns, primary_key = _sqlite_columns(raw, table)
-        else:
-            columns = types.get((table.schema, table.name)) or tuple((c, "") for c in table.columns)
-        keys = _declared_keys(table)
-        # The primary key first: it is the one a model should join through.
-        keys = tuple(sorted(keys, key=lambda key: set(key) != set(primary_key)))
-        tables.append(
-            TableInfo(
-                name=table.name,
-                schema=table.schema,
-                kind="view" if table.is_view else "table",
-                columns=columns,
-                keys=keys,
-                foreign_keys=tuple(_foreign_key(table, fk, facts) for fk in table.foreign_keys),
-                row_count=None if table.is_view else _row_count(raw, table, dialect),
+        # One plain cursor for every read: the caller's row factory never shapes them.
+        reader = plain_cursor(raw)
+    try:
+        tables = []
+        for table in sorted(facts.tables, key=lambda t: (t.schema != "main", t.schema, t.name.lower())):
+            if dialect == "sqlite" and table.name.lower().startswith("sqlite_"):
+                continue  # SQLite's own bookkeeping (sqlite_sequence, sqlite_stat1)
+            primary_key: tuple[str, ...] = ()
+            if dialect == "sqlite":
+                columns, primary_key = _sqlite_columns(reader, table)
+            else:
+                columns = types.get((table.schema, table.name)) or tuple((c, "") for c in table.columns)
+            keys = _declared_keys(table)
+            # The primary key first: it is the one a model should join through.
+            keys = tuple(sorted(keys, key=lambda key: set(key) != set(primary_key)))
+            tables.append(
+                TableInfo(
+                    name=table.name,
+                    schema=table.schema,
+                    kind="view" if table.is_view else "table",
+                    columns=columns,
+                    keys=keys,
+                    foreign_keys=tuple(_foreign_key(table, fk, facts) for fk in table.foreign_keys),
+                    row_count=None if table.is_view else _row_count(reader, table),
+                )
             )
-        )
+    finally:
+        if reader is not raw:
+            reader.close()
     return SchemaInfo(dialect, tuple(tables))
 
 
@@ -103,26 +117,16 @@ def _foreign_key(table: TableFacts, fk: Any, facts: SchemaFacts) -> ForeignKeyIn
     )
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _qualified(table: TableFacts) -> str:
     return ".".join(_quote(part) for part in table.schema.split(".")) + "." + _quote(table.name)
 
 
-def _sqlite_columns(raw: Any, table: TableFacts) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+def _sqlite_columns(cur: Any, table: TableFacts) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
     """``(name, declared type)`` of each column, and the primary key's columns in key order."""
-    import sqlite3
-
-    cur = sqlite3.Cursor(raw)
-    cur.row_factory = None
     try:
-        rows = cur.execute(f"PRAGMA {_quote(table.schema)}.table_xinfo({_quote(table.name)})").fetchall()
-    except sqlite3.Error:
+        rows = catalog_rows(cur, f"PRAGMA {_quote(table.schema)}.table_xinfo({_quote(table.name)})")
+    except CatalogUnreadable:
         return tuple((column, "") for column in table.columns), ()
-    finally:
-        cur.close()
     # table_xinfo's hidden column: 0 for ordinary columns, 2/3 for generated ones (shown), 1 for a
     # virtual table's hidden columns (not shown by SELECT *).
     columns = tuple((str(row[1]), str(row[2] or "")) for row in rows if row[6] != 1)
@@ -144,20 +148,10 @@ def _duckdb_types(raw: Any) -> dict[tuple[str, str], tuple[tuple[str, str], ...]
     return {key: tuple(value) for key, value in types.items()}
 
 
-def _row_count(raw: Any, table: TableFacts, dialect: str) -> int | None:
-    sql = f"SELECT COUNT(*) FROM {_qualified(table)}"
+def _row_count(reader: Any, table: TableFacts) -> int | None:
+    """``reader``: a plain sqlite3 cursor or a DuckDB connection; both have ``execute().fetchone()``."""
     try:
-        if dialect == "sqlite":
-            import sqlite3
-
-            cur = sqlite3.Cursor(raw)
-            cur.row_factory = None
-            try:
-                row = cur.execute(sql).fetchone()
-            finally:
-                cur.close()
-        else:
-            row = raw.execute(sql).fetchone()
+        row = reader.execute(f"SELECT COUNT(*) FROM {_qualified(table)}").fetchone()
     except Exception:  # an unreadable table (a virtual table's module missing) has no count to show
         return None
     return int(row[0]) if row is not None else None

@@ -35,18 +35,10 @@ CELL_WIDTH = 60
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0: {text!r}")
-    return value
-
-
 def add_query_parser(commands: Any) -> None:
     """Add the ``query`` subcommand to the CLI's subparsers."""
+    from .cli import _non_negative_int
+
     query = commands.add_parser(
         "query",
         help="run one SQL statement on a SQLite file through the guard; print the rows and the guard report",

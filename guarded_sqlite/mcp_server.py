@@ -203,8 +203,7 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME) -> "MCPServer[
 
 def add_mcp_parser(commands: Any) -> None:
     """Add the ``mcp`` subcommand to the CLI's subparsers."""
-    from .cli import _positive_float
-    from .cli_query import _non_negative_int
+    from .cli import _non_negative_int, _positive_float
     from .policy import PRESETS
 
     command = commands.add_parser(

@@ -272,29 +272,33 @@ class GuardedDatabase:
         path = Path(path)
         if read_only and allow_writes:
             raise ValueError("read_only and allow_writes exclude each other")
-        if path.suffix.lower() in _DUCKDB_SUFFIXES:
-            if not path.is_file():
-                raise ValueError(f"{path}: no such file")
-            import duckdb
-
-            try:
-                raw = duckdb.connect(str(path), read_only=read_only)
-            except duckdb.Error as failure:  # not a DuckDB file, another process's lock, a newer format
-                raise ValueError(f"{path}: cannot be opened ({' '.join(str(failure).split())})") from None
-            return cls(wrap(raw, guard=guard), allow_writes=allow_writes, **limits)
-        problem = _database_problem(path)
+        duck = path.suffix.lower() in _DUCKDB_SUFFIXES
+        problem = (None if path.is_file() else f"{path}: no such file") if duck else _database_problem(path)
         if problem is not None:
             raise ValueError(problem)
-        # mode=rw never creates a missing file; as_uri() percent-encodes '?', '#' and '%' in the path.
-        uri = path.resolve().as_uri() + ("?mode=ro" if read_only else "?mode=rw")
+        connection: Any = None
         try:
-            # Tool calls may arrive on any worker thread; the lock in __init__ serialises them. Autocommit
-            # (isolation_level=None): with allow_writes a write is committed when its statement ends,
-            # instead of sitting in sqlite3's implicit transaction, unseen by others and lost at exit.
-            con = connect(uri, uri=True, guard=guard, check_same_thread=False, isolation_level=None)
-        except sqlite3.Error as failure:
-            raise ValueError(f"{path}: cannot be opened ({failure})") from None
-        return cls(con, allow_writes=allow_writes, **limits)
+            if duck:
+                import duckdb
+
+                connection = wrap(duckdb.connect(str(path), read_only=read_only), guard=guard)
+            else:
+                # mode=rw never creates a missing file; as_uri() percent-encodes '?', '#' and '%' in the
+                # path. Tool calls may arrive on any worker thread; the lock in __init__ serialises them.
+                # Autocommit (isolation_level=None): with allow_writes a write is committed when its
+                # statement ends, instead of sitting in sqlite3's implicit transaction, unseen by others
+                # and lost at exit.
+                uri = path.resolve().as_uri() + ("?mode=ro" if read_only else "?mode=rw")
+                connection = connect(uri, uri=True, guard=guard, check_same_thread=False, isolation_level=None)
+            return cls(connection, allow_writes=allow_writes, **limits)
+        except Exception as failure:
+            if connection is not None:
+                connection.close()
+            # Not a DuckDB file, another process's lock, a newer format, an unreadable SQLite file: the
+            # database's own errors are the path's problem; anything else is a bug and keeps its traceback.
+            if not _is_database_error(failure):
+                raise
+            raise ValueError(f"{path}: cannot be opened ({' '.join(str(failure).split())})") from None
 
     def close(self) -> None:
         """Close the connection."""

@@ -261,8 +261,6 @@ def add_mcp_parser(commands: Any) -> None:
 def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
     """Carry out ``guarded-sqlite mcp`` for parsed ``args``: serve until the client disconnects.
     ``error`` prints a one-line error."""
-    from .agent import _is_database_error
-
     try:
         import mcp.server.mcpserver  # noqa: F401  (checked before the database is opened)
     except ImportError as missing:
@@ -283,13 +281,6 @@ def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
         return 2
     except ImportError:  # a .duckdb path without duckdb installed
         error(f"{args.db}: a DuckDB file needs the duckdb package: pip install 'guarded-sqlite[duckdb]'")
-        return 2
-    except Exception as failure:
-        # DuckDB reports a file that is not a DuckDB database, or one locked by another process, as its own
-        # error when connecting; anything else is a bug and keeps its traceback.
-        if not _is_database_error(failure):
-            raise
-        error(f"{args.db}: cannot be opened ({' '.join(str(failure).split())})")
         return 2
     with db:
         try:

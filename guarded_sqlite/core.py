@@ -445,6 +445,10 @@ def repair_statement(
     def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
         return read_only_fetch(guard, new_sql, parameters, row_factory, max_rows)
 
+    def plain_rerun(new_sql: str, max_rows: int) -> list[Any] | None:
+        # Only the join-copy check runs this, on a SELECT that calls no application function.
+        return read_only_fetch(guard, new_sql, parameters, None, max_rows, writes_possible=False)
+
     context = None if rescue_inputs is None else CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
         return repair(
@@ -458,6 +462,8 @@ def repair_statement(
             context,
             lambda: engine.may_collate_text(raw),
             functools.partial(explain, guard),
+            plain_rerun,
+            functools.partial(user_functions, guard),
         )
     except TransactionLost:
         raise
@@ -465,6 +471,18 @@ def repair_statement(
         rule: RuleName = "P1" if trigger == CARTESIAN_EXPLOSION else ("P2" if trigger is None else "rescue")
         decision = RuleDecision(rule, False, f"internal error while repairing: {describe_error(error)}")
         return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
+
+
+def user_functions(guard: ConnectionState) -> frozenset[str] | None:
+    """The application's functions on the connection (None: they cannot be listed): the engine's list,
+    read once per connection, and every function registered through the guarded connection since."""
+    listed = guard.listed_functions
+    if listed is None:
+        listed = guard.engine.user_functions(guard.raw)
+        if listed is None:
+            return None
+        guard.listed_functions = listed
+    return listed | guard.registered_functions
 
 
 def check_aggregates(
@@ -517,11 +535,12 @@ def read_only_fetch(
     row_factory: Any,
     max_rows: int,
     description: list[Any] | None = None,
+    writes_possible: bool = True,
 ) -> list[Any] | None:
     """One guard statement through the engine; remembers when SQLite's query_only is still on."""
     try:
         return guard.engine.read_only_fetch(
-            guard.raw, sql, parameters, row_factory, max_rows, guard.policy.rerun_timeout, description
+            guard.raw, sql, parameters, row_factory, max_rows, guard.policy.rerun_timeout, description, writes_possible
         )
     except WritableNotRestored:
         guard.restore_writable = True

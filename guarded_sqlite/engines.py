@@ -74,10 +74,14 @@ class Engine:
         max_rows: int,
         time_limit: float | None,
         description: list[Any] | None = None,
+        writes_possible: bool = True,
     ) -> list[Any] | None:
         """Rows of ``sql`` run read-only on ``raw``; None when there are more than ``max_rows``.
 
-        ``description``, when given, receives the cursor's description. Raises the driver's error if
+        ``description``, when given, receives the cursor's description. ``writes_possible=False`` says
+        the statement was proven unable to write (a single SELECT calling only the engine's built-in,
+        deterministic functions): SQLite then leaves ``PRAGMA query_only`` as it is, so that no other
+        writer on the connection (a blob handle, a second proxy) meets a read-only window. Raises the driver's error if
         the query fails or is interrupted, ``RerunRefused`` if it
         cannot run safely now, ``TransactionLost`` if the database rolled back the caller's open
         transaction while it ran.
@@ -88,6 +92,11 @@ class Engine:
         """Whether a DISTINCT on this connection could compare text with a collation other than
         binary equality (then P1 cannot de-duplicate in Python)."""
         return True
+
+    def user_functions(self, raw: Any) -> frozenset[str] | None:
+        """Folded names of the functions the engine lists on this connection that are not its own
+        built-ins (a re-execution would call them again), or None when that cannot be told."""
+        return frozenset()
 
     def schema_summary(self, raw: Any) -> str:
         """``table(col, col, ...)`` per table, one per line, for the rescue prompt."""
@@ -129,6 +138,7 @@ class SQLiteEngine(Engine):
         max_rows: int,
         time_limit: float | None,
         description: list[Any] | None = None,
+        writes_possible: bool = True,
     ) -> list[Any] | None:
         was_in_transaction = raw.in_transaction
         failure: BaseException | None = None
@@ -140,7 +150,7 @@ class SQLiteEngine(Engine):
             was_query_only: int | None = None
             busy_timeout: int | None = None
             try:
-                was_query_only = pragma.execute("PRAGMA query_only").fetchone()[0]
+                was_query_only = pragma.execute("PRAGMA query_only").fetchone()[0] if writes_possible else 1
                 if not was_query_only:
                     pragma.execute("PRAGMA query_only = ON")
                 # A locked database fails the guard's statement at once instead of waiting out the
@@ -202,6 +212,21 @@ class SQLiteEngine(Engine):
         finally:
             cursor.close()
 
+    def user_functions(self, raw: Any) -> frozenset[str] | None:
+        # SQLite lists every function with a flag that is off for the application's own (an application
+        # that replaces a built-in, say lower(), replaces its entry too) and for extensions' functions.
+        cursor = sqlite3.Cursor(raw)
+        cursor.row_factory = None
+        try:
+            rows = cursor.execute("PRAGMA function_list").fetchall()
+        except sqlite3.Error:
+            return None
+        finally:
+            cursor.close()
+        if not rows:  # an authorizer that ignores PRAGMA, or a build without the list: cannot tell
+            return None
+        return frozenset(str(row[0]).lower() for row in rows if not row[1])
+
     def schema_summary(self, raw: Any) -> str:
         cursor = sqlite3.Cursor(raw)
         cursor.row_factory = None
@@ -244,6 +269,7 @@ class PostgresEngine(Engine):
         max_rows: int,
         time_limit: float | None,
         description: list[Any] | None = None,
+        writes_possible: bool = True,
     ) -> list[Any] | None:
         import psycopg
         from psycopg.pq import TransactionStatus
@@ -322,6 +348,7 @@ class DuckDBEngine(Engine):
         max_rows: int,
         time_limit: float | None,
         description: list[Any] | None = None,
+        writes_possible: bool = True,
     ) -> list[Any] | None:
         if self.in_explicit_transaction(raw):
             raise RerunRefused(

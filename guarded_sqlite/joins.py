@@ -491,6 +491,23 @@ def not_modelled(node: exp.Expression) -> str:
     return ""
 
 
+def rerun_hazard(tree: exp.Expression) -> str:
+    """Why running ``tree`` once more could do what the caller's execution did not, or "": it calls a
+    function that may be a user function (any name sqlglot does not know as a built-in; a user function
+    may count its calls or write) or a non-deterministic one (``random()``, the current time), anywhere
+    in the statement. The guard's own re-executions skip such statements."""
+    for node in tree.walk():
+        if isinstance(node, exp.Anonymous):
+            name = str(node.name).lower()
+            if name not in _DETERMINISTIC_BUILTINS and name not in _ANONYMOUS_AGGREGATES:
+                return f"the statement calls {name}(), which may be a user function: not run again"
+        elif isinstance(node, _NON_DETERMINISTIC):
+            return f"the statement calls {node.sql('sqlite')}, which is not deterministic: not run again"
+        elif isinstance(node, exp.Literal) and node.is_string and node.this.strip().lower() == "now":
+            return "the statement reads the current time ('now'): not run again"
+    return ""
+
+
 def derived_keys(
     body: exp.Expression, schema: SchemaFacts, ctes: dict[str, exp.Expression]
 ) -> tuple[frozenset[str] | None, tuple[frozenset[str], ...], str]:

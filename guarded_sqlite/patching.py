@@ -2,23 +2,27 @@
 
 The proxy hands over the original rows and a ``Connection`` (how to run SQL read-only with the
 caller's parameters, and what the engine knows about collations), plus a ``RescueContext`` when the
-caller passed candidates. This module picks the rule (P1 for explosions, P2 for DISTINCT results) and
-asks ``rewrite`` for the new text. P1 needs no re-execution: SQL's DISTINCT over the same rows can
-only give the original result's distinct rows, which are already fetched, so they are served in
-order of first occurrence. P2 re-executes and commits only if the new rows pass its runtime checks.
-With candidates the rescuer runs before the patches (``rescue_first``, the paper's v2) or after them
-(``patch_first``, v1). Every check that fails becomes a reason in the report; nothing here raises
-except ``TransactionLost`` and KeyboardInterrupt/SystemExit, which must reach the caller.
+caller passed candidates. This module picks the rule (P1 for explosions, P2 for DISTINCT results under
+the paper preset) and asks ``rewrite`` for the new text. With candidates the rescuer runs before the
+patches (``rescue_first``, the paper's v2) or after them (``patch_first``, v1). Every check that fails
+becomes a reason in the report; nothing here raises except ``TransactionLost`` and
+KeyboardInterrupt/SystemExit, which must reach the caller.
 
-Provenance (``GuardPolicy.provenance``). Unless it is ``"off"`` (the paper preset), a rule that is about
-to fire asks ``explain`` (the connection's cached ``guarded_sqlite.provenance`` verdict) *after* the
-rewrite itself was accepted, so statements the rewrite refuses never cost a catalog read. P1 fails
-closed: it fires only on established join amplification, and leaves ``value_repeats``, ``unknown`` and a
-verdict the rows contradict (``identified`` without a fan-out, yet rows repeat) alone; under
-``"text_to_sql"`` it also fires below ``tau_inject``, on amplification only. P2 refuses to remove a
-DISTINCT that may hide a join's multiplication, that merges ``value_repeats`` or that the keys prove a
-no-op (``identified``), so it acts only where the analysis cannot tell (``unknown``), and then only if
-the re-execution passes its checks on the data.
+P1 under the paper preset (``provenance="off"``) serves the fetched rows de-duplicated in order of first
+occurrence: SQL's DISTINCT over the same rows can only give those rows, so nothing runs again. Under the
+key-based presets it asks ``explain`` (the connection's cached ``guarded_sqlite.provenance`` verdict)
+*after* the rewrite itself was accepted, so statements the rewrite refuses never cost a catalog read,
+and fails closed: it acts only on established join amplification (``value_repeats``, ``unknown`` and a
+verdict the rows contradict are left alone), and only where the data shows *join copies*, rows that
+repeat a combination of the projected tables' rows. An ``identified`` projection needs no look (every
+repeat is a copy); otherwise the join-copy check runs the statement once more, read-only, with the
+projected tables' row identities appended, and ``guarded_sqlite.copies`` counts the copies. Whatever
+the check cannot establish (a statement calling an application's function, rows that differ from the
+statement's, a check that cannot run) leaves the rows as they are with an ``unknown`` verdict; no
+copies leaves them too. ``"patch"`` then removes exactly the copies (``"join_copies_removed"``, or
+``"distinct_injected"`` where that is SELECT DISTINCT's result); ``"text_to_sql"`` serves the distinct
+rows. P2 re-executes and commits only if the new rows pass its runtime checks; the key-based presets
+never run it (``GuardPolicy``).
 
 Decisions are logged by ``core`` once the statement's state is final (``guarded_sqlite.sinks``).
 """
@@ -30,13 +34,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from .copies import UNCOMPARABLE, CopyCount, count_copies, plain_values, without_copies
 from .engines import RerunRefused
 from .errors import TransactionLost, describe_error
 from .policy import GuardPolicy, removal_applies, removal_row_limit
-from .probe import CARTESIAN_EXPLOSION, classify, count_unique, distinct_in_order, dup_ratio, row_set
+from .probe import CARTESIAN_EXPLOSION, classify, count_unique, distinct_in_order, dup_ratio, hashable_row, row_set
 from .report import Action, RuleDecision
 from .rescue import PREVIEW_ROWS, CandidatePreview, RescueReport, RescueRequest, rescuer_name, run_rescuer
-from .rewrite import inject_distinct, is_read_only_query, remove_distinct
+from .rewrite import append_columns, inject_distinct, is_read_only_query, remove_distinct
 
 if TYPE_CHECKING:
     from .provenance import Provenance
@@ -48,6 +53,14 @@ number of rows."""
 Explain = Callable[[str], "Provenance"]
 """The provenance of a statement's duplicates on this connection (schema facts and verdicts cached by
 the connection); asked only when a rule needs the verdict."""
+
+PlainRerun = Callable[[str, int], list[Any] | None]
+"""``Rerun`` without the caller's row factory: rows as plain tuples (the join-copy check reads its
+appended identity columns by position), for a statement proven unable to write (a single SELECT that
+calls no application function), which SQLite runs without switching ``query_only`` on."""
+
+UserFunctions = Callable[[], "frozenset[str] | None"]
+"""Folded names of the connection's functions that are not the engine's built-ins (None: cannot tell)."""
 
 MayCollate = Callable[[], bool]
 """Whether the engine may compare text with a non-binary collation in this database (asked only when
@@ -103,16 +116,21 @@ def repair(
     context: RescueContext | None = None,
     may_collate: MayCollate = lambda: True,
     explain: Explain | None = None,
+    plain_rerun: PlainRerun | None = None,
+    user_functions: UserFunctions = lambda: None,
 ) -> PatchOutcome:
     """Run the rescue (if the statement is flagged and came with candidates) and the patch rules.
 
     ``rows`` is None only for ``exec_error``; then only a rescue can produce rows, and the outcome's
     ``rows`` stays empty with ``action == "none"`` when it does not. ``explain`` gives the provenance
     verdict when ``policy.provenance`` asks for one; without it the rules act as the paper's.
+    ``plain_rerun`` and ``user_functions`` serve the join-copy check (without them it cannot run, and
+    a verdict that needs it leaves the rows as they are).
     """
     started = time.perf_counter_ns()
     decisions: list[RuleDecision] = []
     why = _Why(explain if policy.provenance != "off" else None)
+    copies = _CopyCheck(plain_rerun, user_functions)
     rescue_report: RescueReport | None = None
     rescued: tuple[str, list[Any]] | None = None
     current = (sql, rows, unique_rows, trigger)
@@ -126,7 +144,9 @@ def repair(
             new_unique = count_unique(new_rows)
             current = (new_sql, new_rows, new_unique, classify(len(new_rows), new_unique, policy.tau_inject))
 
-    patched_sql, patched_rows, patch_action = _patches(*current, policy, rerun, may_collate, dialect, decisions, why)
+    patched_sql, patched_rows, patch_action = _patches(
+        *current, policy, rerun, may_collate, dialect, decisions, why, copies
+    )
 
     if wants_rescue and policy.order == "patch_first":
         rescue_report, rescued, refusal = _rescue(sql, rows, unique_rows, trigger, policy, dialect, context)  # type: ignore[arg-type]
@@ -173,10 +193,26 @@ class _Why:
 
     def contradicted(self, why: str) -> Provenance:
         """The verdict replaced by ``unknown`` because the result contradicts it (reported as such)."""
+        return self.unknown(f"{why}: the facts and the data disagree")
+
+    def unknown(self, evidence: str) -> Provenance:
+        """The verdict replaced by ``unknown``: the keys allow join copies, but whether the data has any
+        could not be established."""
         from .provenance import Provenance
 
-        self.last = Provenance("unknown", f"{why}: the facts and the data disagree")
+        self.last = Provenance("unknown", evidence)
         return self.last
+
+
+class _CopyCheck:
+    """How the join-copy check reaches the connection: a re-execution that returns plain tuples, and
+    the names of the connection's own functions (a statement calling one is never run again)."""
+
+    __slots__ = ("rerun", "user_functions")
+
+    def __init__(self, rerun: PlainRerun | None, user_functions: UserFunctions) -> None:
+        self.rerun = rerun
+        self.user_functions = user_functions
 
 
 def _patches(
@@ -190,26 +226,26 @@ def _patches(
     dialect: str,
     decisions: list[RuleDecision],
     why: _Why,
+    copies: _CopyCheck,
 ) -> tuple[str, list[Any] | None, Action]:
     """P1 on an explosion (or, text_to_sql, on duplicates at ``tau_amplified``), P2 on a healthy DISTINCT
     result; appends its decision."""
     if rows is None or unique_rows is None:
         return sql, rows, "none"
-    if trigger == CARTESIAN_EXPLOSION:
-        decision, new = _inject(sql, rows, unique_rows, policy, rerun, may_collate, dialect, why, below_tau=False)
-    elif trigger is None and below_tau_applies(len(rows), unique_rows, policy):
-        decision, new = _inject(sql, rows, unique_rows, policy, rerun, may_collate, dialect, why, below_tau=True)
+    if trigger == CARTESIAN_EXPLOSION or (trigger is None and below_tau_applies(len(rows), unique_rows, policy)):
+        below_tau = trigger is None
+        decision, new = _inject(sql, rows, unique_rows, policy, rerun, may_collate, dialect, why, below_tau, copies)
     elif trigger is None and removal_applies(sql, len(rows), unique_rows, policy):
-        decision, new = _remove(sql, rows, policy, rerun, dialect, why)
+        decision, new = _remove(sql, rows, policy, rerun, dialect)
     else:
         return sql, rows, "none"
     decisions.append(decision)
     if new is None:
         return sql, rows, "none"
-    return new[0], new[1], "distinct_injected" if decision.rule == "P1" else "distinct_removed"
+    return new
 
 
-_Result = tuple[RuleDecision, tuple[str, list[Any]] | None]
+_Result = tuple[RuleDecision, tuple[str, list[Any], Action] | None]
 
 
 def below_tau_applies(rows: int, unique_rows: int, policy: GuardPolicy) -> bool:
@@ -229,7 +265,12 @@ def _inject(
     dialect: str,
     why: _Why,
     below_tau: bool,
+    copies: _CopyCheck,
 ) -> _Result:
+    """P1. Under the paper preset: DISTINCT on the explosion. Under the key-based presets it acts only on
+    established join amplification and only where the data shows join copies: ``"patch"`` removes
+    exactly the copies (two customers named alike stay two rows), ``"text_to_sql"`` serves the distinct
+    values (its answers are sets)."""
     if not policy.inject_distinct:
         return RuleDecision("P1", False, "disabled by policy (inject_distinct=False)"), None
     rewrite = inject_distinct(sql, dialect)
@@ -250,10 +291,55 @@ def _inject(
             f"the declared keys say no row can repeat ({provenance.evidence}), "
             f"yet {len(rows) - unique_rows} of {len(rows)} rows repeat"
         )
+    copy_count: int | None = None
+    served = "the fetched rows de-duplicated in order of first occurrence"
     if provenance is None:
         origin = ""
     elif provenance.amplification:
         origin = f"; join amplification ({provenance.verdict}): {provenance.evidence}"
+        if provenance.verdict == "identified":
+            # The projection holds a key of every projected table: equal rows are the same combination
+            # of their rows, so every duplicate is a join copy, and nothing needs to run again.
+            copy_count = len(rows) - unique_rows
+            served = f"{copy_count} join copies (the projection identifies the rows); {served}"
+        else:
+            found = _find_copies(sql, rows, provenance.identities, provenance.identity_gap, dialect, copies)
+            if isinstance(found, str):
+                provenance = why.unknown(
+                    f"{provenance.evidence}; whether the data repeats a row of the projected tables is "
+                    f"not established: {found}"
+                )
+                return RuleDecision(
+                    "P1", False, f"{threshold}, but provenance unknown ({found}): rows left as they are"
+                ), None
+            check_sql, values, checked, count = found
+            copy_count = count.copies
+            if not count.copies:
+                return RuleDecision(
+                    "P1",
+                    False,
+                    f"{threshold}{origin}; but no join copies on the data: every repeated row comes from a "
+                    "different row of the projected tables (value repeats), rows left as they are",
+                    copies=0,
+                ), None
+            if policy.provenance != "text_to_sql" and len(count.kept) != sum(count.kept.values()):
+                # Some equal rows are distinct rows of the projected tables: DISTINCT would merge them.
+                kept_rows = without_copies(rows, values, count, checked, len(values[0]))
+                merged = sum(count.kept.values()) - len(count.kept)
+                reason = (
+                    f"{threshold}{origin}; {count.copies} join copies on the data, removed: {len(rows)} -> "
+                    f"{len(kept_rows)} rows, one per combination of the projected tables' rows in order of "
+                    f"first occurrence ({merged} rows equal to another but from other rows of the projected "
+                    "tables kept, where DISTINCT would merge them; final_sql is the check that told them apart)"
+                )
+                return RuleDecision("P1", True, reason, copies=count.copies), (
+                    check_sql,
+                    kept_rows,
+                    "join_copies_removed",
+                )
+            merges_values = len(count.kept) != sum(count.kept.values())
+            how = "value repeats merged too (text_to_sql: answers are sets)" if merges_values else "no value repeat"
+            served = f"{count.copies} join copies on the data, {how}; {served}"
     elif below_tau:
         return RuleDecision(
             "P1",
@@ -277,22 +363,81 @@ def _inject(
         ), None
     new_rows = distinct_in_order(rows)
     if len(new_rows) != unique_rows:  # the probe and the de-duplication disagree: serve nothing new
-        return RuleDecision("P1", False, _SET_CHANGED), None
+        return RuleDecision("P1", False, _SET_CHANGED, copies=copy_count), None
     # Text that a collation could merge shows among the distinct rows already: no need to scan them all.
     doubt = _collation_doubt(sql, new_rows, may_collate)
     if doubt is None:
-        how = "the fetched rows de-duplicated in order of first occurrence; nothing re-executed"
+        how = f"{served}; nothing re-executed" if copy_count is None else served
     else:
         # Only the engine knows what its DISTINCT merges here: run the rewrite once, read-only, and serve
         # the de-duplicated rows only if it returns exactly them.
         verified, failure = _run(rerun, rewrite.sql, unique_rows)
         if verified is None:
-            return RuleDecision("P1", False, f"{doubt}; {failure or _SET_CHANGED}"), None
+            return RuleDecision("P1", False, f"{doubt}; {failure or _SET_CHANGED}", copies=copy_count), None
         if len(verified) != unique_rows or count_unique(verified) != unique_rows or not _same_set(verified, rows):
-            return RuleDecision("P1", False, f"{doubt}; {_SET_CHANGED}"), None
-        how = f"the fetched rows de-duplicated in order of first occurrence, checked by one read-only run ({doubt})"
+            return RuleDecision("P1", False, f"{doubt}; {_SET_CHANGED}", copies=copy_count), None
+        how = f"{served}, checked by one read-only run ({doubt})"
     reason = f"{threshold}{origin}; {len(rows)} -> {len(new_rows)} rows ({how})"
-    return RuleDecision("P1", True, reason), (rewrite.sql, new_rows)
+    return RuleDecision("P1", True, reason, copies=copy_count), (rewrite.sql, new_rows, "distinct_injected")
+
+
+def _find_copies(
+    sql: str,
+    rows: list[Any],
+    identities: tuple[str, ...],
+    gap: str,
+    dialect: str,
+    copies: _CopyCheck,
+) -> tuple[str, list[tuple[Any, ...]], list[Any], CopyCount] | str:
+    """Run the join-copy check: the statement again, read-only, with the projected tables' row
+    identities appended; the check's SQL, the rows' values and the count, or why it could not run."""
+    if not identities:
+        return gap or "no row identity for the projected tables"
+    if copies.rerun is None:
+        return "the connection cannot run the check"
+    check = append_columns(sql, identities, dialect)
+    if check.sql is None:
+        return f"the check cannot be written: {check.reason}"
+    functions = copies.user_functions()
+    if functions is None:
+        return "the connection's functions cannot be listed, so the check is not run (it could call one again)"
+    called = _calls_any(sql, functions)
+    if called:
+        return f"the statement calls {called}(), a function of the application's: not run again"
+    values: list[tuple[Any, ...]]
+    if set(map(type, rows)) <= {tuple}:  # no row factory: the rows are their values
+        values = rows
+    else:
+        values = []
+        for row in rows:
+            plain = plain_values(row)
+            if plain is None:
+                return "the row factory's rows cannot be read back as values"
+            values.append(plain)
+    checked, failure = _run(copies.rerun, check.sql, len(rows))
+    if checked is None:
+        return failure or "the check returned more rows than the statement"
+    width = len(values[0]) if values else 0
+    count = count_copies(values, checked, width)
+    if count == UNCOMPARABLE:  # a text_factory's bytearrays, say: compare hashable stand-ins instead
+        values = [tuple(map(hashable_row, row)) for row in values]
+        checked = [tuple(map(hashable_row, row)) for row in checked]
+        count = count_copies(values, checked, width)
+    if isinstance(count, str):
+        return count
+    return check.sql, values, checked, count
+
+
+_CALL = re.compile(r"([A-Za-z_][\w$]*)\s*\(")
+
+
+def _calls_any(sql: str, functions: frozenset[str]) -> str:
+    """The first of ``functions`` that ``sql`` calls (a name followed by a parenthesis), or "". Names in
+    string literals count too, which can only keep a statement from running again."""
+    if not functions:
+        return ""
+    called = {name.lower() for name in _CALL.findall(sql)} & functions
+    return min(called) if called else ""
 
 
 _COLLATE = re.compile(r"\bcollate\b", re.IGNORECASE)
@@ -331,16 +476,13 @@ def _has_case_or_space_variants(rows: Sequence[Any]) -> bool:
     return False
 
 
-def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialect: str, why: _Why) -> _Result:
+def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialect: str) -> _Result:
+    """P2, the paper's rule: it runs only under the ``"paper"`` preset (``GuardPolicy``)."""
     if not policy.remove_distinct:
         return RuleDecision("P2", False, "disabled by policy (remove_distinct=False)"), None
     rewrite = remove_distinct(sql, dialect)
     if rewrite.sql is None:
         return RuleDecision("P2", False, rewrite.reason), None
-    provenance = why(sql)
-    kept = None if provenance is None else _distinct_kept(provenance)
-    if kept is not None:
-        return RuleDecision("P2", False, f"{kept}, nothing re-executed"), None
     can_commit_up_to = removal_row_limit(len(rows), policy.tau_remove)
     new_rows, failure = _run(rerun, rewrite.sql, min(policy.row_cap, can_commit_up_to))
     if new_rows is None:
@@ -364,33 +506,7 @@ def _remove(sql: str, rows: list[Any], policy: GuardPolicy, rerun: Rerun, dialec
     reason = (
         f"without DISTINCT dup_ratio {ratio:.3f} <= tau_remove {policy.tau_remove}; {len(rows)} -> {len(new_rows)} rows"
     )
-    return RuleDecision("P2", True, reason), (rewrite.sql, new_rows)
-
-
-def _distinct_kept(provenance: Provenance) -> str | None:
-    """Why the key-based presets keep a DISTINCT as written, or None where the analysis cannot tell."""
-    if provenance.hides_amplification:
-        fans = ", ".join(dict.fromkeys((*provenance.fanning_leading, *provenance.fanning_projected)))
-        return (
-            f"the DISTINCT may hide join amplification ({fans} can repeat rows; provenance "
-            f"{provenance.verdict}: {provenance.evidence}): not removed"
-        )
-    if provenance.verdict == "identified":
-        # No join multiplies rows and the projection identifies them: the DISTINCT removes nothing, so
-        # a run without it could never return more rows.
-        return (
-            f"the projection identifies the rows, so the DISTINCT removes none (provenance identified: "
-            f"{provenance.evidence}): nothing to gain"
-        )
-    if provenance.verdict == "value_repeats":
-        # The DISTINCT merges equal values of distinct rows, which is what it says: on Spider dev the
-        # paper's P2 fixed none of these and broke five (benchmarks/provenance_spider_results.md), and
-        # an ORM's .distinct() is the caller's explicit request.
-        return (
-            f"the DISTINCT merges repeated values of distinct rows (provenance value_repeats: "
-            f"{provenance.evidence}): kept as written"
-        )
-    return None
+    return RuleDecision("P2", True, reason), (rewrite.sql, new_rows, "distinct_removed")
 
 
 _SET_CHANGED = "the rewritten query returns a different set of rows (a collation or non-deterministic function?)"

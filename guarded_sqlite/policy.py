@@ -7,11 +7,12 @@ preset, ``"patch"``, adds the duplicate-provenance checks (``provenance="keys"``
 Presets (``guard=NAME``, or the ``GuardPolicy`` constructor named after each):
 
 * ``"patch"`` (``GuardPolicy()``): P1 on a flagged explosion only where the catalog establishes join
-  amplification (never on value repeats or an ``unknown`` verdict); P2 only where the analysis cannot
-  tell (a DISTINCT that may hide a join's multiplication, merges value repeats or provably removes
-  nothing is kept as written). What ``install()`` puts under applications.
-* ``"text_to_sql"`` (``GuardPolicy.text_to_sql()``): ``"patch"``, and P1 also below ``tau_inject`` on
-  join amplification with ``dup_ratio >= tau_amplified``. For SQL a model wrote to answer a question.
+  amplification (never on value repeats or an ``unknown`` verdict) and the data shows join copies,
+  removing exactly those; every DISTINCT is kept as written (no P2). What ``install()`` puts under
+  applications.
+* ``"text_to_sql"`` (``GuardPolicy.text_to_sql()``): like ``"patch"``, but once join copies are shown P1
+  serves the distinct rows, and it also fires below ``tau_inject`` on join amplification with
+  ``dup_ratio >= tau_amplified``. For SQL a model wrote to answer a question.
 * ``"paper"`` (``GuardPolicy.paper()``): the paper's literal P1/P2, no provenance, to reproduce its numbers.
 * ``"observe"`` and ``"off"``: the modes of the same names (``GuardPolicy(mode=...)``).
 """
@@ -92,12 +93,12 @@ class GuardPolicy:
     provenance: ProvenanceRule = "keys"
     """How P1 and P2 use the duplicate-provenance analysis (``guarded_sqlite.provenance``: declared keys
     read from the catalog, only when a rule is about to fire). ``"keys"`` (the ``"patch"`` preset): P1
-    fires only on established join amplification and leaves ``value_repeats`` and ``unknown`` alone
-    (fail closed: the explosion stays flagged); P2 keeps a DISTINCT that may hide a join's
-    multiplication, that merges ``value_repeats`` (it says what it means) or that the keys prove a no-op
-    (``identified``), so it removes one only on an ``unknown`` verdict. ``"text_to_sql"``: the same, and
-    P1 also fires below ``tau_inject`` on join amplification (see ``tau_amplified``). ``"off"`` (the
-    ``"paper"`` preset): the paper's rules, no analysis, no catalog read."""
+    fires only on established join amplification with join copies on the data, and removes exactly the
+    copies; it leaves ``value_repeats`` and ``unknown`` alone (fail closed: the explosion stays
+    flagged); P2 never runs (every DISTINCT is kept as written). ``"text_to_sql"``: the same, except
+    that P1 serves the distinct rows once copies are shown and also fires below ``tau_inject`` on join
+    amplification (see ``tau_amplified``). ``"off"`` (the ``"paper"`` preset): the paper's P1 and P2, no
+    analysis, no catalog read."""
 
     tau_amplified: float = TEXT_TO_SQL_TAU
     """With ``provenance="text_to_sql"`` only: P1 also fires on a result below ``tau_inject`` whose
@@ -165,7 +166,10 @@ class GuardPolicy:
             )
         if isinstance(self.tau_amplified, bool) or not 0.0 < self.tau_amplified <= 1.0:
             raise ValueError(f"tau_amplified must be in (0, 1], not {self.tau_amplified!r}")
-        object.__setattr__(self, "_p2_min_rows", min_rows_for_removal(self.tau_remove))
+        # P2 is the paper's rule: under the key-based presets a DISTINCT stays as written, so no
+        # DISTINCT result is ever a P2 candidate there (and none costs a parse).
+        p2_rows = min_rows_for_removal(self.tau_remove) if self.provenance == "off" else _NEVER
+        object.__setattr__(self, "_p2_min_rows", p2_rows)
         below = self.mode == "patch" and self.provenance == "text_to_sql" and self.tau_amplified < self.tau_inject
         object.__setattr__(self, "_tau_act", self.tau_amplified if below else self.tau_inject)
 
@@ -188,6 +192,10 @@ class GuardPolicy:
         if self.mode != "patch":
             return self.mode
         return {"keys": "patch", "text_to_sql": "text_to_sql", "off": "paper"}[self.provenance]
+
+
+_NEVER = 2**62
+"""``_p2_min_rows`` of a policy under which P2 never runs."""
 
 
 def removal_applies(sql: str, rows: int, unique_rows: int, policy: GuardPolicy) -> bool:

@@ -79,13 +79,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from .joins import ROWID_NAMES, Closure, Col, JoinGraph, Unanalysable, conjuncts, grouping, select_list, too_big
+from .joins import (
+    ROWID_NAMES,
+    Closure,
+    Col,
+    JoinGraph,
+    Unanalysable,
+    conjuncts,
+    grouping,
+    rerun_hazard,
+    select_list,
+    too_big,
+)
 from .rewrite import quiet_sqlglot
 from .schema import SchemaFacts, fold
 
@@ -139,6 +150,17 @@ class Provenance:
 
     keys_used: tuple[str, ...] = ()
     """Keys that determined an instance, as ``alias.(col, ...)``: the N:1 lookups and identifying keys."""
+
+    identities: tuple[str, ...] = ()
+    """For an ``amplified`` verdict: SQL expressions (qualified, quoted) that together identify one row of
+    each projected instance (a NOT NULL key, else the engine's row id), which the join-copy check appends
+    to the select list. Empty for the other verdicts, or when some projected instance has none
+    (``identity_gap`` says why)."""
+
+    identity_gap: str = ""
+    """Why ``identities`` is empty for an ``amplified`` verdict: a projected view, table function or
+    derived table without a key, or a statement whose re-execution could call a user or
+    non-deterministic function again."""
 
     @property
     def amplification(self) -> bool:
@@ -294,7 +316,7 @@ class _Analysis(JoinGraph):
         identity = self._closure(set(), bare, identity=True)
         identified = bool(projected) and projected <= identity.determined
         keys_used = {**closure_l.keys_used, **identity.keys_used}
-        common = {
+        common: dict[str, Any] = {
             "fanning_leading": tuple(labels[k] for k in known_l),
             "fanning_projected": tuple(labels[k] for k in known_p),
             "reference": tuple(labels[k] for k in sorted(leading if reference == "leading" else by_projection)),
@@ -315,7 +337,15 @@ class _Analysis(JoinGraph):
                 labels[k] + (" (LEFT JOIN: NULL for unmatched rows)" if self.instances[k].left_joined else "")
                 for k in sorted(projected - identity.determined)
             )
-            return Provenance("amplified", f"{reasons}; projection has no key of {missing}", fanned, **common)
+            identities, gap = self._identities(projected)
+            return Provenance(
+                "amplified",
+                f"{reasons}; projection has no key of {missing}",
+                fanned,
+                **common,
+                identities=identities,
+                identity_gap=gap,
+            )
         if possible:
             hidden = dict.fromkeys(k for k in [*fan_l, *fan_p] if k in unseen)
             why = _clauses(
@@ -347,6 +377,51 @@ class _Analysis(JoinGraph):
             lookups = self._lookups(closure_p, by_projection)
             evidence = f"no join repeats a row of the projected tables: {lookups} (but {note})"
         return Provenance("value_repeats", evidence, **common)
+
+    def _identities(self, projected: set[int]) -> tuple[tuple[str, ...], str]:
+        """Expressions that identify one row of each projected instance, or why there are none (see
+        ``Provenance.identities``)."""
+        hazard = rerun_hazard(self.root)
+        if hazard:
+            return (), hazard
+        expressions: list[str] = []
+        for k in sorted(projected):
+            instance = self.instances[k]
+            names = self._identity_columns(k)
+            if names is None:
+                why = instance.opaque_reason or f"{instance.label} has no NOT NULL key and no row id"
+                return (), f"no row identity for {instance.label}: {why}"
+            expressions.extend(
+                exp.column(name, table=instance.display, quoted=True).sql(dialect=self.dialect) for name in names
+            )
+        if not expressions:
+            return (), "the projected tables have at most one row each: nothing to tell their rows apart by"
+        return tuple(expressions), ""
+
+    def _identity_columns(self, k: int) -> tuple[str, ...] | None:
+        """The columns (as spelled for the query) that identify one row of instance ``k``: a key whose
+        columns cannot be NULL (SQLite's rowid is one), else the engine's own row id (DuckDB ``rowid``
+        unless a column takes that name; PostgreSQL ``tableoid`` with ``ctid``, unique across partitions
+        and inheritance children); a derived table's key. None when it has none."""
+        instance = self.instances[k]
+        if instance.kind == "derived":
+            if not instance.keys or fold(instance.display) != instance.alias or instance.display == "subquery":
+                return None
+            return tuple(sorted(instance.keys[0]))
+        if instance.kind != "table" or instance.opaque_reason:
+            return None
+        identities = [key for key in instance.keys if key <= instance.not_null]
+        # A declared key reads best in final_sql; of SQLite's row id aliases, the one users know.
+        key = next((key for key in identities if not key & ROWID_NAMES), None) or next(
+            (frozenset({alias}) for alias in ("rowid", "oid", "_rowid_") if frozenset({alias}) in identities), None
+        )
+        if key is not None:
+            return tuple(instance.original.get(c, c) for c in sorted(key))
+        if self.dialect == "duckdb" and "rowid" not in (instance.columns or ()):
+            return ("rowid",)
+        if self.dialect == "postgres":
+            return ("tableoid", "ctid")
+        return None
 
     def _known(self, k: int) -> bool:
         """Whether instance ``k``'s keys are known (a base table, or a derived table seen through)."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
+from .connection_state import note_function
 from .core import (
     GUARD_OFF,
     NOT_ROW_RETURNING,
@@ -107,6 +108,23 @@ class ConnectionProxy(_Proxy, GuardedConnection):
         """A block in which this thread's statements through the connection follow ``guard``; see
         ``guarded_sqlite.connect``'s connections."""
         return policy_scope(self._self_guard, resolve_policy(guard))
+
+    # sqlite3's registrations; the guard remembers each name, so that it never runs a statement that
+    # calls the function a second time (the join-copy check).
+    def create_function(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        result = self.__wrapped__.create_function(name, *args, **kwargs)
+        note_function(self._self_guard, name)
+        return result
+
+    def create_aggregate(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        result = self.__wrapped__.create_aggregate(name, *args, **kwargs)
+        note_function(self._self_guard, name)
+        return result
+
+    def create_window_function(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        result = self.__wrapped__.create_window_function(name, *args, **kwargs)
+        note_function(self._self_guard, name)
+        return result
 
     def cursor(self, *args: Any, **kwargs: Any) -> CursorProxy:
         raw_connection = self.__wrapped__

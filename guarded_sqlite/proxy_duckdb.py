@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .connection_state import note_function
 from .core import ConnectionState, GuardedConnection, serving
 from .engines import DUCKDB, NO_PARAMETERS, execute_with
 from .policy import GuardPolicy
@@ -17,8 +18,8 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
     The guard's checks and re-runs use the same DuckDB connection, so ``description`` is the one
     recorded when the caller's statement ran. ``df()``/``fetchdf()``/``fetchnumpy()``/Arrow results
     cannot be rebuilt from fetched rows exactly, so they re-run the served SQL read-only (a proven
-    read-only query only) and return what the caller has not fetched yet; otherwise ``df()`` builds a
-    DataFrame from the buffered rows.
+    read-only query only) and return what the caller has not fetched yet; otherwise (and when join
+    copies were removed, which only the buffer holds) ``df()`` builds a DataFrame from the buffered rows.
     """
 
     _self_parameters: Any = NO_PARAMETERS
@@ -41,7 +42,16 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
 
     def cursor(self) -> GuardedDuckDBConnection:
         """A duplicate connection to the same database (DuckDB's cursor), guarded with the same policy."""
-        return GuardedDuckDBConnection(self.__wrapped__.cursor(), self._self_guard.policy)
+        duplicate = GuardedDuckDBConnection(self.__wrapped__.cursor(), self._self_guard.policy)
+        duplicate._self_guard.registered_functions = self._self_guard.registered_functions
+        return duplicate
+
+    def create_function(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """DuckDB's ``create_function``; the guard remembers the name (DuckDB lists a Python function
+        like a built-in), so that it never re-runs a statement that calls it."""
+        result = self.__wrapped__.create_function(name, *args, **kwargs)
+        note_function(self._self_guard, name)
+        return result
 
     def __enter__(self) -> GuardedDuckDBConnection:
         self.__wrapped__.__enter__()
@@ -82,15 +92,16 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
 
         remaining = list(serving(self, raw, _fetchone))
         served_sql = current.final_sql
-        if is_read_only_query(served_sql, "duckdb"):
+        # Removed join copies are a choice among the rows of final_sql (the check), not its result.
+        rerunnable = not current.action.endswith("join_copies_removed")
+        if rerunnable and is_read_only_query(served_sql, "duckdb"):
             return _tail(self._rerun_natively(served_sql, method, *args, **kwargs), len(remaining))
         if method in ("df", "fetchdf", "fetch_df"):
             import pandas
 
             return pandas.DataFrame.from_records(remaining, columns=[d[0] for d in self._self_description])
-        raise TypeError(
-            f"{method}() cannot be rebuilt from the guarded buffer of a statement that is not a read-only query"
-        )
+        what = "whose join copies were removed" if not rerunnable else "that is not a read-only query"
+        raise TypeError(f"{method}() cannot be rebuilt from the guarded buffer of a statement {what}")
 
     def _rerun_natively(self, sql: str, method: str, *args: Any, **kwargs: Any) -> Any:
         raw = self.__wrapped__

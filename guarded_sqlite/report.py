@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 Action = Literal[
     "none",
     "distinct_injected",
+    "join_copies_removed",
     "distinct_removed",
     "aggregate_defanned",
     "candidate_selected",
     "candidate_selected+distinct_injected",
+    "candidate_selected+join_copies_removed",
     "candidate_selected+distinct_removed",
 ]
 RuleName = Literal["P1", "P2", "rescue", "aggregate"]
@@ -44,6 +46,12 @@ class RuleDecision:
 
     reason: str
     """Why it fired, or why it did not (a structural exemption, a failed check, an error)."""
+
+    copies: int | None = None
+    """P1 under the key-based presets: how many rows the data showed to be *join copies* (rows that
+    repeat a combination of the projected tables' rows another row already stands for), 0 when the
+    data showed none (the repeats are value repeats); None when P1 did not look (the paper preset, a
+    structural exemption, a verdict that rules copies out, or a check that could not run)."""
 
 
 class ReportState(NamedTuple):
@@ -90,11 +98,16 @@ class GuardReport:
 
     action: Action
     """What the guard changed: ``"none"`` (rows served exactly as SQLite returned them),
-    ``"distinct_injected"`` (P1: DISTINCT added to the outermost SELECT), ``"distinct_removed"``
+    ``"distinct_injected"`` (P1: the rows of the statement with DISTINCT added to the outermost SELECT,
+    which is ``final_sql``), ``"join_copies_removed"`` (P1 under ``"patch"``: one row per combination of
+    the projected tables' rows, in order of first occurrence, where DISTINCT would also merge equal rows
+    of distinct table rows; ``final_sql`` is then the check that told them apart: the statement with
+    those tables' row identities appended as ``__gs_id0``, ...), ``"distinct_removed"``
     (P2: the outermost DISTINCT removed), ``"aggregate_defanned"`` (the corrected aggregates of
     ``aggregates`` are served, ``"text_to_sql"`` only), ``"candidate_selected"`` (a rescue replaced the statement
     with one of the caller's candidates), or ``"candidate_selected+distinct_injected"`` /
-    ``"candidate_selected+distinct_removed"`` (a candidate, then patched)."""
+    ``"candidate_selected+join_copies_removed"`` / ``"candidate_selected+distinct_removed"`` (a
+    candidate, then patched)."""
 
     probed: bool
     """Whether the probe measured the result. False for statements that return no rows, for
@@ -232,7 +245,11 @@ class GuardReport:
                 "Next step: check the WHERE conditions and literal values (spelling, case, date formats) against "
                 "the data; an empty answer may also be right."
             )
-        elif trigger == "cartesian_explosion" or self.action in ("distinct_injected", "distinct_removed"):
+        elif trigger == "cartesian_explosion" or self.action in (
+            "distinct_injected",
+            "join_copies_removed",
+            "distinct_removed",
+        ):
             ratio = 0.0 if self.dup_ratio is None else self.dup_ratio
             lines.append(
                 f"The query returned {self.rows} rows but only {self.unique_rows} distinct ones "
@@ -240,14 +257,27 @@ class GuardReport:
             )
             if self.provenance is not None:
                 lines.append(f"Why ({self.provenance}): {self.provenance_evidence}.")
+            copies = next((d.copies for d in self.decisions if d.rule == "P1" and d.copies is not None), None)
             if self.action == "distinct_injected":
                 lines.append(f"The guard served the {self.final_rows} distinct rows (as SELECT DISTINCT).")
+            elif self.action == "join_copies_removed":
+                lines.append(
+                    f"The guard removed {copies} join copies and served {self.final_rows} rows: one per "
+                    "combination of the joined tables' rows (equal rows of different table rows kept)."
+                )
             elif self.action == "distinct_removed":
                 lines.append(f"The guard removed DISTINCT and served {self.final_rows} rows.")
             else:
                 lines.append(f"The guard served all {self.rows} rows as returned.")
-            if self.provenance in ("value_repeats", "identified") and self.action == "none":
+            if copies == 0:
+                lines.append("On this data no join repeats a row: each repeated row comes from a different table row.")
+            if (self.provenance in ("value_repeats", "identified") or copies == 0) and self.action == "none":
                 lines.append("Next step: if each answer should appear once, add DISTINCT; the repeats may be meant.")
+            elif self.action == "join_copies_removed":
+                lines.append(
+                    "Next step: add DISTINCT to the outer SELECT if equal answers of different rows should appear "
+                    "once, or test the joined table with EXISTS / IN (SELECT ...) instead of joining it."
+                )
             elif self.action != "distinct_removed":
                 lines.append(
                     "Next step: add DISTINCT to the outer SELECT, or test the joined table with EXISTS / IN "

@@ -28,7 +28,14 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]  # sqlglot re-exports them
 
-__all__ = ["Rewrite", "inject_distinct", "is_read_only_query", "normalise_literals", "remove_distinct"]
+__all__ = [
+    "Rewrite",
+    "append_columns",
+    "inject_distinct",
+    "is_read_only_query",
+    "normalise_literals",
+    "remove_distinct",
+]
 
 
 class Rewrite(NamedTuple):
@@ -125,6 +132,71 @@ def _remove_distinct(sql: str, dialect: str) -> Rewrite:
     if not _reparses_as(rewritten, dialect, query.root, distinct=False):
         return Rewrite(None, "could not remove DISTINCT safely from the original text")
     return Rewrite(rewritten, "DISTINCT removed from the outermost SELECT")
+
+
+def append_columns(sql: str, columns: tuple[str, ...], dialect: str = "sqlite") -> Rewrite:
+    """The statement with ``columns`` (SQL expressions) appended to its outermost select list, each under
+    the alias ``__gs_id0``, ``__gs_id1``, ...: what the join-copy check runs to read the projected tables'
+    row identities next to the caller's columns (``guarded_sqlite.patching``).
+
+    The text is edited just before the outermost ``FROM``, so everything the caller wrote stays as written,
+    and the rewrite is accepted only if it parses as the original tree with those items appended.
+
+    >>> append_columns("SELECT c.city FROM customers c JOIN orders o ON o.customer_id = c.id", ('"c"."rowid"',)).sql
+    'SELECT c.city, "c"."rowid" AS "__gs_id0" FROM customers c JOIN orders o ON o.customer_id = c.id'
+    >>> append_columns("SELECT DISTINCT a FROM t", ('"t"."rowid"',)).reason
+    'already DISTINCT'
+    """
+    too_long = _too_long(sql)
+    return Rewrite(None, too_long) if too_long else _append_columns(sql, columns, dialect)
+
+
+@lru_cache(maxsize=1024)
+def _append_columns(sql: str, columns: tuple[str, ...], dialect: str) -> Rewrite:
+    if not columns:
+        return Rewrite(None, "no columns to append")
+    query = _parse_query(sql, dialect)
+    if isinstance(query, str):
+        return Rewrite(None, query)
+    if query.select.args.get("distinct") is not None:
+        return Rewrite(None, "already DISTINCT")  # appended columns would change what DISTINCT merges
+    at = _end_of_select_list(query)
+    if at is None:
+        return Rewrite(None, "could not find the outermost FROM keyword")
+    items = ", ".join(f'{column} AS "__gs_id{n}"' for n, column in enumerate(columns))
+    rewritten = f"{sql[:at]}, {items}{sql[at:]}"
+    try:
+        with quiet_sqlglot():
+            appended = [
+                sqlglot.parse_one(f'SELECT {column} AS "__gs_id{n}"', read=dialect).expressions[0]
+                for n, column in enumerate(columns)
+            ]
+    except (SqlglotError, RecursionError) as error:
+        return Rewrite(None, f"a column to append does not parse: {_first_line(error)}")
+    expected = query.root.copy()
+    outermost = _outermost(expected)
+    outermost.set("expressions", [*outermost.expressions, *appended])
+    if not _reparses_to(rewritten, dialect, expected):
+        return Rewrite(None, "could not append the columns safely to the original text")
+    return Rewrite(rewritten, f"{len(columns)} column(s) appended to the outermost select list")
+
+
+def _end_of_select_list(query: _Query) -> int | None:
+    """Character offset just after the last token of the outermost select list (before any comment
+    that precedes its FROM keyword), or None when that SELECT has no FROM."""
+    depth = 0
+    tokens = query.tokens
+    for index in range(query.select_index + 1, len(tokens)):
+        kind = tokens[index].token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+            if depth < 0:
+                return None
+        elif kind == TokenType.FROM and depth == 0:
+            return int(tokens[index - 1].end) + 1 if index > query.select_index + 1 else None
+    return None
 
 
 _QUERY_STARTS = frozenset({TokenType.SELECT, TokenType.WITH, TokenType.VALUES, TokenType.L_PAREN})
@@ -391,6 +463,11 @@ def _reparses_as(rewritten: str, dialect: str, original: exp.Expression, distinc
     """Whether ``rewritten`` parses to ``original`` with only the outermost DISTINCT toggled."""
     expected = original.copy()
     _outermost(expected).set("distinct", exp.Distinct() if distinct else None)
+    return _reparses_to(rewritten, dialect, expected)
+
+
+def _reparses_to(rewritten: str, dialect: str, expected: exp.Expression) -> bool:
+    """Whether ``rewritten`` parses to exactly ``expected``."""
     try:
         with quiet_sqlglot():
             trees = sqlglot.parse(rewritten, read=dialect)

@@ -25,11 +25,13 @@ import functools
 import itertools
 import operator
 import sqlite3
+import sys
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
+from .connection_state import note_function
 from .core import (
     GUARD_OFF,
     LIST_ITERATOR,
@@ -456,6 +458,7 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
             guard.set_threading(single_thread)
             forget_schema(guard)
             guard.restore_writable = False
+            guard.listed_functions, guard.registered_functions = None, frozenset()  # none on the new handle
 
     @property
     def guard_policy(self) -> GuardPolicy:
@@ -467,6 +470,22 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         """The report of the last statement run through this connection, by any of its cursors (and
         so by any library that made its own); None before the first."""
         return last_report(self._self_guard)
+
+    # sqlite3's registrations; the guard remembers each name, so that it never runs a statement that
+    # calls the function a second time (the join-copy check).
+    def create_function(self, name: str, *args: Any, **kwargs: Any) -> None:
+        sqlite3.Connection.create_function(self, name, *args, **kwargs)
+        note_function(self._self_guard, name)
+
+    def create_aggregate(self, name: str, *args: Any, **kwargs: Any) -> None:
+        sqlite3.Connection.create_aggregate(self, name, *args, **kwargs)
+        note_function(self._self_guard, name)
+
+    if sys.version_info >= (3, 11):
+
+        def create_window_function(self, name: str, *args: Any, **kwargs: Any) -> None:
+            sqlite3.Connection.create_window_function(self, name, *args, **kwargs)
+            note_function(self._self_guard, name)
 
     def guard_scope(self, guard: GuardSpec) -> AbstractContextManager[None]:
         """A block in which this thread's statements through the connection follow ``guard`` (a

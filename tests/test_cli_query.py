@@ -126,7 +126,7 @@ def test_json_matches_the_cursors_guard_report(shop: Path, capsys: pytest.Captur
     assert printed["action"] == "distinct_injected" and printed["final_sql"] == report.final_sql
     assert (
         printed["decisions"]
-        == [{"rule": d.rule, "applied": d.applied, "reason": d.reason} for d in report.decisions]
+        == [{"rule": d.rule, "applied": d.applied, "reason": d.reason, "copies": d.copies} for d in report.decisions]
         != []
     )
     assert printed["rescue"] is None and printed["provenance"] == "amplified"

@@ -220,6 +220,51 @@ def test_explosion_is_flagged_and_patched_with_distinct(db: EngineDB) -> None:
     assert report.patch_ms is not None and report.patch_ms > 0
 
 
+def _same_name_customers(db: EngineDB) -> None:
+    """Two more customers named ``name0`` (ids 10 and 11), with three orders each."""
+    p = db.param
+    db.raw_many(f"INSERT INTO customers VALUES ({p}, {p}, {p})", [(10, "name0", "city0"), (11, "name0", "city1")])
+    db.raw_many(f"INSERT INTO orders VALUES ({p}, {p}, {p})", [(100 + k, 10 + k % 2, k) for k in range(6)])
+
+
+def test_join_copies_are_removed_and_equal_names_of_distinct_customers_kept(db: EngineDB) -> None:
+    """issue 23: one row per customer, three customers named name0 included; text_to_sql merges them."""
+    _same_name_customers(db)
+    rows, report = db.fetch(db.con, EXPLODING_SQL)
+    assert len(db.raw_rows(EXPLODING_SQL)) == 30
+    assert Counter(rows) == Counter({("name0",): 3, ("name1",): 1, ("name2",): 1, ("name3",): 1})
+    assert report.action == "join_copies_removed" and report.decisions[0].copies == 24
+    assert "__gs_id0" in report.final_sql
+    rows, report = db.fetch(db.guarded("text_to_sql"), EXPLODING_SQL)
+    assert Counter(rows) == Counter({(f"name{i}",): 1 for i in range(4)}) and report.action == "distinct_injected"
+
+
+def test_duckdb_python_functions_are_never_run_again_by_the_check(duck_db: EngineDB) -> None:
+    """DuckDB lists a Python function like a built-in: the guarded connection remembers its name."""
+    con = duck_db.guarded()
+    calls: list[str] = []
+    con.create_function("tag", lambda x: calls.append(x) or x, ["VARCHAR"], "VARCHAR", side_effects=True)
+    rows, report = duck_db.fetch(con, EXPLODING_SQL.replace("c.name", "tag(c.name)"))
+    assert len(rows) == 24 and report.action == "none" and "tag()" in report.decisions[0].reason
+    assert len(calls) == 24
+
+
+def test_join_copies_of_a_keyless_table_use_the_engines_row_id(db: EngineDB) -> None:
+    """A projected table without a key: SQLite's and DuckDB's rowid, PostgreSQL's tableoid and ctid."""
+    db.raw_run("CREATE TABLE people (name TEXT)")
+    db.raw_run("CREATE TABLE visits (person TEXT, day INTEGER)")
+    p = db.param
+    db.raw_many(f"INSERT INTO people VALUES ({p})", [("ann",), ("ann",), ("bob",)])
+    db.raw_many(f"INSERT INTO visits VALUES ({p}, {p})", [("ann", d) for d in range(3)] + [("bob", 1)])
+    sql = "SELECT p.name FROM people p JOIN visits v ON v.person = p.name"
+    assert len(db.raw_rows(sql)) == 7  # each ann row once per ann visit: 2 x 3 + 1
+    rows, report = db.fetch(db.guarded(GuardPolicy(tau_inject=0.1)), sql)
+    assert report.provenance == "amplified" and report.action == "join_copies_removed", report.decisions
+    assert Counter(rows) == Counter({("ann",): 2, ("bob",): 1})
+    expected_identity = {"sqlite": '"p"."rowid"', "duckdb": '"p"."rowid"', "postgres": '"p"."tableoid", "p"."ctid"'}
+    assert expected_identity[db.name].split(", ")[0] in report.final_sql
+
+
 def test_observe_mode_reports_but_changes_nothing(db: EngineDB) -> None:
     """In observe mode the explosion is reported and the raw rows are served, with no rule considered."""
     rows, report = db.fetch(db.guarded("observe"), EXPLODING_SQL)
@@ -303,14 +348,12 @@ def test_paper_p2_removes_a_distinct_that_hides_legitimate_duplicates(db: Engine
 
 
 def test_default_keeps_a_distinct_over_value_repeats(db: EngineDB) -> None:
-    """The same DISTINCT under the default preset: one table, so the DISTINCT merges repeated values of
-    distinct rows, as written; P2 says so and runs nothing."""
+    """The same DISTINCT under the default preset: kept as written, with nothing parsed or run (P2 is
+    the paper preset's rule only)."""
     _people(db, [f"person{i}" for i in range(10)] + ["person0"])
     rows, report = db.fetch(db.con, "SELECT DISTINCT name FROM people")
     assert sorted(rows) == [(f"person{i}",) for i in range(10)]
-    assert report.action == "none" and report.provenance == "value_repeats"
-    (decision,) = report.decisions
-    assert decision.rule == "P2" and not decision.applied and "kept as written" in decision.reason
+    assert report.action == "none" and report.provenance is None and report.decisions == ()
 
 
 def test_p2_keeps_the_distinct_when_removal_adds_too_many_duplicates(db: EngineDB) -> None:
@@ -501,8 +544,9 @@ def _assert_refused_cleanly(report: Any, why: str) -> None:
 
 @pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "in-transaction"])
 def test_pg_writing_function_cannot_write_during_the_rerun(pg_db: EngineDB, autocommit: bool) -> None:
-    """A plpgsql function that INSERTs, called by a flagged query: P1 re-executes nothing, so the function's
-    table has one execution's rows, and a candidate calling it is refused by the read-only rerun."""
+    """A plpgsql function that INSERTs, called by a flagged query: the join-copy check never re-runs a
+    statement calling a function it does not know, so the function's table has one execution's rows,
+    and a candidate calling it is refused by the read-only rerun."""
     from psycopg.pq import TransactionStatus
 
     pg_db.raw_run("CREATE TABLE audit (n INTEGER)")
@@ -514,9 +558,9 @@ def test_pg_writing_function_cannot_write_during_the_rerun(pg_db: EngineDB, auto
     con = guarded_sqlite.wrap(conn, guard=GuardPolicy(rescue=DupRatioSelector()))
     sql = "SELECT audited(c.name) FROM customers AS c JOIN orders AS o ON o.customer_id = c.id"
     rows, report = pg_db.fetch(con, sql)
-    # P1 serves the fetched rows de-duplicated: nothing re-executed, so the function ran once per row.
-    assert sorted(rows) == [(f"name{i}",) for i in range(4)]
-    assert report.trigger == "cartesian_explosion" and report.action == "distinct_injected"
+    # Not run again: the rows stay as returned, and the function ran once per row.
+    assert len(rows) == 24 and report.trigger == "cartesian_explosion" and report.action == "none"
+    assert "audited()" in report.decisions[0].reason and report.provenance == "unknown"
 
     rows, report = pg_db.fetch(con, EMPTY, candidates=["SELECT audited(name) FROM customers"])
     assert rows == [] and report.rescue.chosen_index is None
@@ -701,13 +745,17 @@ def test_duckdb_status_results_are_not_probed_and_fetch_as_raw(duck_db: EngineDB
 
 
 def test_duckdb_patch_inside_an_explicit_transaction_is_served_and_the_transaction_intact(duck_db: EngineDB) -> None:
-    """Inside BEGIN, P1 needs no re-execution (it serves the fetched rows de-duplicated), so it applies to
-    the uncommitted rows too, and the transaction commits and persists."""
+    """Inside BEGIN, DuckDB has no savepoint for the join-copy check, so the default leaves the rows (and
+    says why); the paper's P1 needs no re-execution and applies to the uncommitted rows too; the
+    transaction commits and persists."""
     con = duck_db.con
     con.execute("BEGIN TRANSACTION")
     con.execute("INSERT INTO customers VALUES (99, 'late', 'x')")
     con.execute("INSERT INTO orders SELECT 1000 + range, 99, 1 FROM range(6)")
     rows, report = duck_db.fetch(con, EXPLODING_SQL)
+    assert len(rows) == 30 and report.trigger == "cartesian_explosion" and report.action == "none"
+    assert "explicit transaction is open" in report.decisions[0].reason
+    rows, report = duck_db.fetch(duck_db.guarded("paper"), EXPLODING_SQL)
     assert sorted(rows) == sorted({*rows}) and ("late",) in rows and len(rows) == 5
     assert report.trigger == "cartesian_explosion" and report.action == "distinct_injected"
     (decision,) = report.decisions
@@ -716,13 +764,14 @@ def test_duckdb_patch_inside_an_explicit_transaction_is_served_and_the_transacti
     con.execute("COMMIT")
     assert duck_db.raw.cursor().execute("SELECT count(*) FROM customers").fetchall() == [(5,)]
     _, after = duck_db.fetch(con, EXPLODING_SQL)
-    assert after.action == "distinct_injected"
+    assert after.action == "distinct_injected"  # outside the transaction the check runs
 
 
 def test_duckdb_rescue_inside_an_explicit_transaction_is_refused_with_a_reason(duck_db: EngineDB) -> None:
     """Inside BEGIN, a flagged statement with candidates: the candidates are refused with the reason (not
-    as an internal error), P1 still applies from the fetched rows, and the transaction still commits."""
-    con = duck_db.guarded(GuardPolicy(rescue=DupRatioSelector()))
+    as an internal error), the paper's P1 still applies from the fetched rows, and the transaction
+    still commits."""
+    con = duck_db.guarded(GuardPolicy.paper(rescue=DupRatioSelector()))
     con.execute("BEGIN TRANSACTION")
     con.execute("INSERT INTO customers VALUES (99, 'late', 'x')")
     rows, report = duck_db.fetch(con, EXPLODING_SQL, candidates=[GOOD])

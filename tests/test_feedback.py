@@ -36,6 +36,34 @@ def test_a_patched_explosion_says_what_why_what_was_done_and_what_next(shop: sql
     )
 
 
+def test_removed_join_copies_say_how_many_and_what_next(shop: sqlite3.Connection) -> None:
+    """Two more customers named name0, with orders: the copies go, the three name0 customers stay."""
+    shop.executemany("INSERT INTO customers VALUES (?, 'name0', 'x')", [(10,), (11,)])
+    shop.executemany("INSERT INTO orders VALUES (?, ?, 1)", [(100 + k, 10 + k % 2) for k in range(6)])
+    assert shop.execute(EXPLODING_SQL).guard_report.feedback() == (
+        "The query returned 30 rows but only 4 distinct ones (87% are repeats).\n"
+        "Why (amplified): o (orders) fans out c (customers) (o.customer_id is not a key); projection has no key "
+        "of c (customers).\n"
+        "The guard removed 24 join copies and served 6 rows: one per combination of the joined tables' rows "
+        "(equal rows of different table rows kept).\n"
+        "Next step: add DISTINCT to the outer SELECT if equal answers of different rows should appear once, or "
+        "test the joined table with EXISTS / IN (SELECT ...) instead of joining it."
+    )
+
+
+def test_an_explosion_without_join_copies_on_the_data_says_so() -> None:
+    """One order per customer: the keys allow a fan-out, the data has none (c18's shape)."""
+    con = guarded_sqlite.connect(":memory:")
+    fill_fanout(con, customers=20, orders_per_customer=1)
+    con.execute("UPDATE customers SET name = 'same'")
+    lines = con.execute(EXPLODING_SQL).guard_report.feedback().splitlines()
+    assert lines[2:] == [
+        "The guard served all 20 rows as returned.",
+        "On this data no join repeats a row: each repeated row comes from a different table row.",
+        "Next step: if each answer should appear once, add DISTINCT; the repeats may be meant.",
+    ]
+
+
 def test_an_explosion_left_alone_says_the_rows_were_served_as_returned() -> None:
     con = guarded_sqlite.connect(":memory:", guard="observe")
     fill_fanout(con)

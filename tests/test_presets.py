@@ -275,39 +275,33 @@ def _country_city(guard: str) -> Any:
 P2_SQL = "SELECT DISTINCT T2.Name FROM country T1 JOIN city T2 ON T2.CountryCode = T1.Code"
 
 
-def test_p2_refuses_to_remove_a_distinct_that_hides_amplification() -> None:
-    rows, report = _run(_country_city("patch"), P2_SQL)
-    assert len(rows) == 20 and report.action == "none" and report.final_sql == P2_SQL
-    (decision,) = report.decisions
-    assert decision.rule == "P2" and not decision.applied and "may hide join amplification" in decision.reason
-    assert "T2 (city)" in decision.reason and report.provenance == "value_repeats"
+VIEW_SQL = "SELECT DISTINCT c.Name FROM city c JOIN capital k ON k.Name = c.Name AND k.CountryCode = c.CountryCode"
 
 
 @pytest.mark.parametrize("guard", ["patch", "text_to_sql"])
-def test_p2_keeps_a_distinct_over_value_repeats(guard: str) -> None:
-    """One table's repeated values (two cities named city0): the DISTINCT says what it means, so the
-    key-based presets keep it and run nothing; the paper's P2 would remove it (21 rows)."""
+@pytest.mark.parametrize(
+    ("sql", "paper_rows"),
+    [
+        (P2_SQL, 21),  # hides the countries' multiplication by their cities (a city name twice)
+        ("SELECT DISTINCT Name FROM city", 21),  # one table's repeated values: what the DISTINCT says
+        (VIEW_SQL, 21),  # a view: the analysis cannot tell (unknown), c16's shape
+    ],
+    ids=["hides-amplification", "value-repeats", "unknown"],
+)
+def test_the_key_presets_keep_every_distinct_and_run_nothing(guard: str, sql: str, paper_rows: int) -> None:
+    """P2 is the paper preset's rule: the key-based presets keep a DISTINCT as written, read no catalog
+    and re-execute nothing for it; the paper's P2 removes each of these (21 rows, dup_ratio 1/21)."""
     con = _country_city(guard)
+    con.execute("CREATE VIEW capital AS SELECT CountryCode, Name FROM city")
     seen: list[str] = []
     guarded_sqlite.unwrap(con).set_trace_callback(seen.append)
-    rows, report = _run(con, "SELECT DISTINCT Name FROM city")
-    assert len(rows) == 20 and report.action == "none" and report.provenance == "value_repeats"
-    (decision,) = report.decisions
-    assert decision.rule == "P2" and not decision.applied and "kept as written" in decision.reason
-    assert not any(s.startswith("SELECT Name FROM city") for s in seen), seen  # no re-execution
-    assert len(_run(_country_city("paper"), "SELECT DISTINCT Name FROM city")[0]) == 21
-
-
-def test_p2_acts_as_the_papers_where_the_analysis_cannot_tell() -> None:
-    """A join with a view (no known key): verdict unknown, so P2 keeps the paper's rule and removes the
-    DISTINCT (21 rows, dup_ratio 1/21 <= 0.1)."""
-    con = _country_city("patch")
-    con.execute("CREATE VIEW capital AS SELECT CountryCode, Name FROM city")
-    rows, report = _run(
-        con, "SELECT DISTINCT c.Name FROM city c JOIN capital k ON k.Name = c.Name AND k.CountryCode = c.CountryCode"
-    )
-    assert len(rows) == 21 and report.action == "distinct_removed" and report.provenance == "unknown"
-    assert "view capital" in (report.provenance_evidence or "")
+    rows, report = _run(con, sql)
+    assert len(rows) == 20 and report.action == "none" and report.decisions == () and report.provenance is None
+    assert seen == [sql], seen  # the statement itself, nothing else
+    paper = _country_city("paper")
+    paper.execute("CREATE VIEW capital AS SELECT CountryCode, Name FROM city")
+    rows, report = _run(paper, sql)
+    assert len(rows) == paper_rows and report.action == "distinct_removed"
 
 
 def test_paper_p2_removes_that_distinct() -> None:

@@ -199,9 +199,14 @@ def required_action(q: Query, policy: GuardPolicy, raw: sqlite3.Connection, raw_
         if policy.provenance == "off":
             return "distinct_injected"
         # The key-based presets fail closed: P1 only on join amplification established from a fresh
-        # read of the catalog, and no row changed otherwise.
+        # read of the catalog, and no row changed otherwise. Where the projection identifies the rows
+        # every repeat is a join copy, so the copies removed are exactly SELECT DISTINCT's; whether an
+        # ``amplified`` result has copies is the data's to say (tests/test_join_copies_property.py
+        # checks those rows against an oracle of its own).
         verdict = analyse(q.sql, read_sqlite_schema(getattr(raw, "_con", raw)), "sqlite")
-        return "distinct_injected" if verdict.amplification else "none"
+        if not verdict.amplification:
+            return "none"
+        return "distinct_injected" if verdict.verdict == "identified" else None
     assert q.expect_rule == "P2"
     if policy.provenance != "off":
         # The key-based presets remove a DISTINCT only where the provenance analysis cannot tell
@@ -434,6 +439,13 @@ def test_patched_result_has_same_row_set(case: Any, guard: Any, factory: Any) ->
             # ORDER BY a column that is not selected).
             assert served == list(dict.fromkeys(tuple(row) for row in out.raw_rows))
             assert Counter(served) == Counter(final_rows)
+        elif out.report.action == "join_copies_removed":
+            # final_sql is the check: the statement's columns, then the projected tables' row identities;
+            # one row is served per distinct identity (a NULL identity is its own row).
+            width = len(served[0])
+            kept = Counter(row[:width] for row in set(final_rows) if None not in row[width:])
+            kept.update(row[:width] for row in final_rows if None in row[width:])
+            assert Counter(served) == kept
         else:
             assert served == final_rows
         if out.report.probed:
@@ -449,7 +461,8 @@ def test_patched_result_has_same_row_set(case: Any, guard: Any, factory: Any) ->
 @example(case=P1_CASE, guard="patch")
 @example(case=P2_CASE, guard="paper")
 def test_patch_changes_only_multiplicity(case: Any, guard: Any) -> None:
-    """Invariant 4: distinct_injected serves each row once; distinct_removed adds rows, dup_ratio <= tau_remove."""
+    """Invariant 4: distinct_injected serves each row once; join_copies_removed only removes repeats (every
+    value stays); distinct_removed adds rows, dup_ratio <= tau_remove."""
     policy = policy_of(guard)
     out = run_patch_case(case, guard, check_required_action=True)
     if out is None:
@@ -459,6 +472,11 @@ def test_patch_changes_only_multiplicity(case: Any, guard: Any) -> None:
         assert all(n == 1 for n in counts.values())
         assert len(out.served) == len(set(out.raw_rows)) < len(out.raw_rows)
         assert counts.keys() == set(out.raw_rows)
+    elif out.report.action == "join_copies_removed":
+        # Only copies go: fewer rows than served raw, every value kept, some value kept more than once
+        # (else removing the copies would have been SELECT DISTINCT), never more than raw had.
+        assert len(set(out.raw_rows)) < len(out.served) < len(out.raw_rows)
+        assert counts.keys() == set(out.raw_rows) and counts <= Counter(out.raw_rows)
     elif out.report.action == "distinct_removed":
         assert len(out.served) > len(out.raw_rows)
         assert len(set(out.raw_rows)) == len(out.raw_rows)  # P2 starts from a DISTINCT result
@@ -630,7 +648,8 @@ def test_removal_can_commit_matches_brute_force(rows: int, tau: float, n: int) -
 def test_min_rows_for_removal_matches_brute_force(tau: float) -> None:
     """Invariant 6: min_rows_for_removal is the smallest rows P2 could commit on; GuardPolicy caches it."""
     got = probe.min_rows_for_removal(tau)
-    assert GuardPolicy(tau_remove=tau)._p2_min_rows == got
+    assert GuardPolicy.paper(tau_remove=tau)._p2_min_rows == got
+    assert GuardPolicy(tau_remove=tau)._p2_min_rows >= 2**62  # the key-based presets never run P2
     if tau == 0:
         assert got == 2**63
         assert not any(_removal_brute_force(r, tau) for r in range(0, 300))
@@ -666,7 +685,7 @@ def test_guard_policy_accepts_every_valid_tau(tau_remove: float, tau_inject: flo
     """Invariant 6: any tau_remove in [0, 1) builds a policy (promptly) whose _p2_min_rows is
     min_rows_for_removal(tau_remove)."""
     with _TimeLimit(0.5):
-        policy = GuardPolicy(tau_inject=tau_inject, tau_remove=tau_remove)
+        policy = GuardPolicy.paper(tau_inject=tau_inject, tau_remove=tau_remove)
         assert policy._p2_min_rows == probe.min_rows_for_removal(tau_remove)
     if tau_remove > 0:
         assert probe.removal_can_commit(policy._p2_min_rows, tau_remove)

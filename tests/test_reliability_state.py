@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +95,10 @@ class GuardedVersusMirror(RuleBasedStateMachine):
     def p1_read(self, sql: str) -> None:
         rows = self.con.execute(sql).fetchall()
         expected = self.mirror.execute(sql).fetchall()
+        # The rows as they are, or without (some of) their repeats: P1 removes join copies only, so
+        # every value stays and no value is served more often than the plain result has it.
         assert set(rows) == set(expected)
-        assert len(rows) in (len(expected), len(set(expected)))
+        assert Counter(rows) <= Counter(expected) and len(rows) >= len(set(expected))
 
     @rule()
     def p2_read(self) -> None:

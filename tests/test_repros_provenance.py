@@ -71,8 +71,9 @@ def test_p06_null_primary_key_rows_are_not_collapsed_by_p1() -> None:
 
 
 def test_p07_p2_does_not_rerun_a_distinct_the_keys_prove_a_no_op() -> None:
-    """p07: ``SELECT DISTINCT t.id, t.name, audit(t.id) ...`` is identified (the projection holds the
-    key): the user function runs once per row, as with sqlite3, and nothing is re-executed."""
+    """p07: ``SELECT DISTINCT t.id, t.name, audit(t.id) ...`` (the projection holds the key): the user
+    function runs once per row, as with sqlite3, and nothing is re-executed: the default preset keeps
+    every DISTINCT as written, without asking anything."""
     calls: list[int] = []
     con = guarded_sqlite.connect(":memory:")
     con.executescript("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT);")
@@ -81,9 +82,7 @@ def test_p07_p2_does_not_rerun_a_distinct_the_keys_prove_a_no_op() -> None:
     cur = con.execute('SELECT DISTINCT "t"."id", "t"."name", audit("t"."id") FROM "t" WHERE "t"."name" LIKE ?', ("n%",))
     assert len(cur.fetchall()) == 50 and len(calls) == 50
     report = cur.guard_report
-    assert report.provenance == "identified" and report.action == "none"
-    (decision,) = report.decisions
-    assert decision.rule == "P2" and not decision.applied and "nothing re-executed" in decision.reason
+    assert report.action == "none" and report.decisions == () and report.provenance is None
 
 
 P11_SETUP = (
@@ -235,7 +234,9 @@ def test_p17_checking_a_cached_verdict_costs_the_same_whatever_the_schema_size()
         con.set_trace_callback(seen.append)
         assert con.execute(query).guard_report.action == "distinct_injected"
         con.set_trace_callback(None)
-        return [re.sub(r"\d+", "N", s) for s in seen if s != query]  # rowids differ with the schema's size
+        # The catalog's statements only (rowids differ with the schema's size), not the join-copy check's.
+        check = ("__gs_id", "function_list", "busy_timeout")
+        return [re.sub(r"\d+", "N", s) for s in seen if s != query and not any(c in s for c in check)]
 
     small, large = catalog_statements(0), catalog_statements(300)
     assert small == large and len(small) <= 6, small

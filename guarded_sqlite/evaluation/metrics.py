@@ -36,7 +36,12 @@ from .sweep_report import SweepRow
 TRIGGERS = ("exec_error", "empty_result", "cartesian_explosion", "aggregate_fanout")
 VERDICTS = ("amplified", "identified", "value_repeats", "unknown")
 """``guarded_sqlite.provenance.Verdict``'s values, listed here so that scoring never imports sqlglot."""
-ACTIONS = {"P1": "distinct_injected", "P2": "distinct_removed", "aggregate": "aggregate_defanned"}
+ACTIONS = {
+    "P1": ("distinct_injected", "join_copies_removed"),
+    "P2": ("distinct_removed",),
+    "aggregate": ("aggregate_defanned",),
+}
+"""The actions each rule's rewrite reports."""
 RULES = tuple(ACTIONS)
 # BIRD's strata in their natural order; other labels follow alphabetically.
 _DIFFICULTY_ORDER = {"simple": 0, "moderate": 1, "challenging": 2}
@@ -140,7 +145,7 @@ def fix_break(outcomes: Iterable[tuple[bool, bool, bool, bool]]) -> FixBreak:
 
 def rule_stats(records: Sequence[PairRecord], rule: str) -> RuleStats:
     """Fired/fix/break of one patch rule, comparing guarded to baseline verdicts where it fired."""
-    fired = [r for r in records if r.action == ACTIONS[rule]]
+    fired = [r for r in records if r.action in ACTIONS[rule]]
     counts = fix_break((r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset) for r in fired)
     return RuleStats(**vars(counts), rule=rule)
 
@@ -157,7 +162,7 @@ def verdict_stats(records: Sequence[PairRecord], policy: Any) -> dict[str, Verdi
             fix_break(
                 (r.baseline_set, r.baseline_multiset, r.guarded_set, r.guarded_multiset)
                 for r in asked
-                if r.action == ACTIONS[rule]
+                if r.action in ACTIONS[rule]
             )
             for rule in ("P1", "P2")
         )

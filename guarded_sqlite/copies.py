@@ -1,0 +1,141 @@
+"""Join copies on the data: which of a result's repeated rows repeat the same combination of the
+projected tables' rows, as pure functions of rows already fetched.
+
+A join that multiplies rows repeats each row of the tables the select list reads once per matching
+row of the other tables: those repeats are *join copies*. Two rows with equal values that come from two
+different rows of a projected table (two customers named alike) are *value repeats*, and are not
+copies. To tell them apart the guard runs the statement once more, read-only, with a row identity of
+each projected table appended to the select list (``rewrite.append_columns``, identities from
+``provenance.Provenance.identities``), and hands both results to ``count_copies``.
+
+A row whose identity holds NULL (a projected table NULL-extended by a LEFT JOIN) is never taken for
+a copy: nothing tells which row of that table it stands for.
+
+>>> count = count_copies([("Ana",), ("Ana",), ("Ana",)], [("Ana", 1), ("Ana", 1), ("Ana", 2)], width=1)
+>>> count.copies, count.kept
+(1, {('Ana',): 2})
+>>> without_copies(["r1", "r2", "r3"], [("Ana",), ("Ana",), ("Ana",)], count, [("Ana", 1), ("Ana", 1), ("Ana", 2)], 1)
+['r1', 'r3']
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import Any, NamedTuple, cast
+
+__all__ = ["UNCOMPARABLE", "CopyCount", "count_copies", "plain_values", "without_copies"]
+
+UNCOMPARABLE = "the rows hold values that cannot be compared (unhashable)"
+"""``count_copies``' answer for rows whose values cannot go into a set."""
+
+
+class CopyCount(NamedTuple):
+    """What the data shows: for each distinct row of values, how many rows of it are distinct
+    combinations of the projected tables' rows, and how many rows in all are copies."""
+
+    kept: dict[tuple[Any, ...], int]
+    """Distinct row values -> how many of its rows to keep (one per combination)."""
+
+    copies: int
+    """Rows that repeat a combination another row already stands for."""
+
+    aligned: bool = False
+    """Whether the check returned the rows in the statement's own order (the usual case: the same
+    plan), so that its rows tell which of the statement's rows is the first of its combination."""
+
+
+def plain_values(row: Any) -> tuple[Any, ...] | None:
+    """A fetched row's values as a tuple (a tuple, a ``sqlite3.Row``, a mapping's values), or None for a
+    row factory's object whose values cannot be read back."""
+    if type(row) is tuple:
+        return row
+    if isinstance(row, dict):
+        return tuple(row.values())
+    if isinstance(row, (tuple, list)):
+        return tuple(row)
+    if hasattr(row, "keys") and hasattr(row, "__len__") and hasattr(row, "__getitem__"):  # sqlite3.Row
+        try:
+            return tuple(row[i] for i in range(len(row)))
+        except (IndexError, TypeError, KeyError):
+            return None
+    return None
+
+
+def count_copies(values: Sequence[tuple[Any, ...]], checked: Sequence[Sequence[Any]], width: int) -> CopyCount | str:
+    """Match the check's rows (the statement's ``width`` columns, then the identity columns) with the
+    statement's own rows (``values``), and count the copies; or say why they cannot be matched (the
+    check returned other rows: a non-deterministic query, or data that changed in between).
+
+    Written for rows by the hundred thousand: the passes are C-level (slices, sets, Counters); only
+    rows whose identity holds NULL take a Python loop."""
+    if len(checked) != len(values):
+        return f"the check returned {len(checked)} rows where the statement returned {len(values)}"
+    if checked and min(map(len, checked)) <= width:
+        return "the check returned fewer columns than expected"
+    prefix = itemgetter(slice(0, width))
+    rows = _tuples(checked)
+    try:
+        checked_values = list(map(prefix, rows))
+        aligned = checked_values == list(values)  # the same rows in the same order: the usual case
+        if not aligned and Counter(checked_values) != Counter(values):
+            return "the check returned other rows than the statement (non-deterministic, or the data changed)"
+        combinations = set(rows)
+    except TypeError:  # unhashable values from a converter: the caller may retry with stand-ins
+        return UNCOMPARABLE
+    if _null_identity(rows, width):
+        # A NULL in a row's identity: that row is its own, each one kept.
+        kept: Counter[tuple[Any, ...]] = Counter(row[:width] for row in combinations if None not in row[width:])
+        kept.update(value for value, row in zip(checked_values, rows) if None in row[width:])
+    else:
+        kept = Counter(map(prefix, combinations))
+    kept_rows = dict(kept)
+    return CopyCount(kept_rows, len(values) - sum(kept_rows.values()), aligned)
+
+
+def _tuples(rows: Sequence[Sequence[Any]]) -> Sequence[tuple[Any, ...]]:
+    """The rows as tuples (the check's rows are tuples already: it runs without a row factory)."""
+    if set(map(type, rows)) <= {tuple}:
+        return cast(Sequence[tuple[Any, ...]], rows)
+    return [tuple(row) for row in rows]
+
+
+def _null_identity(rows: Sequence[tuple[Any, ...]], width: int) -> bool:
+    """Whether some row's identity columns (from ``width`` on) hold NULL."""
+    columns = len(rows[0]) if rows else 0
+    return any(None in map(itemgetter(position), rows) for position in range(width, columns))
+
+
+def without_copies(
+    rows: Sequence[Any],
+    values: Sequence[tuple[Any, ...]],
+    count: CopyCount,
+    checked: Sequence[Sequence[Any]] = (),
+    width: int = 0,
+) -> list[Any]:
+    """``rows`` with the copies removed, in the order the statement returned them: where the check's
+    order matched the statement's (``CopyCount.aligned``), the first row of each combination, read
+    from the check's rows; else the first ``kept[value]`` rows of each value (the same rows by value;
+    only which of several equal rows stands where may differ)."""
+    if count.aligned and checked:
+        full = _tuples(checked)
+        seen: set[tuple[Any, ...]] = set()
+        add = seen.add
+        if not _null_identity(full, width):  # the first row of each combination: one C-level pass
+            return [row for row, combination in zip(rows, full) if not (combination in seen or add(combination))]
+        served: list[Any] = []
+        for row, combination in zip(rows, full):
+            if combination in seen and None not in combination[width:]:
+                continue
+            add(combination)
+            served.append(row)
+        return served
+    remaining = dict(count.kept)
+    served = []
+    for row, value in zip(rows, values):
+        left = remaining[value]
+        if left:
+            remaining[value] = left - 1
+            served.append(row)
+    return served

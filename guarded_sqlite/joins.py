@@ -75,6 +75,9 @@ class JoinGraph:
         self.root = node
         self.instances: list[Instance] = []
         self.edges: list[tuple[Col, Col]] = []  # directed: knowing [0] gives [1]
+        # A LEFT JOIN's ON equalities read backwards, from its NULL-extended side to the rest: knowing
+        # [0] gives [1] only in rows where [0]'s instance is a real (matched) row, for then the ON held.
+        self.reverse_edges: list[tuple[Col, Col]] = []
         self.pins: set[Col] = set()
         self.non_null: set[Col] = set()
         # Instances a WHERE conjunct or an inner join's condition reads with an equality or IS NOT NULL:
@@ -291,6 +294,8 @@ class JoinGraph:
         self.edges.append((a, b))
         if strict:
             self.non_null.add(b)
+        if directed and strict:  # IS matches NULL to NULL: a matched row of b proves nothing of a
+            self.reverse_edges.append((b, a))
         if not directed:
             self.edges.append((b, a))
             if strict:

@@ -89,6 +89,10 @@ class JoinGraph:
         # they fan out cannot be told, so they never establish a fan-out.
         self.undecidable: dict[int, str] = {}
         self.merged: dict[str, int] = {}  # USING/NATURAL column name -> first instance holding it
+        # USING/NATURAL column name -> the instances whose column equals the merged one in every output
+        # row: the first holder and each instance merged into it by an inner join outside any LEFT-joined
+        # group. A LEFT JOIN's merged column is its left side's (SQLite), so its right side is not one.
+        self.merged_holders: dict[str, list[int]] = {}
         self.ctes: dict[str, exp.Expression] = {}
 
     # ------------------------------------------------------------------ FROM clause
@@ -196,15 +200,21 @@ class JoinGraph:
         elif natural and instance.columns is not None:
             earlier = set().union(*(i.columns or frozenset() for i in self.instances[:index]))
             names = sorted((instance.columns - ROWID_NAMES) & earlier)
+        # The left operand of this join: everything before it, or inside a parenthesised group only the
+        # group's members before it (``a LEFT JOIN (b JOIN c USING (x)) ...`` merges b.x and c.x).
+        left_operand = range(index) if enclosing is None else sorted(k for k in enclosing if k < index)
         for column in names:
-            holder = self.merged.get(column)
+            holder = self.merged.get(column) if enclosing is None else None
             if holder is None:
-                holder = next((k for k in range(index) if column in (self.instances[k].columns or ())), None)
+                holder = next((k for k in left_operand if column in (self.instances[k].columns or ())), None)
             if holder is None:
                 continue
             self.merged.setdefault(column, holder)
             if restriction is None:
                 self.null_rejected.update((holder, index))
+                holders = self.merged_holders.setdefault(column, [holder])
+                if holder in holders and index not in holders:
+                    holders.append(index)
             self._equal(
                 (holder, column), (index, column), directed=restriction is not None and holder not in restriction
             )
@@ -335,6 +345,9 @@ class JoinGraph:
             return set(range(len(self.instances)))
         projected = {k for k, i in enumerate(self.instances) if isinstance(star, set) and i.alias in star}
         for column in read_columns:
+            # A merged USING/NATURAL column of inner joins equals each holder's column: it is read from
+            # all of them, whichever the FROM clause names first (the verdict must not depend on that).
+            projected.update(self._merged_holders(column))
             resolved = self._resolve(column)
             if resolved is None:
                 if fold(column.name) in ROWID_NAMES and len(self.instances) == 1:
@@ -353,10 +366,17 @@ class JoinGraph:
         for item in select.expressions:
             body = item.unalias()
             if isinstance(body, exp.Column) and not isinstance(body.this, exp.Star) and not is_parameter(body):
+                bare |= {(k, fold(body.name)) for k in self._merged_holders(body)}
                 resolved = self._resolve(body)
                 if resolved is not None:
                     bare.add(resolved)
         return bare
+
+    def _merged_holders(self, column: exp.Column) -> list[int]:
+        """The instances an unqualified merged USING/NATURAL column is read from (see ``merged_holders``)."""
+        if column.table:
+            return []
+        return self.merged_holders.get(fold(column.name), [])
 
 
 def join_group(source: exp.Expression) -> tuple[exp.Expression, list[exp.Join]] | None:

@@ -4,11 +4,14 @@ the keys a query establishes. Each test asserts the verdict and its evidence, on
 served: a rule that looks at the data could serve the same rows for another reason.
 
 - c17: a LEFT JOIN's ON equality read backwards from a matched row of its right side.
+- c10: a merged USING/NATURAL column of inner joins is read from every table holding it.
 """
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
+from collections import Counter
 from typing import Any
 
 import guarded_sqlite
@@ -100,3 +103,78 @@ def test_c17_the_aggregate_planner_reads_the_left_join_backwards_too() -> None:
     assert risks("SELECT SUM(o.total) FROM visits v LEFT JOIN orders o ON o.customer_id = v.customer_id") == (
         ("v (visits)",),
     )
+
+
+# --- c10 ---------------------------------------------------------------------------------------------
+
+C10 = (
+    """
+CREATE TABLE customers (customer_id INTEGER PRIMARY KEY, name TEXT);
+CREATE TABLE orders (order_id INTEGER PRIMARY KEY, customer_id INTEGER, total INTEGER);
+CREATE TABLE notes (customer_id INTEGER PRIMARY KEY, body TEXT);
+"""
+    + "".join(
+        f"INSERT INTO customers VALUES ({i}, 'c{i}'); INSERT INTO notes VALUES ({i}, 'n{i}');" for i in range(1, 11)
+    )
+    + "".join(
+        f"INSERT INTO orders (customer_id, total) VALUES ({i}, {10 * j});"
+        for i in range(1, 11)
+        for j in range(3 if i <= 3 else 1)
+    )
+)
+
+
+def test_c10_using_join_order_decides_nothing_under_text_to_sql() -> None:
+    """c10: ``customers JOIN orders USING (customer_id)`` and ``orders JOIN customers USING (customer_id)``
+    are one query; projecting the merged column reads both tables, so both spellings are judged and
+    served alike (16 rows, value repeats of the orders' customer ids), NATURAL JOIN too."""
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(C10)
+    facts = read_sqlite_schema(raw)
+    pairs = [
+        ("customers JOIN orders USING (customer_id)", "orders JOIN customers USING (customer_id)"),
+        ("customers NATURAL JOIN orders", "orders NATURAL JOIN customers"),
+    ]
+    for a, b in pairs:
+        outcomes = set()
+        for from_ in (a, b):
+            sql = f"SELECT customer_id FROM {from_}"
+            verdict = analyse(sql, facts, reference="projected")
+            assert sorted(verdict.projected) == ["customers", "orders"], (sql, verdict)
+            assert verdict.verdict == "value_repeats", (sql, verdict.evidence)
+            plain, rows, report = guarded(C10, sql, "text_to_sql")
+            assert Counter(rows) == Counter(plain) and len(rows) == 16, sql
+            outcomes.add((report.provenance, report.action))
+        assert outcomes == {("value_repeats", "none")}
+
+
+def test_c10_three_table_using_join_in_every_order() -> None:
+    """c10 generalised: every order of ``customers``, ``orders`` and ``notes`` joined ``USING
+    (customer_id)`` gets one verdict under the projected reference, for each projection."""
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(C10)
+    facts = read_sqlite_schema(raw)
+    for columns in ("customer_id", "customer_id, name", "customer_id, total", "body"):
+        verdicts = set()
+        for order in itertools.permutations(("customers", "orders", "notes")):
+            sql = f"SELECT {columns} FROM {order[0]} " + " ".join(f"JOIN {t} USING (customer_id)" for t in order[1:])
+            result = analyse(sql, facts, reference="projected")
+            verdicts.add((result.verdict, frozenset(result.projected), frozenset(result.fanning_projected)))
+        assert len(verdicts) == 1, (columns, verdicts)
+
+
+def test_c10_left_join_using_keeps_the_merged_column_on_the_left() -> None:
+    """c10's no-op: in SQLite a LEFT JOIN's merged column is its left side's (NULL-extended rows keep the
+    left value), so only the left table is projected, and the verdict follows the written order."""
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(C10)
+    facts = read_sqlite_schema(raw)
+    forward = analyse(
+        "SELECT customer_id FROM customers LEFT JOIN orders USING (customer_id)", facts, reference="projected"
+    )
+    assert forward.projected == ("customers",) and forward.verdict == "identified"
+    assert forward.fanning == ("orders",), forward.evidence
+    backward = analyse(
+        "SELECT customer_id FROM orders LEFT JOIN customers USING (customer_id)", facts, reference="projected"
+    )
+    assert backward.projected == ("orders",) and backward.verdict == "value_repeats", backward.evidence

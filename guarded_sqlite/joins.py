@@ -536,35 +536,121 @@ def derived_keys(
         items = expanded
         names = [fold(item.alias_or_name) for item in items]
     outputs = frozenset(names)
+    found, why = _body_keys(body, schema, ctes, items, names)
+    keys = tuple(dict.fromkeys([*found, *numbering_keys(body, items, names)]))
+    return outputs, keys, "" if keys else why
+
+
+def _body_keys(
+    body: exp.Select,
+    schema: SchemaFacts,
+    ctes: dict[str, exp.Expression],
+    items: list[exp.Expression],
+    names: list[str],
+) -> tuple[tuple[frozenset[str], ...], str]:
+    """The keys a body's LIMIT 1, DISTINCT, grouping or single keyed table gives its output (by output
+    name), or none and why."""
+    outputs = frozenset(names)
     if body.args.get("limit") is not None and is_one(body.args["limit"]):
-        return outputs, (frozenset(),), ""
+        return (frozenset(),), ""
     if body.args.get("distinct") is not None and body.args["distinct"].args.get("on") is None:
-        return outputs, (outputs,), ""
+        return (outputs,), ""
     group = body.args.get("group")
     if group is not None:
         by_name = {plain_column(e): n for e, n in zip(items, names) if plain_column(e)}
         key = [by_name.get(plain_column(g)) for g in group.expressions]
         if key and all(key):
-            return outputs, (frozenset(k for k in key if k),), ""
-        return outputs, (), "groups by something it does not output"
+            return (frozenset(k for k in key if k),), ""
+        return (), "groups by something it does not output"
     if grouping(body):
-        return outputs, (frozenset(),), ""  # an aggregate without GROUP BY: at most one row
+        return (frozenset(),), ""  # an aggregate without GROUP BY: at most one row
     from_ = body.args.get("from_") or body.args.get("from")
     if from_ is None or body.args.get("joins"):
-        return outputs, (), "joins tables (not seen through)"
+        return (), "joins tables (not seen through)"
     table = from_.this
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or fold(table.name) in ctes:
-        return outputs, (), "reads a nested derived table (not seen through)"
+        return (), "reads a nested derived table (not seen through)"
     facts = schema.table(table.name, table.db or None)
     if facts is None or facts.is_view:
-        return outputs, (), f"reads {table.name}, whose keys are unknown"
+        return (), f"reads {table.name}, whose keys are unknown"
     renamed: dict[str, str] = {}
     for item, name in zip(items, names):
         inner = item.unalias()
         if isinstance(inner, exp.Column) and not isinstance(inner.this, exp.Star):
             renamed.setdefault(fold(inner.name), name)
     keys = tuple(frozenset(renamed[c] for c in key) for key in facts.identity_keys if key <= renamed.keys())
-    return outputs, keys, "does not output a key of " + table.name if not keys else ""
+    return keys, "does not output a key of " + table.name if not keys else ""
+
+
+def numbering_keys(body: exp.Select, items: list[exp.Expression], names: list[str]) -> list[frozenset[str]]:
+    """Keys a body gives its own output by numbering or picking rows, by output name, whatever else it
+    does (joins, WHERE, GROUP BY, DISTINCT: they decide which rows there are, not how they are numbered):
+
+    * ``ROW_NUMBER() OVER (PARTITION BY p1, p2 ...) AS n``: {p1, p2, ..., n}, {n} without PARTITION BY
+      (RANK and DENSE_RANK give ties the same number; a named window is not looked up);
+    * ``DISTINCT ON (e1, e2 ...)`` (PostgreSQL): {e1, e2, ...}, one row per distinct combination.
+
+    Each expression must be a column the body outputs under a name no other output takes; NULLs of a
+    partition column form one partition (and DISTINCT ON keeps one row for them), so these keys hold
+    with NULLs as values, as the keys of a grouped body do."""
+    single = _single_table(body)
+
+    def output(node: exp.Expr) -> str | None:
+        place = _column_place(node, single)
+        if place is None:
+            return None
+        for item, name in zip(items, names):
+            if name and names.count(name) == 1 and _column_place(item.unalias(), single) == place:
+                return name
+        return None
+
+    keys: list[frozenset[str]] = []
+    for item, name in zip(items, names):
+        window = item.unalias()
+        if (
+            not isinstance(window, exp.Window)
+            or not isinstance(window.this, exp.RowNumber)
+            or window.args.get("alias") is not None
+            or not name
+            or names.count(name) != 1
+        ):
+            continue
+        parts = [output(p) for p in window.args.get("partition_by") or ()]
+        if all(parts):
+            keys.append(frozenset([*(p for p in parts if p), name]))
+    distinct = body.args.get("distinct")
+    on = distinct.args.get("on") if distinct is not None else None
+    if on is not None:
+        parts = [output(e) for e in (on.expressions if isinstance(on, exp.Tuple) else [on])]
+        if parts and all(parts):
+            keys.append(frozenset(p for p in parts if p))
+    return keys
+
+
+def _single_table(body: exp.Select) -> frozenset[str] | None:
+    """The names a one-table body's columns may be qualified with (its alias and name, folded), or None
+    when the body reads more than one table (or no table)."""
+    from_ = body.args.get("from_") or body.args.get("from")
+    if from_ is None or body.args.get("joins") or not isinstance(from_.this, exp.Table):
+        return None
+    table = from_.this
+    return frozenset(fold(n) for n in (table.alias, table.name) if n)
+
+
+def _column_place(node: exp.Expr, single: frozenset[str] | None) -> tuple[str, str] | None:
+    """A column as (qualifier, name), folded, to match a window's or DISTINCT ON's column with the
+    select list's: in a one-table body the qualifier is dropped (it can only name that table); in a
+    join it must be written the same on both sides, as a bare name may be another table's column (c05)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star) or is_parameter(node):
+        return None
+    qualifier = fold(node.table) if node.table else ""
+    if single is not None:
+        if qualifier and qualifier not in single:
+            return None
+        qualifier = ""
+    return qualifier, fold(node.name)
 
 
 def output_names(items: Sequence[exp.Expression]) -> list[str] | None:

@@ -65,7 +65,8 @@ eager-load across a many-to-many), is read table by table: inside it, equalities
 outside a LEFT-joined group, into it (and backwards only as above).
 Derived tables and CTEs are seen through when simple: a DISTINCT or grouped body is keyed by its output
 (or group) columns, an aggregate without GROUP BY has at most one row, a single-table body keeps the
-keys it projects; any other derived table is opaque.
+keys it projects, and ``ROW_NUMBER() OVER (PARTITION BY p ...) AS n`` or ``DISTINCT ON (p)`` key any
+body by those output columns (``joins.numbering_keys``); any other derived table is opaque.
 
 >>> from guarded_sqlite.schema import SchemaFacts, TableFacts
 >>> shop = SchemaFacts((TableFacts("customers", columns=("id", "name"), keys=(frozenset({"id"}),)),

@@ -5,6 +5,7 @@ served: a rule that looks at the data could serve the same rows for another reas
 
 - c17: a LEFT JOIN's ON equality read backwards from a matched row of its right side.
 - c10: a merged USING/NATURAL column of inner joins is read from every table holding it.
+- c08, c15: ``ROW_NUMBER() OVER (PARTITION BY ...)`` and PostgreSQL's ``DISTINCT ON`` key a derived table.
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ import sqlite3
 from collections import Counter
 from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 import guarded_sqlite
 from guarded_sqlite.provenance import analyse
-from guarded_sqlite.schema import read_sqlite_schema
+from guarded_sqlite.schema import SchemaFacts, TableFacts, read_sqlite_schema
 
 
 def guarded(setup: str, sql: str, guard: str = "patch") -> tuple[list[Any], list[Any], Any]:
@@ -178,3 +183,118 @@ def test_c10_left_join_using_keeps_the_merged_column_on_the_left() -> None:
         "SELECT customer_id FROM orders LEFT JOIN customers USING (customer_id)", facts, reference="projected"
     )
     assert backward.projected == ("orders",) and backward.verdict == "value_repeats", backward.evidence
+
+
+# --- c08, c15 ----------------------------------------------------------------------------------------
+
+C08 = """
+CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);
+CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customers (id), created TEXT);
+""" + "".join(
+    f"INSERT INTO customers VALUES ({i}, 'c{i}', '{('Haifa', 'Lyon')[i % 2]}');"
+    + "".join(f"INSERT INTO orders (customer_id, created) VALUES ({i}, '2024-0{k}-01');" for k in (1, 2, 3))
+    for i in range(1, 41)
+)
+C08_SQL = """SELECT c.city FROM customers c
+JOIN (SELECT *, ROW_NUMBER() OVER (PARTITION BY customer_id ORDER BY created DESC) AS rn FROM orders) o
+  ON o.customer_id = c.id AND o.rn = 1"""
+
+
+def test_c08_latest_row_per_group_by_row_number_is_a_lookup() -> None:
+    """c08: (customer_id, rn) is a key of the numbered derived table, so ``o.customer_id = c.id AND o.rn
+    = 1`` picks one order per customer: ``value_repeats``, 40 rows kept, under both presets."""
+    for guard in ("patch", "text_to_sql"):
+        plain, rows, report = guarded(C08, C08_SQL, guard)
+        assert rows == plain and len(rows) == 40
+        assert report.provenance == "value_repeats", report.provenance_evidence
+        assert "o is an N:1 lookup (o.customer_id, o.rn is a key)" in (report.provenance_evidence or "")
+
+
+def test_c08_rank_and_an_unpinned_number_are_no_key() -> None:
+    """c08's no-ops: RANK() numbers ties alike, and without ``rn = 1`` each customer's orders all match."""
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(C08)
+    facts = read_sqlite_schema(raw)
+    for sql in (C08_SQL.replace("ROW_NUMBER()", "RANK()"), C08_SQL.replace(" AND o.rn = 1", "")):
+        verdict = analyse(sql, facts)
+        assert verdict.verdict == "amplified" and verdict.fanning == ("o",), (sql, verdict.evidence)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from([None, 0, 1, 2]), st.sampled_from([None, 0, 1]), st.integers(0, 2)), max_size=8
+    ),
+    function=st.sampled_from(["ROW_NUMBER", "ROW_NUMBER", "RANK", "DENSE_RANK"]),
+    partition=st.sampled_from(["", "PARTITION BY a", "PARTITION BY t.a", "PARTITION BY a, b", "PARTITION BY b"]),
+    on=st.sampled_from(["d.a = x.a", "d.a = x.a AND d.b = x.b", "d.b = x.id", "d.rn = x.id", ""]),
+    pin=st.sampled_from([" AND d.rn = 1", " AND d.rn = 2", ""]),
+)
+def test_property_numbered_derived_table_keys_hold_on_the_data(
+    rows: list[tuple[int | None, int | None, int]], function: str, partition: str, on: str, pin: str
+) -> None:
+    """Whenever a numbered derived table is taken as determined by the leading table, each leading row
+    appears at most once in the join, whatever the data (NULL partitions and ties included)."""
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b INTEGER, c INTEGER)")
+    con.executemany("INSERT INTO t (a, b, c) VALUES (?, ?, ?)", rows)
+    condition = f"{on}{pin}".removeprefix(" AND ") or "1 = 1"
+    sql = (
+        f"SELECT x.c FROM t x JOIN (SELECT t.*, {function}() OVER ({partition} ORDER BY c) AS rn FROM t) d "
+        f"ON {condition}"
+    )
+    verdict = analyse(sql, read_sqlite_schema(con), reference="leading")
+    assert verdict.verdict != "unknown", verdict.evidence
+    if not verdict.fanning_leading:
+        per_row = Counter(r[0] for r in con.execute(sql.replace("SELECT x.c", "SELECT x.id", 1)))
+        assert all(n == 1 for n in per_row.values()), (sql, verdict.evidence)
+    con.close()
+
+
+ORDERS_FACTS = SchemaFacts(
+    (
+        TableFacts("customers", "public", ("id", "city"), (frozenset({"id"}),), frozenset({"id"})),
+        TableFacts("orders", "public", ("id", "customer_id", "created"), (frozenset({"id"}),), frozenset({"id"})),
+    ),
+    ("public",),
+)
+C15_SQL = (
+    "SELECT c.city FROM customers c JOIN (SELECT DISTINCT ON (customer_id) * FROM orders "
+    "ORDER BY customer_id, created DESC) o ON o.customer_id = c.id"
+)
+
+
+def test_c15_distinct_on_keys_the_derived_table() -> None:
+    """c15: ``DISTINCT ON (customer_id)`` keeps one order per customer_id, a key of the derived table:
+    ``value_repeats``. DISTINCT ON more columns than the join matches is no lookup (no-op)."""
+    verdict = analyse(C15_SQL, ORDERS_FACTS, dialect="postgres")
+    assert verdict.verdict == "value_repeats", verdict.evidence
+    assert "o is an N:1 lookup (o.customer_id is a key)" in verdict.evidence
+    wider = analyse(C15_SQL.replace("(customer_id)", "(customer_id, created)"), ORDERS_FACTS, dialect="postgres")
+    assert wider.verdict == "amplified" and wider.fanning == ("o",), wider.evidence
+    qualified = C15_SQL.replace("ON (customer_id) * FROM orders", "ON (x.customer_id) * FROM orders x")
+    assert analyse(qualified, ORDERS_FACTS, dialect="postgres").verdict == "value_repeats"
+
+
+def test_c15_distinct_on_on_a_real_postgres(pg_dsn: str) -> None:
+    """c15 on PostgreSQL through ``wrap``: the guard's own verdict is ``value_repeats`` and 30 rows stay."""
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(pg_dsn, autocommit=True) as raw:
+        raw.execute("DROP SCHEMA IF EXISTS c15 CASCADE")
+        raw.execute("CREATE SCHEMA c15")
+        raw.execute("SET search_path TO c15")
+        raw.execute("CREATE TABLE customers (id int PRIMARY KEY, city text)")
+        raw.execute("CREATE TABLE orders (id int PRIMARY KEY, customer_id int REFERENCES customers (id), created date)")
+        raw.execute(
+            "INSERT INTO customers SELECT g, CASE WHEN g % 2 = 0 THEN 'Haifa' ELSE 'Lyon' END "
+            "FROM generate_series(1, 30) g"
+        )
+        raw.execute("INSERT INTO orders SELECT g, (g % 30) + 1, date '2024-01-01' + g FROM generate_series(1, 90) g")
+        plain = raw.execute(C15_SQL).fetchall()
+        con = guarded_sqlite.wrap(raw)
+        cur = con.cursor()
+        cur.execute(C15_SQL)
+        rows = cur.fetchall()
+        assert Counter(rows) == Counter(plain) and len(rows) == 30
+        assert cur.guard_report.provenance == "value_repeats", cur.guard_report.provenance_evidence
+        raw.execute("DROP SCHEMA c15 CASCADE")

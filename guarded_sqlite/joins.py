@@ -6,7 +6,9 @@ its keys from ``SchemaFacts``, a view, a derived table seen through when simple,
 records what the conditions say: ``A = B`` between columns (both ways, or one way for a LEFT JOIN's
 ON), ``col = f(columns)`` for a deterministic ``f`` (the columns determine ``col``), pins to constants
 and parameters, ``IS`` (as ``=``, except that it matches NULL), and conditions it does not model (a
-user or non-deterministic function, a ``COLLATE``), which mark their instance *undecidable*. Deciding
+user or non-deterministic function, a ``COLLATE``), which mark their instance *undecidable*. A unique
+partial index of a table becomes a key of an instance once the conditions constraining that instance
+state its whole predicate (``_imply_partial_keys``). Deciding
 what follows from all this is ``guarded_sqlite.provenance``'s job. The module's functions are pure
 questions about a sqlglot tree (the select list, aggregates, the keys of a derived table, whether an
 expression is deterministic).
@@ -14,13 +16,16 @@ expression is deterministic).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from typing import cast
 
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
-from .schema import SchemaFacts, TableFacts, fold
+from .rewrite import quiet_sqlglot
+from .schema import PartialKey, SchemaFacts, TableFacts, fold
 
 __all__ = ["Closure", "Col", "Instance", "JoinGraph", "Unanalysable"]
 
@@ -47,6 +52,7 @@ class Instance:
     left_joined: bool = False
     joined_with_condition: bool = True
     original: dict[str, str] = field(default_factory=dict)  # folded column -> declared spelling
+    partial_keys: tuple[PartialKey, ...] = ()  # unique partial indexes; a key once the query implies one
 
 
 Col = tuple[int, str]
@@ -94,13 +100,20 @@ class JoinGraph:
         # group. A LEFT JOIN's merged column is its left side's (SQLite), so its right side is not one.
         self.merged_holders: dict[str, list[int]] = {}
         self.ctes: dict[str, exp.Expression] = {}
+        # Partial keys not yet implied: (instance, key columns, predicate conjuncts no condition matched).
+        self.partial: list[tuple[int, frozenset[str], list[exp.Expression]]] = []
 
     # ------------------------------------------------------------------ FROM clause
 
     def _add_source(self, source: exp.Expression) -> int:
         instance = self._instance(source)
         self.instances.append(instance)
-        return len(self.instances) - 1
+        k = len(self.instances) - 1
+        for key in instance.partial_keys:
+            forms = predicate_conjuncts(key.predicate, self.dialect)
+            if forms:  # an unreadable predicate is no key
+                self.partial.append((k, key.columns, list(forms)))
+        return k
 
     def _add_sources(self, source: exp.Expression, restriction: frozenset[int] | None) -> None:
         """Add a FROM item's instances: one table or derived table, or each table of a parenthesised join
@@ -160,6 +173,7 @@ class JoinGraph:
         return Instance(
             label, fold(display), fold(facts.name), display, kind, columns or None, facts.keys, facts.not_null,
             opaque_reason=opaque, original={fold(c): c for c in facts.columns},
+            partial_keys=() if opaque else facts.partial_keys,
         )  # fmt: skip
 
     def _derived(self, body: exp.Expression, label: str, display: str, name: str, what: str) -> Instance:
@@ -229,6 +243,8 @@ class JoinGraph:
         NULL-extended side of the LEFT JOIN whose ON this is (None for WHERE and inner joins outside such
         a join). ``IS`` (and ``IS NOT DISTINCT FROM``) counts as ``=`` except that it matches NULL, so it
         proves no column non-NULL and filters out no NULL-extended row."""
+        if self.partial:
+            self._imply_partial_keys(node, inner)
         if isinstance(node, exp.Not) and isinstance(node.this, exp.Is) and isinstance(node.this.expression, exp.Null):
             column = self._resolve_node(node.this.this)
             if column is not None and inner is None:
@@ -288,6 +304,38 @@ class JoinGraph:
                 self.non_null.add(column)
                 if inner is None:
                     self.null_rejected.add(column[0])
+
+    def _imply_partial_keys(self, node: exp.Expression, inner: frozenset[int] | None) -> None:
+        """Match a condition with the predicates of the partial keys pending; a key whose every
+        predicate conjunct some condition states becomes a key of its instance.
+
+        A condition constrains an instance's rows when every output row in which that instance is a real
+        row satisfies it: a WHERE conjunct or an inner join's ON outside any LEFT JOIN (``inner`` None),
+        or the ON of the LEFT JOIN (or of an inner join inside the LEFT-joined group) that joins the
+        instance; never the ON of a LEFT JOIN that joins another instance, which filters nothing of
+        this one. Compared as trees, with the instance's columns unqualified (``canonical``): a
+        predicate ``deleted_at IS NULL`` is implied by ``p.deleted_at IS NULL``, not by
+        ``p.deleted_at IS NULL OR ...`` nor ``u.deleted_at IS NULL``."""
+        forms: dict[int, exp.Expression | None] = {}
+        for k, columns, remaining in self.partial:
+            if not remaining or (inner is not None and k not in inner):
+                continue
+            if k not in forms:
+                forms[k] = canonical(node, partial(self._own_column, k=k))
+            form = forms[k]
+            if form is None:
+                continue
+            remaining[:] = [c for c in remaining if c != form]
+            instance = self.instances[k]
+            if not remaining and columns not in instance.keys:
+                instance.keys = (*instance.keys, columns)
+
+    def _own_column(self, column: exp.Column, k: int) -> str | None:
+        """``column``'s folded name if it is a column of instance ``k``, else None."""
+        if is_parameter(column) or isinstance(column.this, exp.Star):
+            return None
+        resolved = self._resolve(column)
+        return resolved[1] if resolved is not None and resolved[0] == k else None
 
     def _columns_of(self, node: exp.Expression) -> list[Col] | None:
         """The resolved columns an expression reads, or None if one cannot be placed."""
@@ -377,6 +425,64 @@ class JoinGraph:
         if column.table:
             return []
         return self.merged_holders.get(fold(column.name), [])
+
+
+@lru_cache(maxsize=256)
+def predicate_conjuncts(predicate: str, dialect: str) -> tuple[exp.Expression, ...] | None:
+    """A partial index's predicate as the ``canonical`` forms of its conjuncts (its columns are the
+    table's own), or None if it cannot be read. Cached: one parse per index text, never modified."""
+    try:
+        with quiet_sqlglot():
+            tree: exp.Expression = exp.maybe_parse(predicate, dialect=dialect)
+    except (SqlglotError, ValueError, RecursionError):
+        return None
+    forms: list[exp.Expression] = []
+    for conjunct in conjuncts(tree):
+        form = canonical(conjunct, lambda column: None if is_parameter(column) else fold(column.name))
+        if form is None:
+            return None
+        forms.append(form)
+    return tuple(forms)
+
+
+def canonical(node: exp.Expression, place: Callable[[exp.Column], str | None]) -> exp.Expression | None:
+    """A condition in the form partial-index predicates are compared in: every column replaced by its
+    folded name (``place``: the name, or None when the column is not the table's, which makes the whole
+    condition None), parentheses dropped, ``x IN (v)`` as ``x = v`` and a column written first in an
+    equality, a string literal cast to text as the literal. Nothing else is rewritten: ``deleted_at IS
+    NULL``, ``x IS NOT NULL`` and ``status = 'live'`` match only themselves (a literal only the same
+    literal), any other condition only the same tree. A condition with a subquery is None (its columns
+    are another scope's)."""
+    if any(isinstance(n, (exp.Select, exp.Subquery, exp.Exists)) for n in node.walk()):
+        return None
+    tree: exp.Expression = node.copy()
+    while isinstance(tree, exp.Paren):
+        tree = tree.this
+    for column in list(tree.find_all(exp.Column)):
+        name = place(column)
+        if name is None:
+            return None
+        plain = exp.Column(this=exp.Identifier(this=name, quoted=True))
+        if column is tree:
+            tree = plain
+        else:
+            column.replace(plain)
+    for paren in list(tree.find_all(exp.Paren)):
+        paren.replace(paren.this)
+    # A string literal cast to text is that literal (PostgreSQL's pg_get_expr writes 'x'::text); a cast
+    # of a column stays, as it can change what compares equal.
+    for convert in list(tree.find_all(exp.Cast)):
+        literal = convert.this
+        if isinstance(literal, exp.Literal) and literal.is_string and convert.to.is_type("text", "varchar"):
+            if convert is tree:
+                tree = literal
+            else:
+                convert.replace(literal)
+    if isinstance(tree, exp.In) and not tree.args.get("query") and len(tree.expressions) == 1:
+        tree = exp.EQ(this=tree.this, expression=tree.expressions[0])
+    if isinstance(tree, exp.EQ) and isinstance(tree.expression, exp.Column) and not isinstance(tree.this, exp.Column):
+        tree = exp.EQ(this=tree.expression, expression=tree.this)
+    return tree
 
 
 def join_group(source: exp.Expression) -> tuple[exp.Expression, list[exp.Join]] | None:

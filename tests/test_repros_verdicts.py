@@ -6,6 +6,7 @@ served: a rule that looks at the data could serve the same rows for another reas
 - c17: a LEFT JOIN's ON equality read backwards from a matched row of its right side.
 - c10: a merged USING/NATURAL column of inner joins is read from every table holding it.
 - c08, c15: ``ROW_NUMBER() OVER (PARTITION BY ...)`` and PostgreSQL's ``DISTINCT ON`` key a derived table.
+- c09: a unique partial index is a key where the query's conditions on its table imply its predicate.
 """
 
 from __future__ import annotations
@@ -298,3 +299,149 @@ def test_c15_distinct_on_on_a_real_postgres(pg_dsn: str) -> None:
         assert Counter(rows) == Counter(plain) and len(rows) == 30
         assert cur.guard_report.provenance == "value_repeats", cur.guard_report.provenance_evidence
         raw.execute("DROP SCHEMA c15 CASCADE")
+
+
+# --- c09 ---------------------------------------------------------------------------------------------
+
+C09 = """
+CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT, country TEXT);
+CREATE TABLE profiles (id INTEGER PRIMARY KEY, user_id INTEGER REFERENCES users (id), bio TEXT, deleted_at TEXT);
+CREATE UNIQUE INDEX profiles_live_user ON profiles (user_id) WHERE deleted_at IS NULL;
+""" + "".join(
+    f"INSERT INTO users VALUES ({i}, 'u{i}', '{('fr', 'de', 'il', 'us')[i % 4]}');"
+    f"INSERT INTO profiles (user_id, bio, deleted_at) VALUES ({i}, 'old', '2024-01-01'), ({i}, 'current', NULL);"
+    for i in range(1, 41)
+)
+C09_SQL = "SELECT u.country FROM users u JOIN profiles p ON p.user_id = u.id AND p.deleted_at IS NULL"
+
+
+def test_c09_partial_unique_index_implied_by_the_query_is_a_key() -> None:
+    """c09: ``p.deleted_at IS NULL`` in the join implies the index's ``WHERE deleted_at IS NULL``, so each
+    user matches one live profile: ``value_repeats`` by the key p.user_id, 40 rows kept."""
+    plain, rows, report = guarded(C09, C09_SQL)
+    assert rows == plain and len(rows) == 40
+    assert report.provenance == "value_repeats", report.provenance_evidence
+    assert "p (profiles) is an N:1 lookup (p.user_id is a key)" in (report.provenance_evidence or "")
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(C09)
+    facts = read_sqlite_schema(raw)
+    profiles = facts.table("profiles")
+    assert profiles is not None and frozenset({"user_id"}) not in profiles.keys
+    assert [(k.columns, k.predicate) for k in profiles.partial_keys] == [(frozenset({"user_id"}), "deleted_at IS NULL")]
+    # The no-op: without the predicate, a user's deleted profiles match too.
+    plain, rows, report = guarded(C09, C09_SQL.replace(" AND p.deleted_at IS NULL", ""))
+    assert report.provenance == "amplified" and "p (profiles) fans out u (users)" in report.provenance_evidence
+
+
+def test_c09_the_verdict_follows_the_partial_index_being_created_and_dropped() -> None:
+    """The catalog view compares each table's ``sqlite_master`` rows and index list: a partial index
+    created, re-created with another predicate or dropped after a verdict changes the next one."""
+    con = guarded_sqlite.connect(":memory:")
+    con.executescript(C09.replace("CREATE UNIQUE INDEX profiles_live_user", "CREATE INDEX profiles_plain"))
+
+    def verdict() -> str | None:
+        cur = con.execute(C09_SQL)
+        cur.fetchall()
+        return cur.guard_report.provenance
+
+    assert verdict() == "amplified"
+    con.execute("DROP INDEX profiles_plain")
+    con.execute("DELETE FROM profiles WHERE deleted_at IS NOT NULL")
+    con.execute("CREATE UNIQUE INDEX profiles_live_user ON profiles (user_id) WHERE deleted_at IS NULL")
+    con.execute("INSERT INTO profiles (user_id, bio, deleted_at) SELECT id, 'old', '2024-01-01' FROM users")
+    assert verdict() == "value_repeats"
+    con.execute("DROP INDEX profiles_live_user")
+    con.execute("CREATE UNIQUE INDEX profiles_live_user ON profiles (user_id) WHERE deleted_at > '2023'")
+    assert verdict() == "amplified"
+    con.execute("DROP INDEX profiles_live_user")
+    con.execute("CREATE UNIQUE INDEX profiles_live_user ON profiles (user_id) WHERE deleted_at IS NULL")
+    assert verdict() == "value_repeats"
+    con.execute("DROP INDEX profiles_live_user")
+    assert verdict() == "amplified"
+    con.close()
+
+
+PARTIAL_CONDITIONS = [
+    "p.deleted_at IS NULL",
+    "p.deleted_at IS NOT NULL",
+    "p.deleted_at = 1",
+    "p.kind = 'a'",
+    "'a' = p.kind",
+    "p.kind IN ('a')",
+    "(p.deleted_at IS NULL OR p.kind = 'a')",
+    "u.kind = 'a'",
+]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from([None, 1]), st.sampled_from([None, "a", "b"])), max_size=10
+    ),
+    predicate=st.sampled_from(["deleted_at IS NULL", "kind = 'a'", "deleted_at IS NULL AND kind = 'a'"]),
+    on=st.lists(st.sampled_from(PARTIAL_CONDITIONS), max_size=3),
+    where=st.lists(st.sampled_from(PARTIAL_CONDITIONS), max_size=2),
+    left=st.booleans(),
+)
+def test_property_partial_keys_hold_on_the_data(
+    rows: list[tuple[int, int | None, str | None]], predicate: str, on: list[str], where: list[str], left: bool
+) -> None:
+    """Whenever a partial key makes the profiles a lookup of the users, each user row appears at most
+    once, on data the unique partial index itself enforces (rows it refuses are left out)."""
+    con = sqlite3.connect(":memory:")
+    con.executescript(
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, kind TEXT);"
+        "INSERT INTO users VALUES (0, 'a'), (1, 'b'), (2, NULL), (3, 'a');"
+        "CREATE TABLE profiles (id INTEGER PRIMARY KEY, user_id INTEGER, deleted_at INTEGER, kind TEXT);"
+        f"CREATE UNIQUE INDEX live ON profiles (user_id) WHERE {predicate};"
+    )
+    con.executemany("INSERT OR IGNORE INTO profiles (user_id, deleted_at, kind) VALUES (?, ?, ?)", rows)
+    join = "LEFT JOIN" if left else "JOIN"
+    sql = f"SELECT u.id FROM users u {join} profiles p ON " + " AND ".join(["p.user_id = u.id", *on])
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    verdict = analyse(sql, read_sqlite_schema(con), reference="leading")
+    assert verdict.verdict != "unknown", verdict.evidence
+    if not verdict.fanning_leading:
+        per_user = Counter(r[0] for r in con.execute(sql))
+        assert all(n == 1 for n in per_user.values()), (sql, predicate, verdict.evidence)
+    con.close()
+
+
+def test_postgres_partial_unique_index_is_a_partial_key(pg_dsn: str) -> None:
+    """PostgreSQL: ``pg_index.indpred`` is read as a partial key (``pg_get_expr``'s text), and c09's query
+    is ``value_repeats`` on a real server, also for a predicate on a text column, which PostgreSQL
+    writes with a cast literal (``status = 'current'::text``). A varchar column comes back cast itself
+    (``(code)::text = 'x'::text``), which only the same cast in the query matches: no key there."""
+    psycopg = pytest.importorskip("psycopg")
+    from guarded_sqlite.schema_servers import read_postgres_schema
+
+    with psycopg.connect(pg_dsn, autocommit=True) as raw:
+        raw.execute("DROP SCHEMA IF EXISTS c09 CASCADE")
+        raw.execute("CREATE SCHEMA c09")
+        raw.execute("SET search_path TO c09")
+        raw.execute("CREATE TABLE users (id int PRIMARY KEY, country text)")
+        raw.execute(
+            "CREATE TABLE profiles (id serial PRIMARY KEY, user_id int, status text, code varchar(8), deleted_at date)"
+        )
+        raw.execute("CREATE UNIQUE INDEX live ON profiles (user_id) WHERE deleted_at IS NULL")
+        raw.execute("CREATE UNIQUE INDEX current ON profiles (user_id) WHERE status = 'current'")
+        raw.execute("CREATE UNIQUE INDEX coded ON profiles (user_id) WHERE code = 'x'")
+        raw.execute("INSERT INTO users SELECT g, (ARRAY['fr', 'de'])[g % 2 + 1] FROM generate_series(1, 20) g")
+        raw.execute(
+            "INSERT INTO profiles (user_id, status, deleted_at) SELECT g, 'old', date '2024-01-01' "
+            "FROM generate_series(1, 20) g UNION ALL SELECT g, 'current', NULL FROM generate_series(1, 20) g"
+        )
+        profiles = read_postgres_schema(raw).table("profiles")
+        assert profiles is not None
+        assert {k.columns for k in profiles.partial_keys} == {frozenset({"user_id"})}
+        assert len(profiles.partial_keys) == 3
+        con = guarded_sqlite.wrap(raw)
+        cur = con.cursor()
+        for condition in ("p.deleted_at IS NULL", "p.status = 'current'"):
+            cur.execute(C09_SQL.replace("p.deleted_at IS NULL", condition))
+            assert len(cur.fetchall()) == 20
+            assert cur.guard_report.provenance == "value_repeats", (condition, cur.guard_report.provenance_evidence)
+        coded = analyse(C09_SQL.replace("p.deleted_at IS NULL", "p.code = 'x'"), read_postgres_schema(raw), "postgres")
+        assert coded.verdict == "amplified", coded.evidence
+        raw.execute("DROP SCHEMA c09 CASCADE")

@@ -6,7 +6,9 @@ its keys from ``SchemaFacts``, a view, a derived table seen through when simple,
 records what the conditions say: ``A = B`` between columns (both ways, or one way for a LEFT JOIN's
 ON), ``col = f(columns)`` for a deterministic ``f`` (the columns determine ``col``), pins to constants
 and parameters, ``IS`` (as ``=``, except that it matches NULL), and conditions it does not model (a
-user or non-deterministic function, a ``COLLATE``), which mark their instance *undecidable*. Deciding
+user or non-deterministic function, a ``COLLATE``), which mark their instance *undecidable*. A unique
+partial index of a table becomes a key of an instance once the conditions constraining that instance
+state its whole predicate (``_imply_partial_keys``). Deciding
 what follows from all this is ``guarded_sqlite.provenance``'s job. The module's functions are pure
 questions about a sqlglot tree (the select list, aggregates, the keys of a derived table, whether an
 expression is deterministic).
@@ -14,13 +16,16 @@ expression is deterministic).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from typing import cast
 
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
-from .schema import SchemaFacts, TableFacts, fold
+from .rewrite import quiet_sqlglot
+from .schema import PartialKey, SchemaFacts, TableFacts, fold
 
 __all__ = ["Closure", "Col", "Instance", "JoinGraph", "Unanalysable"]
 
@@ -47,6 +52,7 @@ class Instance:
     left_joined: bool = False
     joined_with_condition: bool = True
     original: dict[str, str] = field(default_factory=dict)  # folded column -> declared spelling
+    partial_keys: tuple[PartialKey, ...] = ()  # unique partial indexes; a key once the query implies one
 
 
 Col = tuple[int, str]
@@ -75,6 +81,9 @@ class JoinGraph:
         self.root = node
         self.instances: list[Instance] = []
         self.edges: list[tuple[Col, Col]] = []  # directed: knowing [0] gives [1]
+        # A LEFT JOIN's ON equalities read backwards, from its NULL-extended side to the rest: knowing
+        # [0] gives [1] only in rows where [0]'s instance is a real (matched) row, for then the ON held.
+        self.reverse_edges: list[tuple[Col, Col]] = []
         self.pins: set[Col] = set()
         self.non_null: set[Col] = set()
         # Instances a WHERE conjunct or an inner join's condition reads with an equality or IS NOT NULL:
@@ -86,14 +95,25 @@ class JoinGraph:
         # they fan out cannot be told, so they never establish a fan-out.
         self.undecidable: dict[int, str] = {}
         self.merged: dict[str, int] = {}  # USING/NATURAL column name -> first instance holding it
+        # USING/NATURAL column name -> the instances whose column equals the merged one in every output
+        # row: the first holder and each instance merged into it by an inner join outside any LEFT-joined
+        # group. A LEFT JOIN's merged column is its left side's (SQLite), so its right side is not one.
+        self.merged_holders: dict[str, list[int]] = {}
         self.ctes: dict[str, exp.Expression] = {}
+        # Partial keys not yet implied: (instance, key columns, predicate conjuncts no condition matched).
+        self.partial: list[tuple[int, frozenset[str], list[exp.Expression]]] = []
 
     # ------------------------------------------------------------------ FROM clause
 
     def _add_source(self, source: exp.Expression) -> int:
         instance = self._instance(source)
         self.instances.append(instance)
-        return len(self.instances) - 1
+        k = len(self.instances) - 1
+        for key in instance.partial_keys:
+            forms = predicate_conjuncts(key.predicate, self.dialect)
+            if forms:  # an unreadable predicate is no key
+                self.partial.append((k, key.columns, list(forms)))
+        return k
 
     def _add_sources(self, source: exp.Expression, restriction: frozenset[int] | None) -> None:
         """Add a FROM item's instances: one table or derived table, or each table of a parenthesised join
@@ -153,6 +173,7 @@ class JoinGraph:
         return Instance(
             label, fold(display), fold(facts.name), display, kind, columns or None, facts.keys, facts.not_null,
             opaque_reason=opaque, original={fold(c): c for c in facts.columns},
+            partial_keys=() if opaque else facts.partial_keys,
         )  # fmt: skip
 
     def _derived(self, body: exp.Expression, label: str, display: str, name: str, what: str) -> Instance:
@@ -193,15 +214,21 @@ class JoinGraph:
         elif natural and instance.columns is not None:
             earlier = set().union(*(i.columns or frozenset() for i in self.instances[:index]))
             names = sorted((instance.columns - ROWID_NAMES) & earlier)
+        # The left operand of this join: everything before it, or inside a parenthesised group only the
+        # group's members before it (``a LEFT JOIN (b JOIN c USING (x)) ...`` merges b.x and c.x).
+        left_operand = range(index) if enclosing is None else sorted(k for k in enclosing if k < index)
         for column in names:
-            holder = self.merged.get(column)
+            holder = self.merged.get(column) if enclosing is None else None
             if holder is None:
-                holder = next((k for k in range(index) if column in (self.instances[k].columns or ())), None)
+                holder = next((k for k in left_operand if column in (self.instances[k].columns or ())), None)
             if holder is None:
                 continue
             self.merged.setdefault(column, holder)
             if restriction is None:
                 self.null_rejected.update((holder, index))
+                holders = self.merged_holders.setdefault(column, [holder])
+                if holder in holders and index not in holders:
+                    holders.append(index)
             self._equal(
                 (holder, column), (index, column), directed=restriction is not None and holder not in restriction
             )
@@ -216,6 +243,8 @@ class JoinGraph:
         NULL-extended side of the LEFT JOIN whose ON this is (None for WHERE and inner joins outside such
         a join). ``IS`` (and ``IS NOT DISTINCT FROM``) counts as ``=`` except that it matches NULL, so it
         proves no column non-NULL and filters out no NULL-extended row."""
+        if self.partial:
+            self._imply_partial_keys(node, inner)
         if isinstance(node, exp.Not) and isinstance(node.this, exp.Is) and isinstance(node.this.expression, exp.Null):
             column = self._resolve_node(node.this.this)
             if column is not None and inner is None:
@@ -276,6 +305,38 @@ class JoinGraph:
                 if inner is None:
                     self.null_rejected.add(column[0])
 
+    def _imply_partial_keys(self, node: exp.Expression, inner: frozenset[int] | None) -> None:
+        """Match a condition with the predicates of the partial keys pending; a key whose every
+        predicate conjunct some condition states becomes a key of its instance.
+
+        A condition constrains an instance's rows when every output row in which that instance is a real
+        row satisfies it: a WHERE conjunct or an inner join's ON outside any LEFT JOIN (``inner`` None),
+        or the ON of the LEFT JOIN (or of an inner join inside the LEFT-joined group) that joins the
+        instance; never the ON of a LEFT JOIN that joins another instance, which filters nothing of
+        this one. Compared as trees, with the instance's columns unqualified (``canonical``): a
+        predicate ``deleted_at IS NULL`` is implied by ``p.deleted_at IS NULL``, not by
+        ``p.deleted_at IS NULL OR ...`` nor ``u.deleted_at IS NULL``."""
+        forms: dict[int, exp.Expression | None] = {}
+        for k, columns, remaining in self.partial:
+            if not remaining or (inner is not None and k not in inner):
+                continue
+            if k not in forms:
+                forms[k] = canonical(node, partial(self._own_column, k=k))
+            form = forms[k]
+            if form is None:
+                continue
+            remaining[:] = [c for c in remaining if c != form]
+            instance = self.instances[k]
+            if not remaining and columns not in instance.keys:
+                instance.keys = (*instance.keys, columns)
+
+    def _own_column(self, column: exp.Column, k: int) -> str | None:
+        """``column``'s folded name if it is a column of instance ``k``, else None."""
+        if is_parameter(column) or isinstance(column.this, exp.Star):
+            return None
+        resolved = self._resolve(column)
+        return resolved[1] if resolved is not None and resolved[0] == k else None
+
     def _columns_of(self, node: exp.Expression) -> list[Col] | None:
         """The resolved columns an expression reads, or None if one cannot be placed."""
         out: list[Col] = []
@@ -291,6 +352,8 @@ class JoinGraph:
         self.edges.append((a, b))
         if strict:
             self.non_null.add(b)
+        if directed and strict:  # IS matches NULL to NULL: a matched row of b proves nothing of a
+            self.reverse_edges.append((b, a))
         if not directed:
             self.edges.append((b, a))
             if strict:
@@ -330,6 +393,9 @@ class JoinGraph:
             return set(range(len(self.instances)))
         projected = {k for k, i in enumerate(self.instances) if isinstance(star, set) and i.alias in star}
         for column in read_columns:
+            # A merged USING/NATURAL column of inner joins equals each holder's column: it is read from
+            # all of them, whichever the FROM clause names first (the verdict must not depend on that).
+            projected.update(self._merged_holders(column))
             resolved = self._resolve(column)
             if resolved is None:
                 if fold(column.name) in ROWID_NAMES and len(self.instances) == 1:
@@ -348,10 +414,75 @@ class JoinGraph:
         for item in select.expressions:
             body = item.unalias()
             if isinstance(body, exp.Column) and not isinstance(body.this, exp.Star) and not is_parameter(body):
+                bare |= {(k, fold(body.name)) for k in self._merged_holders(body)}
                 resolved = self._resolve(body)
                 if resolved is not None:
                     bare.add(resolved)
         return bare
+
+    def _merged_holders(self, column: exp.Column) -> list[int]:
+        """The instances an unqualified merged USING/NATURAL column is read from (see ``merged_holders``)."""
+        if column.table:
+            return []
+        return self.merged_holders.get(fold(column.name), [])
+
+
+@lru_cache(maxsize=256)
+def predicate_conjuncts(predicate: str, dialect: str) -> tuple[exp.Expression, ...] | None:
+    """A partial index's predicate as the ``canonical`` forms of its conjuncts (its columns are the
+    table's own), or None if it cannot be read. Cached: one parse per index text, never modified."""
+    try:
+        with quiet_sqlglot():
+            tree: exp.Expression = exp.maybe_parse(predicate, dialect=dialect)
+    except (SqlglotError, ValueError, RecursionError):
+        return None
+    forms: list[exp.Expression] = []
+    for conjunct in conjuncts(tree):
+        form = canonical(conjunct, lambda column: None if is_parameter(column) else fold(column.name))
+        if form is None:
+            return None
+        forms.append(form)
+    return tuple(forms)
+
+
+def canonical(node: exp.Expression, place: Callable[[exp.Column], str | None]) -> exp.Expression | None:
+    """A condition in the form partial-index predicates are compared in: every column replaced by its
+    folded name (``place``: the name, or None when the column is not the table's, which makes the whole
+    condition None), parentheses dropped, ``x IN (v)`` as ``x = v`` and a column written first in an
+    equality, a string literal cast to text as the literal. Nothing else is rewritten: ``deleted_at IS
+    NULL``, ``x IS NOT NULL`` and ``status = 'live'`` match only themselves (a literal only the same
+    literal), any other condition only the same tree. A condition with a subquery is None (its columns
+    are another scope's)."""
+    if any(isinstance(n, (exp.Select, exp.Subquery, exp.Exists)) for n in node.walk()):
+        return None
+    tree: exp.Expression = node.copy()
+    while isinstance(tree, exp.Paren):
+        tree = tree.this
+    for column in list(tree.find_all(exp.Column)):
+        name = place(column)
+        if name is None:
+            return None
+        plain = exp.Column(this=exp.Identifier(this=name, quoted=True))
+        if column is tree:
+            tree = plain
+        else:
+            column.replace(plain)
+    for paren in list(tree.find_all(exp.Paren)):
+        paren.replace(paren.this)
+    # A string literal cast to text is that literal (PostgreSQL's pg_get_expr writes 'x'::text); a cast
+    # of a column stays, as it can change what compares equal.
+    for convert in list(tree.find_all(exp.Cast)):
+        literal = convert.this
+        if isinstance(literal, exp.Literal) and literal.is_string and convert.to.is_type("text", "varchar"):
+            if convert is tree:
+                tree = literal
+            else:
+                convert.replace(literal)
+    if isinstance(tree, exp.In) and not tree.args.get("query") and len(tree.expressions) == 1:
+        tree = exp.EQ(this=tree.this, expression=tree.expressions[0])
+    if isinstance(tree, exp.EQ) and isinstance(tree.expression, exp.Column) and not isinstance(tree.this, exp.Column):
+        tree = exp.EQ(this=tree.expression, expression=tree.this)
+    return tree
 
 
 def join_group(source: exp.Expression) -> tuple[exp.Expression, list[exp.Join]] | None:
@@ -528,35 +659,121 @@ def derived_keys(
         items = expanded
         names = [fold(item.alias_or_name) for item in items]
     outputs = frozenset(names)
+    found, why = _body_keys(body, schema, ctes, items, names)
+    keys = tuple(dict.fromkeys([*found, *numbering_keys(body, items, names)]))
+    return outputs, keys, "" if keys else why
+
+
+def _body_keys(
+    body: exp.Select,
+    schema: SchemaFacts,
+    ctes: dict[str, exp.Expression],
+    items: list[exp.Expression],
+    names: list[str],
+) -> tuple[tuple[frozenset[str], ...], str]:
+    """The keys a body's LIMIT 1, DISTINCT, grouping or single keyed table gives its output (by output
+    name), or none and why."""
+    outputs = frozenset(names)
     if body.args.get("limit") is not None and is_one(body.args["limit"]):
-        return outputs, (frozenset(),), ""
+        return (frozenset(),), ""
     if body.args.get("distinct") is not None and body.args["distinct"].args.get("on") is None:
-        return outputs, (outputs,), ""
+        return (outputs,), ""
     group = body.args.get("group")
     if group is not None:
         by_name = {plain_column(e): n for e, n in zip(items, names) if plain_column(e)}
         key = [by_name.get(plain_column(g)) for g in group.expressions]
         if key and all(key):
-            return outputs, (frozenset(k for k in key if k),), ""
-        return outputs, (), "groups by something it does not output"
+            return (frozenset(k for k in key if k),), ""
+        return (), "groups by something it does not output"
     if grouping(body):
-        return outputs, (frozenset(),), ""  # an aggregate without GROUP BY: at most one row
+        return (frozenset(),), ""  # an aggregate without GROUP BY: at most one row
     from_ = body.args.get("from_") or body.args.get("from")
     if from_ is None or body.args.get("joins"):
-        return outputs, (), "joins tables (not seen through)"
+        return (), "joins tables (not seen through)"
     table = from_.this
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or fold(table.name) in ctes:
-        return outputs, (), "reads a nested derived table (not seen through)"
+        return (), "reads a nested derived table (not seen through)"
     facts = schema.table(table.name, table.db or None)
     if facts is None or facts.is_view:
-        return outputs, (), f"reads {table.name}, whose keys are unknown"
+        return (), f"reads {table.name}, whose keys are unknown"
     renamed: dict[str, str] = {}
     for item, name in zip(items, names):
         inner = item.unalias()
         if isinstance(inner, exp.Column) and not isinstance(inner.this, exp.Star):
             renamed.setdefault(fold(inner.name), name)
     keys = tuple(frozenset(renamed[c] for c in key) for key in facts.identity_keys if key <= renamed.keys())
-    return outputs, keys, "does not output a key of " + table.name if not keys else ""
+    return keys, "does not output a key of " + table.name if not keys else ""
+
+
+def numbering_keys(body: exp.Select, items: list[exp.Expression], names: list[str]) -> list[frozenset[str]]:
+    """Keys a body gives its own output by numbering or picking rows, by output name, whatever else it
+    does (joins, WHERE, GROUP BY, DISTINCT: they decide which rows there are, not how they are numbered):
+
+    * ``ROW_NUMBER() OVER (PARTITION BY p1, p2 ...) AS n``: {p1, p2, ..., n}, {n} without PARTITION BY
+      (RANK and DENSE_RANK give ties the same number; a named window is not looked up);
+    * ``DISTINCT ON (e1, e2 ...)`` (PostgreSQL): {e1, e2, ...}, one row per distinct combination.
+
+    Each expression must be a column the body outputs under a name no other output takes; NULLs of a
+    partition column form one partition (and DISTINCT ON keeps one row for them), so these keys hold
+    with NULLs as values, as the keys of a grouped body do."""
+    single = _single_table(body)
+
+    def output(node: exp.Expr) -> str | None:
+        place = _column_place(node, single)
+        if place is None:
+            return None
+        for item, name in zip(items, names):
+            if name and names.count(name) == 1 and _column_place(item.unalias(), single) == place:
+                return name
+        return None
+
+    keys: list[frozenset[str]] = []
+    for item, name in zip(items, names):
+        window = item.unalias()
+        if (
+            not isinstance(window, exp.Window)
+            or not isinstance(window.this, exp.RowNumber)
+            or window.args.get("alias") is not None
+            or not name
+            or names.count(name) != 1
+        ):
+            continue
+        parts = [output(p) for p in window.args.get("partition_by") or ()]
+        if all(parts):
+            keys.append(frozenset([*(p for p in parts if p), name]))
+    distinct = body.args.get("distinct")
+    on = distinct.args.get("on") if distinct is not None else None
+    if on is not None:
+        parts = [output(e) for e in (on.expressions if isinstance(on, exp.Tuple) else [on])]
+        if parts and all(parts):
+            keys.append(frozenset(p for p in parts if p))
+    return keys
+
+
+def _single_table(body: exp.Select) -> frozenset[str] | None:
+    """The names a one-table body's columns may be qualified with (its alias and name, folded), or None
+    when the body reads more than one table (or no table)."""
+    from_ = body.args.get("from_") or body.args.get("from")
+    if from_ is None or body.args.get("joins") or not isinstance(from_.this, exp.Table):
+        return None
+    table = from_.this
+    return frozenset(fold(n) for n in (table.alias, table.name) if n)
+
+
+def _column_place(node: exp.Expr, single: frozenset[str] | None) -> tuple[str, str] | None:
+    """A column as (qualifier, name), folded, to match a window's or DISTINCT ON's column with the
+    select list's: in a one-table body the qualifier is dropped (it can only name that table); in a
+    join it must be written the same on both sides, as a bare name may be another table's column (c05)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star) or is_parameter(node):
+        return None
+    qualifier = fold(node.table) if node.table else ""
+    if single is not None:
+        if qualifier and qualifier not in single:
+            return None
+        qualifier = ""
+    return qualifier, fold(node.name)
 
 
 def output_names(items: Sequence[exp.Expression]) -> list[str] | None:

@@ -56,14 +56,17 @@ tables whose keys could not be read are not guessed at, nor are conditions the a
 (an equality with a user or non-deterministic function, a ``COLLATE``): a fan-out is established only
 if it holds with every such instance taken as determined; otherwise the verdict is ``unknown``.
 ``col = f(columns)`` with ``f`` deterministic lets those columns determine ``col``; ``IS`` works as
-``=`` except that it proves nothing non-NULL. A LEFT JOIN is used in one
-direction only: its ON equalities let the left side determine the right side, never the reverse.
+``=`` except that it proves nothing non-NULL. A LEFT JOIN's ON equalities let the left side determine
+the right side; the reverse holds only from a matched (real) row of the right side, so the reference
+closures read it backwards from a reference instance (the rows where it is NULL-extended are copies of
+none of its rows) and the identity closure never (see ``_Analysis._closure``).
 A parenthesised join group, ``a LEFT JOIN (b JOIN c ON c.id = b.c_id) ON b.a_id = a.id`` (how ORMs
 eager-load across a many-to-many), is read table by table: inside it, equalities work both ways; from
-outside a LEFT-joined group, only into it.
+outside a LEFT-joined group, into it (and backwards only as above).
 Derived tables and CTEs are seen through when simple: a DISTINCT or grouped body is keyed by its output
 (or group) columns, an aggregate without GROUP BY has at most one row, a single-table body keeps the
-keys it projects; any other derived table is opaque.
+keys it projects, and ``ROW_NUMBER() OVER (PARTITION BY p ...) AS n`` or ``DISTINCT ON (p)`` key any
+body by those output columns (``joins.numbering_keys``); any other derived table is opaque.
 
 >>> from guarded_sqlite.schema import SchemaFacts, TableFacts
 >>> shop = SchemaFacts((TableFacts("customers", columns=("id", "name"), keys=(frozenset({"id"}),)),
@@ -267,15 +270,31 @@ class _Analysis(JoinGraph):
     def _closure(self, start: set[int], seeds: set[Col], identity: bool = False) -> Closure:
         """What ``start`` and ``seeds`` determine. ``identity``: whether equal output rows are one row
         combination, where a LEFT-joined instance's key does not count unless its NULL-extended rows
-        are filtered out (two unmatched rows share its NULL key)."""
+        are filtered out (two unmatched rows share its NULL key).
+
+        Without ``identity`` a LEFT JOIN's ON equalities also work backwards (``reverse_edges``), from
+        an instance whose row is a real one: one of ``start`` (a reference row is a row of its table;
+        the rows where a LEFT JOIN NULL-extended it are copies of none of its rows), one whose
+        NULL-extended rows are filtered out, or one reached backwards from such a row (its strict ON
+        equality held). A matched right row then fixes the left row exactly as an inner join's would.
+        Never from an instance determined only forwards: that may be the NULL row, which matches
+        every row of the rest (``a CROSS JOIN b LEFT JOIN o ON o.a_id = a.id AND o.b_id = b.id`` does
+        not make ``b`` a lookup of ``a``)."""
         result = Closure(set(start), set(seeds) | self.pins)
         non_null = set(self.non_null)
+        real = set() if identity else set(start) | self.null_rejected
+        backwards = () if identity else self.reverse_edges
         changed = True
         while changed:
             changed = False
             for a, b in self.edges:
                 if (a[0] in result.determined or a in result.known) and b not in result.known:
                     result.known.add(b)
+                    changed = True
+            for a, b in backwards:
+                if a[0] in real and (a[0] in result.determined or a in result.known) and b not in result.known:
+                    result.known.add(b)
+                    real.add(b[0])
                     changed = True
             for sources, target in self.derived:
                 if target not in result.known and all(c[0] in result.determined or c in result.known for c in sources):

@@ -14,6 +14,11 @@ What counts as a key:
 * every UNIQUE constraint and every unique index over plain columns that is *not* partial (a partial
   index constrains only some rows) and has no expression column.
 
+A unique partial index over plain columns is a ``PartialKey``: its columns and its WHERE predicate
+(SQLite: read from the index's ``sqlite_master.sql``; PostgreSQL: ``pg_index.indpred``; DuckDB has no
+partial indexes). It is a key only of the rows its predicate holds for: the analysis uses one for a
+table instance only where the query's own conditions on that instance imply the predicate.
+
 The NULL rule. A UNIQUE column may hold many NULLs, so "equal key values ⇒ same row" holds only for
 non-NULL values. ``TableFacts.keys`` lists every declared key; it is sound wherever the key columns are
 matched with ``=`` (a join or a pin to a constant never matches NULL). ``TableFacts.identity_keys`` keeps
@@ -39,6 +44,7 @@ from typing import Any, cast
 __all__ = [
     "CatalogUnreadable",
     "ForeignKey",
+    "PartialKey",
     "SchemaFacts",
     "TableFacts",
     "fold",
@@ -73,6 +79,17 @@ class ForeignKey:
 
 
 @dataclass(frozen=True)
+class PartialKey:
+    """A unique partial index over plain columns: a key of the rows its predicate holds for."""
+
+    columns: frozenset[str]
+    """The indexed columns, folded (``fold``)."""
+
+    predicate: str
+    """The index's WHERE condition as SQL text in the engine's dialect (its columns unqualified)."""
+
+
+@dataclass(frozen=True)
 class TableFacts:
     """What the catalog says about one table or view."""
 
@@ -104,6 +121,10 @@ class TableFacts:
 
     rowid: bool = False
     """SQLite: whether it is a rowid table (``rowid`` among its keys unless a column takes the name)."""
+
+    partial_keys: tuple[PartialKey, ...] = ()
+    """Unique partial indexes over plain columns (never among ``keys``): keys only where a query's
+    conditions imply the predicate."""
 
     @property
     def column_names(self) -> frozenset[str]:
@@ -374,17 +395,51 @@ def sqlite_table_facts(cur: sqlite3.Cursor, schema: str, name: str, kind: str, s
             if alias not in folded:
                 keys.append(frozenset({alias}))
                 not_null.add(alias)
+    partial_keys: list[PartialKey] = []
     for row in indexes:
         unique = bool(row[2])
         partial = bool(row[4]) if len(row) > 4 else False
-        if not unique or partial or _text(row[3]) == "pk":
+        if not unique or _text(row[3]) == "pk":
             continue
         entries = _index_entries(cur, f"{prefix}index_info({_quote(_text(row[1]))})")
         names = [fold(_text(entry[2])) if entry[2] is not None else "" for entry in entries]
-        if names and all(names):  # an expression column (name NULL) is not a column key
+        if not names or not all(names):  # an expression column (name NULL) is not a column key
+            continue
+        if not partial:
             keys.append(frozenset(names))
+            continue
+        declared = catalog_rows(
+            cur, f"SELECT sql FROM {_master(schema)} WHERE type = 'index' AND name = ?1", (_text(row[1]),)
+        )
+        predicate = index_predicate(_text(declared[0][0])) if declared else None
+        if predicate:  # a predicate that cannot be read is no key at all
+            partial_keys.append(PartialKey(frozenset(names), predicate))
     foreign = _sqlite_foreign_keys(cur, schema, name)
-    return TableFacts(name, schema, columns, unique_keys(keys), frozenset(not_null), foreign, rowid=rowid_table)
+    return TableFacts(
+        name, schema, columns, unique_keys(keys), frozenset(not_null), foreign,
+        rowid=rowid_table, partial_keys=tuple(partial_keys),
+    )  # fmt: skip
+
+
+def index_predicate(create_index: str) -> str | None:
+    """The WHERE condition of a ``CREATE INDEX`` statement as SQLite SQL, or None if it has none or
+    cannot be parsed. Parses with sqlglot, imported here: this runs only when a partial unique index is
+    read, by the provenance analysis, which has sqlglot loaded already."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    from .rewrite import quiet_sqlglot
+
+    try:
+        with quiet_sqlglot():
+            tree = sqlglot.parse_one(create_index, read="sqlite")
+    except (SqlglotError, ValueError, RecursionError):
+        return None
+    index = tree.this if isinstance(tree, exp.Create) else None
+    params = index.args.get("params") if isinstance(index, exp.Index) else None
+    where = params.args.get("where") if params is not None else None
+    return where.this.sql("sqlite") if isinstance(where, exp.Where) else None
 
 
 def _index_entries(cur: sqlite3.Cursor, pragma: str) -> list[tuple[Any, ...]]:

@@ -3,8 +3,10 @@
 DuckDB: ``duckdb_columns()``, ``duckdb_constraints()``, ``duckdb_indexes()``, ``duckdb_views()``.
 PostgreSQL (psycopg 3): ``pg_class``/``pg_attribute``/``pg_index``/``pg_constraint``. Keys follow
 ``guarded_sqlite.schema``'s rules (PRIMARY KEY, UNIQUE, unique non-partial indexes over plain
-columns). Both readers never raise, and fail closed: when a catalog query fails they return no tables
-at all, so every name is unknown to the analysis rather than keyless.
+columns; PostgreSQL's unique partial indexes over plain columns as ``PartialKey``s, their predicate from
+``pg_get_expr(indpred)``; DuckDB has no partial indexes). Both readers never raise, and fail closed:
+when a catalog query fails they return no tables at all, so every name is unknown to the analysis
+rather than keyless.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .schema import CatalogUnreadable, ForeignKey, SchemaFacts, TableFacts, fold, unique_keys
+from .schema import CatalogUnreadable, ForeignKey, PartialKey, SchemaFacts, TableFacts, fold, unique_keys
 
 __all__ = ["read_duckdb_schema", "read_postgres_schema"]
 
@@ -143,6 +145,11 @@ SELECT i.indrelid, i.indkey::int2[], i.indisprimary
 FROM pg_index i
 WHERE i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indisvalid
 """
+_PG_PARTIAL = """
+SELECT i.indrelid, i.indkey::int2[], pg_get_expr(i.indpred, i.indrelid)
+FROM pg_index i
+WHERE i.indisunique AND i.indpred IS NOT NULL AND i.indexprs IS NULL AND i.indisvalid
+"""
 _PG_FOREIGN = """
 SELECT f.conrelid, f.conkey, r.relname, f.confrelid, f.confkey
 FROM pg_constraint f JOIN pg_class r ON r.oid = f.confrelid
@@ -194,6 +201,12 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
                 names = [fold(cols.get(int(n), ("", False))[0]) for n in (indkey or [])]
                 if names and all(names):
                     keys.setdefault(int(relid), []).append(frozenset(names))
+            partial: dict[int, list[PartialKey]] = {}
+            for relid, indkey, predicate in fetch(_PG_PARTIAL):
+                cols = columns.get(int(relid), {})
+                names = [fold(cols.get(int(n), ("", False))[0]) for n in (indkey or [])]
+                if names and all(names) and predicate:
+                    partial.setdefault(int(relid), []).append(PartialKey(frozenset(names), str(predicate)))
             fks: dict[int, list[ForeignKey]] = {}
             for relid, conkey, ref_name, ref_id, confkey in fetch(_PG_FOREIGN):
                 own, ref = columns.get(int(relid), {}), columns.get(int(ref_id), {})
@@ -218,6 +231,7 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
                 frozenset(fold(c) for c, notnull in cols.values() if notnull),
                 tuple(fks.get(oid, [])),
                 view,
+                partial_keys=() if view else tuple(partial.get(oid, [])),
             )
         )
     order = tuple(fold(s) for s in [*temp, *search])

@@ -255,6 +255,40 @@ def test_property_no_multiplication_is_true(
     con.close()
 
 
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(keyed_database(), join_query())
+@example(  # a LEFT JOIN read backwards: a matched x1 fixes x0 through x1.a = x0.id
+    (_PLAIN_TABLES, [("t0", [(0, 0, 1, 0), (1, 0, 1, 0)]), ("t1", [(0, 1, 0, 0), (1, 1, 0, 0)]), ("t2", [])]),
+    ("SELECT x1.c FROM t0 x0 LEFT JOIN t1 x1 ON x1.a = x0.id", ["t0", "t1"], ["x0", "x1"]),
+)
+@example(  # x1 is reached forwards and may be the NULL row: its ON does not make x2 a lookup
+    (_PLAIN_TABLES, [("t0", [(0, 0, 0, 0)]), ("t1", [(0, 0, 0, 0)]), ("t2", [(0, 0, 0, 0), (1, 0, 0, 0)])]),
+    (
+        "SELECT x0.b FROM t0 x0 CROSS JOIN t2 x2 LEFT JOIN t1 x1 ON x1.id = x0.id AND x1.b = x2.id",
+        ["t0", "t2", "t1"],
+        ["x0", "x2", "x1"],
+    ),
+)
+def test_property_no_multiplication_of_the_projected_tables_is_true(
+    db: tuple[list[str], list[tuple[str, list[tuple[int, ...]]]]], query: tuple[str, list[str], list[str]]
+) -> None:
+    """Nothing fans out relative to the projected tables (reference "projected"): each combination of
+    their rows appears at most once. A row where a LEFT JOIN NULL-extended one of them is a copy of no
+    combination (how ``_closure`` reads a LEFT JOIN backwards from a matched row)."""
+    ddl, data = db
+    sql, _tables, aliases = query
+    con = _database(ddl, data)
+    result = analyse(sql, read_sqlite_schema(con), reference="projected")
+    assert result.verdict != "unknown", result.evidence
+    event(f"{result.verdict}, fans out: {bool(result.fanning_projected)}")
+    if not result.fanning_projected:
+        projected = [a for a in aliases if a in {p.split(" ")[0] for p in result.projected}]
+        with_ids = sql.replace("SELECT ", f"SELECT {', '.join(f'{a}.id' for a in projected)}, ", 1)
+        combinations = Counter(row[: len(projected)] for row in con.execute(with_ids))
+        assert all(n == 1 for ids, n in combinations.items() if None not in ids), (sql, result.evidence)
+    con.close()
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(keyed_database(), join_query())
 def test_property_reference_both_never_claims_more_than_each_side(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import ConnectionState, GuardedConnection, serving
+from .core import ConnectionState, GuardedConnection, buffer_served, serving
 from .engines import DUCKDB, NO_PARAMETERS, execute_with
 from .policy import GuardPolicy
 from .proxy import CursorProxy, _fetchone
@@ -81,6 +81,7 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
         from .rewrite import is_read_only_query
 
         remaining = list(serving(self, raw, _fetchone))
+        buffer_served(self)
         served_sql = current.final_sql
         if is_read_only_query(served_sql, "duckdb"):
             return _tail(self._rerun_natively(served_sql, method, *args, **kwargs), len(remaining))

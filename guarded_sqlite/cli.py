@@ -11,7 +11,8 @@ instead of ``--db-root/--gold/--pred``.
 Exit status: 0 on success, 2 for unusable inputs (missing files, a prediction count or db_id that does
 not match the gold, bad options, an engine that cannot be reached or copied into, an output path
 (``--json``, ``--plot``, ``demo --db``) whose folder is missing or not writable, or that is a
-directory), reported on one line ``guarded-sqlite <command>: error: ...``; 1 when ``--plot`` is asked
+directory; ``demo --db`` also refuses an existing file that is not the demo's own database, unless
+``--force``), reported on one line ``guarded-sqlite <command>: error: ...``; 1 when ``--plot`` is asked
 for without matplotlib installed. Output paths are checked before the run starts. ``query`` exits 1
 when its statement fails (an SQL error, or a write: the database is opened read-only), with the error on
 one line of stderr, or when its reader closes stdout early; and 2 when DB is missing, a directory,
@@ -162,6 +163,11 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="build a small shop database and show a join explosion caught and patched")
     demo.add_argument("--db", type=Path, help="where to create the demo database (default: a temporary file)")
+    demo.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the file at --db even if it is not the demo's own database (which is rebuilt without it)",
+    )
     add_query_parser(commands)
     add_mcp_parser(commands)
 
@@ -259,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import run
 
         if args.db is not None:
-            problem = _demo_db_problem(args.db)
+            problem = _demo_db_problem(args.db, args.force)
             if problem is not None:
                 _print_error(args.command, f"--db {problem}")
                 return 2
@@ -308,14 +314,20 @@ def _print_error(command: str, message: str) -> None:
     print(f"guarded-sqlite {command}: error: {message}", file=sys.stderr)
 
 
-def _demo_db_problem(path: Path) -> str | None:
+def _demo_db_problem(path: Path, force: bool) -> str | None:
     """Why the demo cannot create its database at ``path``, or None. The demo replaces an existing
-    file there, so anything but a regular file (a device such as /dev/null, a FIFO) is refused too."""
+    file there, so anything but a regular file (a device such as /dev/null, a FIFO) is refused too, and,
+    without ``force``, a file that is not the demo's own database (``demo.replace_refusal``)."""
+    from .demo import replace_refusal
     from .evaluation.loaders import output_file_problem
 
     problem = output_file_problem(path)
     if problem is None and path.exists() and not path.is_file():
         problem = f"{path}: not a regular file"
+    if problem is None and not force:
+        refusal = replace_refusal(path)
+        if refusal is not None:
+            problem = f"{path}: {refusal}"
     return problem
 
 

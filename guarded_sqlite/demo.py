@@ -3,6 +3,9 @@
 The example is the failure the project exists for: SQL that a set-based evaluator scores as correct
 (every customer who bought a book is in the result) but that returns each of them once per book
 line, so an application summing over the rows reports several times the true total.
+
+The database is stamped with ``APPLICATION_ID`` (SQLite's ``PRAGMA application_id``), so that ``demo
+--db PATH`` can rebuild its own database and refuse to replace anyone else's (``replace_refusal``).
 """
 
 from __future__ import annotations
@@ -52,13 +55,52 @@ JOIN products AS p ON p.id = i.product_id
 WHERE p.category = ?  -- parameter and comment survive the patch"""
 HEALTHY_SQL = "SELECT name, city FROM customers WHERE points > ? ORDER BY name"
 
+APPLICATION_ID = 0x4753514C
+"""``PRAGMA application_id`` of the demo's database: "GSQL" in ASCII, a fixed 32-bit number."""
+
+_HEADER = b"SQLite format 3\x00"
+_ID_OFFSET = 68  # where a SQLite file's header keeps its application_id (4 bytes, big-endian)
+
+
+def is_demo_database(header: bytes) -> bool:
+    r"""Whether the first 100 bytes of a file are those of a database ``build_shop`` made.
+
+    >>> is_demo_database(b"SQLite format 3\x00" + bytes(52) + APPLICATION_ID.to_bytes(4, "big") + bytes(28))
+    True
+    >>> is_demo_database(b"SQLite format 3\x00" + bytes(84))
+    False
+    >>> is_demo_database(b"name,city\n")
+    False
+    """
+    return header.startswith(_HEADER) and int.from_bytes(header[_ID_OFFSET : _ID_OFFSET + 4], "big") == APPLICATION_ID
+
+
+def replace_refusal(path: Path) -> str | None:
+    """Why ``build_shop`` must not replace the file at ``path`` (it is not the demo's own database and
+    not empty), or None: nothing there, an empty file, or a database the demo stamped."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(100)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return (
+            f"cannot be read to tell whether it is the demo's database ({error.strerror}); pass --force to overwrite it"
+        )
+    if not header or is_demo_database(header):
+        return None
+    return "exists and is not the demo's database; pass --force to overwrite it"
+
 
 def build_shop(path: str | Path) -> None:
-    """Create (or recreate) the demo database at ``path``: 6 customers, 30 orders, 150 order lines."""
+    """Create (or recreate) the demo database at ``path``: 6 customers, 30 orders, 150 order lines,
+    stamped with ``APPLICATION_ID``. Whatever file is at ``path`` is replaced (the CLI asks
+    ``replace_refusal`` first)."""
     path = Path(path)
     if path.exists():
         path.unlink()
     with sqlite3.connect(path) as con:
+        con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         con.executescript(SCHEMA)
         con.executemany("INSERT INTO customers VALUES (?, ?, ?, ?)", CUSTOMERS)
         con.executemany("INSERT INTO products VALUES (?, ?, ?, ?)", PRODUCTS)

@@ -143,7 +143,16 @@ class SQLiteEngine(Engine):
         was_in_transaction = raw.in_transaction
         failure: BaseException | None = None
         rows: list[Any] = []
-        with defer_keyboard_interrupt(raw.interrupt):
+        running = [False]
+
+        def stop_running() -> None:
+            # A Ctrl-C stops the guard's statement; outside it there is nothing to stop, and an
+            # interrupt() while another statement of the connection is still active (a cursor the
+            # caller left mid-result) would stay pending and fail the caller's next statements.
+            if running[0]:
+                raw.interrupt()
+
+        with defer_keyboard_interrupt(stop_running):
             # Plain sqlite3.Cursors keep a factory= subclass's cursor hooks out of the guard's own work.
             pragma = sqlite3.Cursor(raw)
             pragma.row_factory = None
@@ -162,8 +171,12 @@ class SQLiteEngine(Engine):
                 cursor.row_factory = row_factory
                 try:
                     with interrupt_after(time_limit, raw.interrupt) if time_limit is not None else _NO_DEADLINE:
-                        execute_with(cursor, sql, parameters)
-                        rows = _fetch_described(cursor, max_rows + 1, description)
+                        running[0] = True
+                        try:
+                            execute_with(cursor, sql, parameters)
+                            rows = _fetch_described(cursor, max_rows + 1, description)
+                        finally:
+                            running[0] = False
                 finally:
                     cursor.close()
             except Exception as error:

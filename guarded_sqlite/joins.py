@@ -611,14 +611,9 @@ def not_modelled(node: exp.Expression) -> str:
     for child in node.walk():
         if isinstance(child, (exp.Subquery, exp.Select, exp.Exists, exp.Star, exp.Window)):
             return "a subquery or window"
-        if isinstance(child, exp.Anonymous):
-            name = str(child.name).lower()
-            if name not in _DETERMINISTIC_BUILTINS:
-                return f"function {name}() may be a user function or non-deterministic"
-        elif isinstance(child, _NON_DETERMINISTIC):
-            return f"{child.sql('sqlite')} is not deterministic"
-        elif isinstance(child, exp.Literal) and child.is_string and child.this.strip().lower() == "now":
-            return "'now' is not deterministic"
+        why = _unknown_call(child, aggregates_known=False)
+        if why:
+            return why
     return ""
 
 
@@ -628,14 +623,24 @@ def rerun_hazard(tree: exp.Expression) -> str:
     may count its calls or write) or a non-deterministic one (``random()``, the current time), anywhere
     in the statement. The guard's own re-executions skip such statements."""
     for node in tree.walk():
-        if isinstance(node, exp.Anonymous):
-            name = str(node.name).lower()
-            if name not in _DETERMINISTIC_BUILTINS and name not in _ANONYMOUS_AGGREGATES:
-                return f"the statement calls {name}(), which may be a user function: not run again"
-        elif isinstance(node, _NON_DETERMINISTIC):
-            return f"the statement calls {node.sql('sqlite')}, which is not deterministic: not run again"
-        elif isinstance(node, exp.Literal) and node.is_string and node.this.strip().lower() == "now":
-            return "the statement reads the current time ('now'): not run again"
+        why = _unknown_call(node, aggregates_known=True)
+        if why:
+            return f"{why}: the statement is not run again"
+    return ""
+
+
+def _unknown_call(node: exp.Expr, aggregates_known: bool) -> str:
+    """Why one node is not a call of a deterministic built-in (a name that may be a user function, a
+    non-deterministic function, the current time), or "". ``aggregates_known``: SQLite's aggregates that
+    sqlglot parses as anonymous calls (``total()``) count as built-ins."""
+    if isinstance(node, exp.Anonymous):
+        name = str(node.name).lower()
+        if name not in _DETERMINISTIC_BUILTINS and not (aggregates_known and name in _ANONYMOUS_AGGREGATES):
+            return f"function {name}() may be a user function or non-deterministic"
+    elif isinstance(node, _NON_DETERMINISTIC):
+        return f"{node.sql('sqlite')} is not deterministic"
+    elif isinstance(node, exp.Literal) and node.is_string and node.this.strip().lower() == "now":
+        return "'now' is not deterministic"
     return ""
 
 

@@ -122,29 +122,52 @@ def distinct_in_order(rows: Sequence[Any]) -> list[Any]:
 
 
 class PartialCount:
-    """A distinct-row count the probe stopped early, finished only if someone asks for it.
+    """A distinct-row count the probe stopped early, finished only if someone asks for it while the
+    rows are still there.
 
     Deciding that a large result is *not* an explosion needs only enough distinct rows to clear the
     threshold; with ``tau_inject = 0.8`` that is about a fifth of the rows. The exact count is for the
-    report, so it is completed lazily from the rows the cursor keeps until its next statement.
+    report, so it is completed lazily from the rows the cursor buffers, as long as it buffers them.
+    Once every row has been served the cursor lets go of them (``release``, called by
+    ``serving.buffer_served``): finishing the count then would cost four times the probe (the ratio of a
+    100,000-row ``fetchall`` to sqlite3's went from 1.05 to 1.17 in one measurement), so only the lower
+    bound is kept and ``exact()`` returns None.
     """
 
-    __slots__ = ("_exact", "_rows", "_scanned", "_seen")
+    __slots__ = ("_bound", "_exact", "_rows", "_scanned", "_seen")
 
     def __init__(self, rows: Sequence[Any], seen: set[Any], scanned: int) -> None:
-        self._rows, self._seen, self._scanned = rows, seen, scanned
+        self._rows: Sequence[Any] | None = rows
+        self._seen, self._scanned = seen, scanned
         self._exact: int | None = None
+        self._bound = 0
 
     @property
     def lower_bound(self) -> int:
-        return len(self._seen) if self._exact is None else self._exact
+        if self._exact is not None:
+            return self._exact
+        return len(self._seen) if self._rows is not None else self._bound
 
-    def exact(self) -> int:
-        if self._exact is None:
-            self._seen.update(self._rows[self._scanned :])
+    @property
+    def pending(self) -> bool:
+        """Whether the count can still be finished: neither finished nor released."""
+        return self._exact is None and self._rows is not None
+
+    def exact(self) -> int | None:
+        """The number of distinct rows; None when the rows were released before it was finished."""
+        rows = self._rows
+        if self._exact is None and rows is not None:
+            self._seen.update(rows[self._scanned :])
             self._exact = len(self._seen)
             self._rows, self._seen = (), set()
         return self._exact
+
+    def release(self) -> None:
+        """The rows are going: drop every reference to them (the probe's set holds a fifth of them),
+        keeping the lower bound. A finished count is kept as it is."""
+        if self._rows is not None and self._exact is None:
+            self._bound = len(self._seen)
+            self._rows, self._seen = None, set()
 
 
 def probe_large(rows: Sequence[Any], tau: float) -> tuple[str | None, int | PartialCount]:

@@ -40,6 +40,7 @@ from .core import (
     Streaming,
     after_error,
     after_fetch,
+    buffer_served,
     changes_schema,
     fetch_rest,
     forget_schema,
@@ -181,10 +182,9 @@ class CursorProxy(_Proxy, GuardedCursor):
     # Serves fetches: the buffer list (until first touched), an iterator over it, the buffer then the
     # raw tail (past row_cap), or the raw cursor itself.
     _self_rows: list[Any] | Iterator[Any] = NOTHING
-    # The list behind ``_self_rows`` once an iterator over it was handed out, so that re-executing the
-    # cursor can redirect that iterator to the new rows, as re-executing a sqlite3 cursor does.
-    _self_buffer: list[Any] | Streaming | None = None
-    _self_list: list[Any] | None = None  # the list behind an iterator in ``_self_rows``
+    # The iterator over ``_self_rows``'s list once it was handed out, so that re-executing the cursor
+    # can redirect it to the new rows, as re-executing a sqlite3 cursor does (serving.serving).
+    _self_buffer: Iterator[Any] | Streaming | None = None
     _self_state: ReportState | None = None
     _self_report: GuardReport | None = None
     _self_driver_options: dict[str, Any] | None = None  # psycopg's prepare/binary for the raw execute
@@ -294,7 +294,10 @@ class CursorProxy(_Proxy, GuardedCursor):
         rows = serving(self, raw, _fetchone)
         if rows is raw:
             return rows.fetchone()  # not buffered: the driver's own fetch (and its own errors)
-        return next(rows, None)
+        row = next(rows, None)
+        if not rows.__length_hint__():  # that was the last buffered row: let go of the buffer
+            buffer_served(self)
+        return row
 
     def fetchmany(self, size: Any = _NO_PARAMETERS) -> list[Any]:
         raw: Any = self.__wrapped__
@@ -304,27 +307,34 @@ class CursorProxy(_Proxy, GuardedCursor):
             fetched: list[Any] = raw.fetchmany(size)
             return fetched
         # sqlite3 returns every remaining row for a size of zero or less.
-        return list(itertools.islice(rows, size)) if size > 0 else list(rows)
+        served = list(itertools.islice(rows, size)) if size > 0 else list(rows)
+        if not rows.__length_hint__():
+            buffer_served(self)
+        return served
 
     def fetchall(self) -> list[Any]:
         rows = self._self_rows
         raw = self.__wrapped__
         if type(rows) is list:
             raw.fetchone()  # raises as sqlite3 would: closed cursor or connection, wrong thread
+            # Untouched buffer: hand over the list itself instead of copying it, and keep nothing.
+            self._self_rows = NOTHING
             state = self._self_state
-            # Untouched buffer: hand over the list itself instead of copying it, unless a partial
-            # distinct count still has to read it for the report.
-            if state is None or type(state.unique_rows) is not PartialCount:
-                self._self_rows = NOTHING
-                return rows
+            if state is not None and type(state.unique_rows) is PartialCount:
+                state.unique_rows.release()
+            return rows
         rows = serving(self, raw, _fetchone)
         if rows is raw:
             fetched: list[Any] = raw.fetchall()
             return fetched
-        return list(rows)
+        served = list(rows)
+        buffer_served(self)
+        return served
 
     def close(self) -> None:
         self.__wrapped__.close()
+        if self._self_rows is not self.__wrapped__:
+            buffer_served(self)  # a distinct count still pending keeps only its lower bound
         self._self_rows = self.__wrapped__
         self._self_buffer = None
 
@@ -334,7 +344,14 @@ class CursorProxy(_Proxy, GuardedCursor):
         return serving(self, self.__wrapped__, _fetchone, True)  # type: ignore[no-any-return]
 
     def __next__(self) -> Any:
-        return next(serving(self, self.__wrapped__, _fetchone))
+        raw = self.__wrapped__
+        rows = serving(self, raw, _fetchone)
+        if rows is raw:
+            return next(raw)
+        row = next(rows)
+        if not rows.__length_hint__():
+            buffer_served(self)
+        return row
 
     def __getattr__(self, name: str) -> Any:
         return _subclass_aware_getattr(self, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .connection_state import note_function
-from .core import ConnectionState, GuardedConnection, serving
+from .core import ConnectionState, GuardedConnection, buffer_served, serving
 from .engines import DUCKDB, NO_PARAMETERS, execute_with
 from .policy import GuardPolicy
 from .proxy import CursorProxy, _fetchone
@@ -91,6 +91,7 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
         from .rewrite import is_read_only_query
 
         remaining = list(serving(self, raw, _fetchone))
+        buffer_served(self)
         served_sql = current.final_sql
         # Removed join copies are a choice among the rows of final_sql (the check), not its result.
         rerunnable = not current.action.endswith("join_copies_removed")

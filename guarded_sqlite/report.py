@@ -29,6 +29,10 @@ Action = Literal[
 ]
 RuleName = Literal["P1", "P2", "rescue", "aggregate"]
 _new_object = object.__new__
+_UNCOUNTED = (
+    "healthy: at least {:,} of {:,} rows are distinct; the exact count was not finished, since every row "
+    "was served before this report was read"
+)
 _set_attribute = object.__setattr__
 
 
@@ -117,10 +121,13 @@ class GuardReport:
     """Rows in the original result; None when not probed."""
 
     unique_rows: int | None
-    """Distinct rows in the original result; None when not probed."""
+    """Distinct rows in the original result; None when not probed, and for a large healthy result whose
+    rows were all served before the report was read (the probe stops counting once the result is
+    certainly not an explosion; ``note`` then gives the lower bound it reached)."""
 
     dup_ratio: float | None
-    """``(rows - unique_rows) / rows``; None when not probed or when the result is empty."""
+    """``(rows - unique_rows) / rows``; None when not probed, when the result is empty, and when
+    ``unique_rows`` is None."""
 
     final_rows: int | None
     """Rows the cursor serves after any patch; None when not probed."""
@@ -179,7 +186,10 @@ class GuardReport:
             values["probed"] = False
         else:
             if isinstance(unique, PartialCount):
-                unique = unique.exact()
+                partial = unique
+                unique = partial.exact()
+                if unique is None and note is None:
+                    note = _UNCOUNTED.format(partial.lower_bound, rows)
             values["rows"] = rows
             values["unique_rows"] = unique
             values["final_rows"] = final_rows

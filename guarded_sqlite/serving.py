@@ -1,16 +1,20 @@
 """Serving a statement's rows from the guard's buffer: the fetch of up to ``row_cap + 1`` rows within the
 byte budget (``fetch_rest``, ``row_bytes``), the rows past the cap straight from the driver
 (``Streaming``), and the iterator a cursor hands out, which follows the cursor to its next statement as
-sqlite3's cursor (its own iterator) does (``serving``, ``redirect_outstanding``). Shared by both I/O
-layers (``sqlite_fast`` and the ``wrap()`` proxies) through ``core``.
+sqlite3's cursor (its own iterator) does (``serving``, ``redirect_outstanding``), and letting go of
+the buffer once every row has been served (``buffer_served``; sqlite3 keeps no row it handed out).
+Shared by both I/O layers (``sqlite_fast`` and the ``wrap()`` proxies) through ``core``.
 """
 
 from __future__ import annotations
 
+import itertools
 import operator
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from .probe import PartialCount
 
 if TYPE_CHECKING:
     from .core import ConnectionState
@@ -21,6 +25,7 @@ __all__ = [
     "NOTHING",
     "BytesCapped",
     "Streaming",
+    "buffer_served",
     "fetch_rest",
     "redirect_outstanding",
     "row_bytes",
@@ -140,28 +145,83 @@ def serving(cursor: Any, raw: Any, check: Callable[[Any], Any], hand_out: bool =
     ``hand_out``: the iterator goes to the caller (``iter(cur)``), who may keep it across a re-execute;
     ``_self_buffer`` then records it, and the next execute redirects it (``redirect_outstanding``).
     Iterators only the cursor uses itself (``fetchone``/``fetchmany``) need no redirecting.
+
+    The buffer list is reached only through its iterator (never kept beside it), so that it is freed
+    as soon as the iterator is exhausted: a list iterator drops its list when it raises StopIteration.
+    A handed-out iterator over a statement whose distinct count is still pending (``PartialCount``)
+    ends with ``_AtEnd``, which settles the count when the caller's loop has served every row.
     """
     rows = cursor._self_rows
     kind = type(rows)
     if kind is list:
         check(raw)
-        cursor._self_list = rows
         rows = cursor._self_rows = iter(rows)
-        if hand_out:
-            cursor._self_buffer = cursor._self_list
     elif kind is LIST_ITERATOR:
         check(raw)
-        if hand_out:
-            cursor._self_buffer = cursor._self_list
     elif kind is Streaming:
         rows.check_usable()
         if hand_out:
-            cursor._self_buffer = rows
             for part in (rows.head, rows.tail):  # the tail, or a factories.Shaped head, holds the cursor weakly
                 hold = getattr(part, "hold", None)
                 if hold is not None:
                     hold()  # the caller's iterator keeps the cursor alive, as sqlite3's (the cursor) does
+    else:
+        return rows
+    if hand_out:
+        cursor._self_buffer = rows
+        current = cursor._self_state
+        if current is not None:
+            count = current.unique_rows
+            if type(count) is PartialCount and count.pending:
+                return itertools.chain(rows, _AtEnd(cursor))
     return rows
+
+
+class _AtEnd:
+    """The end of an iterator handed out while the statement's distinct count is pending: ``chain``
+    asks it for its iterator only once every buffered row before it was served (a for-loop over the
+    list iterator runs in C, with no other place to notice its end). Holds the cursor, as the caller's
+    iterator does in sqlite3 (it is the cursor)."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+
+    def __iter__(self) -> Iterator[Any]:
+        buffer_served(self.cursor)
+        return NOTHING
+
+
+def buffer_served(cursor: Any) -> None:
+    """Every buffered row of ``cursor``'s statement has been served (the fetch methods call this when
+    their iterator has none left): let go of them, as sqlite3 keeps no row it handed out.
+
+    The serving list iterator sits at the end without having raised StopIteration, so it still holds
+    the list: it is dropped, unless it was handed out (the caller's loop may still be redirected to
+    the next statement's rows; it drops the list itself when the loop ends). A pending distinct count
+    keeps only its lower bound (``PartialCount.release``)."""
+    rows = cursor._self_rows
+    kind = type(rows)
+    if kind is LIST_ITERATOR:
+        if rows is not cursor._self_buffer:
+            cursor._self_rows = NOTHING
+    elif kind is Streaming:
+        rows.head = None  # what its next __next__ would do; rows past row_cap still come from the tail
+    current = cursor._self_state
+    if current is not None:
+        count = current.unique_rows
+        if type(count) is PartialCount:
+            count.release()
+
+
+def _list_behind(rows: Iterator[Any]) -> tuple[list[Any], int] | None:
+    """The list a list iterator serves and its position in it; None once it is exhausted (it then holds
+    no list). Read through the iterator's pickle support, the one way to reach its list from Python."""
+    reduced: Any = rows.__reduce__()  # (iter, (list,), position), or (iter, ([],)) once exhausted
+    if len(reduced) < 3:
+        return None
+    return reduced[1][0], reduced[2]
 
 
 def redirect_outstanding(cursor: Any, new_rows: Any) -> Any:
@@ -182,12 +242,13 @@ def redirect_outstanding(cursor: Any, new_rows: Any) -> Any:
             cursor._self_buffer = buffer
             return buffer
         return new_rows
-    position = len(buffer) - operator.length_hint(outstanding)
-    del buffer[position:]
+    behind = _list_behind(buffer)
+    if behind is None:  # exhausted: it ignores the new rows
+        return new_rows
+    rows, position = behind
+    del rows[position:]
     if type(new_rows) is not list:
         return new_rows
-    buffer.extend(new_rows)
-    if operator.length_hint(outstanding) != len(new_rows):  # exhausted: it ignores the new rows
-        return new_rows
-    cursor._self_buffer = cursor._self_list = buffer
+    rows.extend(new_rows)
+    cursor._self_buffer = buffer
     return outstanding

@@ -4,18 +4,22 @@ the ``guarded_sqlite`` logger.
 Reports are built lazily (``GuardReport.from_state``); ``built`` keeps the last one made in the
 process, so a sink and a later ``cursor.guard_report`` of the same statement share one object.
 
-Log levels, one record per statement that is flagged or changed (nothing for healthy ones):
+Log levels (``level_of``), one record per statement that is flagged or changed (nothing for healthy
+ones). A library is quiet about routine events, so only what a reader of an application's log should act
+on goes above ``DEBUG``:
 
-* ``INFO`` when the guard changed the rows (a patch, a rescue candidate): what was done and why.
-* ``WARNING`` for an explosion served unchanged although the provenance analysis established that a
-  join multiplies its rows (``amplified``/``identified``; a rule refused, e.g. on a ``COLLATE``), and
-  for an aggregate fan-out confirmed on the data and served unchanged: the caller is reading rows
-  several times, or totals that count rows several times, and nothing fixed it.
-* ``INFO`` for every other flagged statement left alone: an explosion of value repeats (legitimate)
-  or not analysed (observe mode, the paper preset) or ``unknown``, an empty result, an execution
-  error. They are signals, not verdicts, and applications produce them in normal work (an empty result
-  is often the right answer; the error already reached the caller as an exception), so they stay out
-  of an application's default WARNING output.
+* ``INFO`` when the guard changed the rows (a patch, a rescue candidate, corrected aggregates): what was
+  done and why.
+* ``WARNING`` when the rows were served unchanged although they repeat what the data shows to be join
+  copies: an explosion whose copies P1 counted on the data (``RuleDecision.copies > 0``) but did not
+  remove (a rule refused, e.g. on a ``COLLATE``), or an aggregate fan-out confirmed on the data. The
+  caller is reading rows several times, or totals that count rows several times, and nothing fixed it.
+* ``DEBUG`` for every other flagged statement, which the guard neither changed nor judged a likely bug:
+  an empty result, an execution error (it already reached the caller as an exception), an explosion of
+  value repeats (legitimate; keys that allow a fan-out the data does not have included), ``unknown``, or
+  not analysed (observe mode, the paper preset, a structural refusal). Applications produce these in
+  normal work (an empty result is often the right answer), and some show their users every ``INFO``
+  record (click-log applications), so they stay out of it.
 
 The logger has a ``NullHandler``, so an application that configured no logging prints nothing. The
 ``logging`` module is imported by the first record (``import guarded_sqlite`` stays close to ``import
@@ -97,28 +101,45 @@ def deliver(sink: ReportSink, state: ReportState, cursor: Any) -> None:
         _depth.inside = False
 
 
+def level_of(state: ReportState) -> int | None:
+    """The level of ``state``'s log record (``logging``'s numbers), or None for no record at all (a
+    healthy statement left alone). See the module's docstring for what each level means."""
+    if state.action != "none":
+        return _INFO
+    trigger = state.trigger
+    if trigger is None:
+        return None
+    if trigger == "aggregate_fanout":  # set only with findings confirmed on the data
+        return _WARNING
+    if trigger == "cartesian_explosion" and _join_copies(state):
+        return _WARNING
+    return _DEBUG
+
+
+def _join_copies(state: ReportState) -> bool:
+    """Whether an explosion's rows were shown to repeat join copies: P1 counted some on the data (or the
+    projection identifies the rows, so every repeat is one). Keys that merely allow a fan-out the data
+    does not have, and checks that could not run, are routine."""
+    return any(decision.rule == "P1" and decision.copies for decision in state.decisions)
+
+
 def log_statement(state: ReportState, dialect: str) -> None:
-    """The log record of one flagged or changed statement (see the module's docstring for levels)."""
-    action, trigger = state.action, state.trigger
-    if action != "none":
-        level = _INFO
-    elif trigger is None:
+    """The log record of one flagged or changed statement at ``level_of(state)``, and a ``DEBUG`` record
+    with the full SQL. Nothing is built (no report, no normalised SQL) for a level no handler takes."""
+    level = level_of(state)
+    if level is None:
         return
-    elif trigger == "aggregate_fanout" or (
-        trigger == "cartesian_explosion" and state.provenance is not None and state.provenance.amplification
-    ):
-        level = _WARNING
-    else:
-        level = _INFO
     logger = _logger()
     if logger.isEnabledFor(level):
         report = built(state)
         fields = structured_fields(report, dialect)
         logger.log(level, _message(report, fields), extra={"guarded_sqlite": fields})
-    if action != "none":
-        logger.debug("guarded_sqlite %s, full SQL: %s -> %s", action, state.sql, state.final_sql)
-    elif logger.isEnabledFor(_DEBUG):
-        logger.debug("guarded_sqlite %s, full SQL: %s", trigger, state.sql)
+    if not logger.isEnabledFor(_DEBUG):
+        return
+    if state.action != "none":
+        logger.debug("guarded_sqlite %s, full SQL: %s -> %s", state.action, state.sql, state.final_sql)
+    else:
+        logger.debug("guarded_sqlite %s, full SQL: %s", state.trigger, state.sql)
 
 
 def structured_fields(report: GuardReport, dialect: str) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from .core import (
     Streaming,
     after_error,
     after_fetch,
+    buffer_served,
     fetch_rest,
     forget_schema,
     last_report,
@@ -128,8 +129,7 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
     __slots__ = ()
 
     _self_rows: Any = NOTHING
-    _self_list: list[Any] | None = None
-    _self_buffer: list[Any] | Streaming | None = None
+    _self_buffer: Iterator[Any] | Streaming | None = None
     _self_state: ReportState | None = None
     _self_report: GuardReport | None = None
     _self_rescued_description: tuple[Any, Any] | None = None
@@ -215,7 +215,6 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
             if len(rows) == 1:  # a point query: its one row, and nothing left to serve
                 self._self_rows = NOTHING
                 return rows[0]
-            self._self_list = rows
             rows = self._self_rows = iter(rows)
         elif kind is LIST_ITERATOR:
             _fetchone(self)
@@ -223,7 +222,10 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
             return _fetchone(self)  # not buffered: sqlite3's own fetch (and its own errors)
         else:
             rows = serving(self, self, _fetchone)
-        return next(rows, None)
+        row = next(rows, None)
+        if not rows.__length_hint__():  # that was the last buffered row: let go of the buffer
+            buffer_served(self)
+        return row
 
     def fetchmany(self, size: Any = _NO) -> list[Any]:
         size = self.arraysize if size is _NO else operator.index(size)
@@ -231,25 +233,32 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
         if rows is self:
             return _fetchmany(self, size)
         # sqlite3 returns every remaining row for a size of zero or less.
-        return list(itertools.islice(rows, size)) if size > 0 else list(rows)
+        fetched = list(itertools.islice(rows, size)) if size > 0 else list(rows)
+        if not rows.__length_hint__():
+            buffer_served(self)
+        return fetched
 
     def fetchall(self) -> list[Any]:
         rows = self._self_rows
         if type(rows) is list:
             _fetchone(self)  # raises as sqlite3 would: closed cursor or connection, wrong thread
+            # Untouched buffer: hand over the list itself instead of copying it, and keep nothing.
+            self._self_rows = NOTHING
             current = self._self_state
-            # Untouched buffer: hand over the list itself instead of copying it, unless a partial
-            # distinct count still has to read it for the report.
-            if current is None or type(current.unique_rows) is not PartialCount:
-                self._self_rows = NOTHING
-                return rows
+            if current is not None and type(current.unique_rows) is PartialCount:
+                current.unique_rows.release()
+            return rows
         rows = serving(self, self, _fetchone)
         if rows is self:
             return _fetchall(self)
-        return list(rows)
+        fetched = list(rows)
+        buffer_served(self)
+        return fetched
 
     def close(self) -> None:
         _close(self)
+        if self._self_rows is not self:
+            buffer_served(self)  # a distinct count still pending keeps only its lower bound
         self._self_rows = self
         self._self_buffer = None
 
@@ -262,7 +271,10 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
         rows = serving(self, self, _fetchone)
         if rows is self:
             return _next(self)
-        return next(rows)
+        row = next(rows)
+        if not rows.__length_hint__():
+            buffer_served(self)
+        return row
 
 
 class _GuardedKind(type):

@@ -84,6 +84,24 @@ def test_an_interrupt_landing_between_statements_does_not_hit_the_next_query(
         session.close()
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "duckdb"])
+def test_a_large_healthy_result_is_recorded_with_its_exact_distinct_count(
+    kind: str, sqlite_db: Path, tmp_path: Path
+) -> None:
+    """The probe counts a large healthy result only partly, and the cursor lets go of its rows once
+    served (r40): the session reads the report while they are buffered, so the record's count (which
+    the threshold sweep replays from) is exact."""
+    session = _session(kind, sqlite_db, tmp_path)
+    big = "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 5000) SELECT i % 2500 FROM s"
+    try:
+        run = session.run(session.guarded(GuardPolicy(mode="observe")), big, 5.0)
+        assert run.rows is not None and len(run.rows) == 5000
+        assert run.report is not None
+        assert (run.report.rows, run.report.unique_rows, run.report.dup_ratio) == (5000, 2500, 0.5)
+    finally:
+        session.close()
+
+
 def test_errors_are_one_line_with_the_exception_class(sqlite_db: Path) -> None:
     session = SQLiteSession(str(sqlite_db))
     try:

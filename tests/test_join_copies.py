@@ -203,3 +203,23 @@ def test_c16_p2_never_removes_a_distinct_under_the_key_presets() -> None:
     con.executemany("INSERT INTO orders(customer_id) VALUES (?)", [(i,) for i in range(31)])
     rows, report = served(con, sql)
     assert report.action == "distinct_removed" and len(rows) == 31
+
+
+def test_logging_says_warning_only_for_copies_served_unchanged(caplog: pytest.LogCaptureFixture) -> None:
+    """No copies on the data (c18's shape): routine, DEBUG only. Copies removed: INFO."""
+    import logging
+
+    con = guarded_sqlite.connect(":memory:")
+    con.executescript(SHOP)
+    con.executemany("INSERT INTO orders(customer_id) VALUES (?)", [(1,), (2,), (3,)])
+    con.executemany("INSERT INTO customers VALUES (?, 'Ana Lima', 'Lisbon')", [(i,) for i in range(4, 40)])
+    con.executemany("INSERT INTO orders(customer_id) VALUES (?)", [(i,) for i in range(4, 40)])
+    with caplog.at_level(logging.DEBUG, logger="guarded_sqlite"):
+        assert con.execute(NAMES).guard_report.decisions[0].copies == 0
+    assert [r.levelno for r in caplog.records if r.name == "guarded_sqlite"] and max(
+        r.levelno for r in caplog.records if r.name == "guarded_sqlite"
+    ) == logging.DEBUG
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="guarded_sqlite"):
+        assert served(shop(), NAMES)[1].action == "join_copies_removed"
+    assert max(r.levelno for r in caplog.records if r.name == "guarded_sqlite") == logging.INFO

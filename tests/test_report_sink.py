@@ -185,8 +185,11 @@ def records(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixtu
         yield caplog
 
 
-def _ours(records: pytest.LogCaptureFixture, level: int = logging.INFO) -> list[logging.LogRecord]:
-    return [r for r in records.records if r.name == "guarded_sqlite" and r.levelno >= level]
+def _ours(records: pytest.LogCaptureFixture, level: int = logging.DEBUG) -> list[logging.LogRecord]:
+    """The statements' records at ``level`` or above (not the DEBUG records with the full SQL)."""
+    return [
+        r for r in records.records if r.name == "guarded_sqlite" and r.levelno >= level and hasattr(r, "guarded_sqlite")
+    ]
 
 
 def test_a_healthy_statement_logs_nothing(opener: Opener, records: pytest.LogCaptureFixture) -> None:
@@ -197,15 +200,15 @@ def test_a_healthy_statement_logs_nothing(opener: Opener, records: pytest.LogCap
     assert [r for r in records.records if r.name == "guarded_sqlite"] == []
 
 
-def test_an_explosion_left_alone_in_observe_mode_is_one_info_record(
+def test_an_explosion_left_alone_in_observe_mode_is_one_debug_record(
     opener: Opener, records: pytest.LogCaptureFixture
 ) -> None:
     con = _filled(opener, "observe")
     records.clear()
     report = con.execute(EXPLODING_SQL + " WHERE c.name <> 'secret-name'").guard_report
     (record,) = _ours(records)
-    # Not analysed in observe mode: the guard cannot say the rows are multiplied, so no WARNING.
-    assert record.levelno == logging.INFO
+    # Not analysed in observe mode: the guard cannot say the rows are multiplied, so nothing above DEBUG.
+    assert record.levelno == logging.DEBUG
     fields = record.__dict__["guarded_sqlite"]
     assert fields["trigger"] == "cartesian_explosion" and fields["action"] == "none" and fields["mode"] == "observe"
     assert (fields["rows"], fields["unique_rows"], fields["final_rows"]) == (24, 4, 24)
@@ -235,26 +238,26 @@ def test_a_join_multiplication_served_unchanged_is_a_warning(opener: Opener, rec
     assert "P1 not applied: the query names a COLLATE" in record.getMessage()
 
 
-def test_a_limit_refusal_is_not_analysed_and_so_is_info(opener: Opener, records: pytest.LogCaptureFixture) -> None:
+def test_a_limit_refusal_is_not_analysed_and_so_is_debug(opener: Opener, records: pytest.LogCaptureFixture) -> None:
     con = _filled(opener, None)
     records.clear()
     sql = "SELECT c.name FROM customers AS c JOIN orders AS o ON o.customer_id = c.id ORDER BY c.name LIMIT 12"
     report = con.execute(sql).guard_report
     assert (report.trigger, report.action, report.provenance) == ("cartesian_explosion", "none", None)
     (record,) = _ours(records)
-    assert record.levelno == logging.INFO and record.__dict__["guarded_sqlite"]["decisions"][0]["rule"] == "P1"
+    assert record.levelno == logging.DEBUG and record.__dict__["guarded_sqlite"]["decisions"][0]["rule"] == "P1"
 
 
-def test_value_repeats_left_alone_are_info_not_warning(opener: Opener, records: pytest.LogCaptureFixture) -> None:
+def test_value_repeats_left_alone_are_debug(opener: Opener, records: pytest.LogCaptureFixture) -> None:
     con = _filled(opener, None)
     records.clear()
     report = con.execute("SELECT customer_id FROM orders").guard_report
     assert report.trigger == "cartesian_explosion" and report.provenance == "value_repeats"
     (record,) = _ours(records)
-    assert record.levelno == logging.INFO and record.__dict__["guarded_sqlite"]["provenance"] == "value_repeats"
+    assert record.levelno == logging.DEBUG and record.__dict__["guarded_sqlite"]["provenance"] == "value_repeats"
 
 
-def test_empty_results_and_errors_are_info_records_without_literals(
+def test_empty_results_and_errors_are_debug_records_without_literals(
     opener: Opener, records: pytest.LogCaptureFixture
 ) -> None:
     con = _filled(opener, None)
@@ -263,13 +266,99 @@ def test_empty_results_and_errors_are_info_records_without_literals(
     with pytest.raises(sqlite3.OperationalError):
         con.execute("SELECT name FROM customers WHERE name = 'tok_9f8e")  # unterminated: the error quotes it
     empty, failed = _ours(records)
-    assert (empty.levelno, failed.levelno) == (logging.INFO, logging.INFO)
+    assert (empty.levelno, failed.levelno) == (logging.DEBUG, logging.DEBUG)
     assert empty.__dict__["guarded_sqlite"]["trigger"] == "empty_result"
     assert failed.__dict__["guarded_sqlite"]["trigger"] == "exec_error"
     for record in (empty, failed):
         assert "tok_9f8e" not in record.getMessage() and "tok_9f8e" not in json.dumps(record.__dict__["guarded_sqlite"])
-    debug = [r for r in records.records if r.levelno == logging.DEBUG and r.name == "guarded_sqlite"]
-    assert len(debug) == 2 and all("tok_9f8e" in r.getMessage() for r in debug)
+    full = [r for r in records.records if r.name == "guarded_sqlite" and not hasattr(r, "guarded_sqlite")]
+    assert len(full) == 2 and all(r.levelno == logging.DEBUG and "tok_9f8e" in r.getMessage() for r in full)
+
+
+def test_routine_events_log_nothing_at_info(opener: Opener, caplog: pytest.LogCaptureFixture) -> None:
+    """What a click-log application shows its users (every INFO record): nothing of a statement the guard
+    neither changed nor judged a likely bug, in observe mode and under the key-based presets."""
+    for guard in ("observe", "patch", "text_to_sql"):
+        con = _filled(opener, guard)
+        with caplog.at_level(logging.INFO, logger="guarded_sqlite"):
+            caplog.clear()
+            con.execute("SELECT name FROM customers WHERE name = 'nobody'").fetchall()  # empty
+            with pytest.raises(sqlite3.OperationalError):
+                con.execute("SELECT nope FROM customers")  # an error the application catches
+            con.execute("SELECT customer_id FROM orders").fetchall()  # value repeats
+            if guard == "observe":
+                con.execute(EXPLODING_SQL).fetchall()  # flagged, not analysed
+            con.execute("SELECT name FROM customers").fetchall()  # healthy
+        assert [r.getMessage() for r in caplog.records if r.name == "guarded_sqlite"] == [], guard
+
+
+def test_nothing_is_built_for_a_level_no_handler_takes(
+    opener: Opener, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DEBUG record costs a level check when DEBUG is off: no report, no normalised SQL."""
+    from guarded_sqlite import sinks
+
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("built for a record no handler takes")
+
+    con = _filled(opener, "observe")
+    monkeypatch.setattr(sinks, "structured_fields", refuse)
+    monkeypatch.setattr(sinks, "built", refuse)
+    with caplog.at_level(logging.INFO, logger="guarded_sqlite"):
+        con.execute("SELECT name FROM customers WHERE name = 'nobody'").fetchall()
+        con.execute(EXPLODING_SQL).fetchall()
+    assert [r for r in caplog.records if r.name == "guarded_sqlite"] == []
+
+
+def test_an_aggregate_fan_out_served_unchanged_is_a_warning_and_corrected_is_info(
+    opener: Opener, records: pytest.LogCaptureFixture
+) -> None:
+    sql = "SELECT c.name, SUM(c.id) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.name"
+    for guard, level, action in (
+        ("patch", logging.WARNING, "none"),
+        ("text_to_sql", logging.INFO, "aggregate_defanned"),
+    ):
+        con = _filled(opener, guard)
+        records.clear()
+        report = con.execute(sql).guard_report
+        assert (report.trigger, report.action) == ("aggregate_fanout", action)
+        (record,) = _ours(records)
+        assert record.levelno == level, guard
+
+
+@pytest.mark.parametrize(
+    ("trigger", "action", "verdict", "fanning", "copies", "level"),
+    [
+        (None, "none", None, (), None, None),
+        (None, "distinct_removed", None, (), None, logging.INFO),
+        ("cartesian_explosion", "distinct_injected", "amplified", ("o",), 5, logging.INFO),
+        ("cartesian_explosion", "join_copies_removed", "amplified", ("o",), 5, logging.INFO),
+        # join copies counted on the data, served unchanged (e.g. a COLLATE refusal)
+        ("cartesian_explosion", "none", "amplified", ("o",), 5, logging.WARNING),
+        ("cartesian_explosion", "none", "identified", ("o",), 5, logging.WARNING),
+        # the keys allow a fan-out the data does not have: value repeats, routine
+        ("cartesian_explosion", "none", "amplified", ("o",), 0, logging.DEBUG),
+        # the check could not run (a user function, say): unknown, routine
+        ("cartesian_explosion", "none", "unknown", (), None, logging.DEBUG),
+        ("cartesian_explosion", "none", "identified", (), None, logging.DEBUG),
+        ("cartesian_explosion", "none", "value_repeats", (), None, logging.DEBUG),
+        ("cartesian_explosion", "none", None, (), None, logging.DEBUG),
+        ("aggregate_fanout", "none", None, (), None, logging.WARNING),
+        ("aggregate_fanout", "aggregate_defanned", None, (), None, logging.INFO),
+        ("empty_result", "none", None, (), None, logging.DEBUG),
+        ("exec_error", "none", None, (), None, logging.DEBUG),
+        ("exec_error", "candidate_selected", None, (), None, logging.INFO),
+    ],
+)
+def test_level_of(trigger: Any, action: Any, verdict: Any, fanning: Any, copies: Any, level: Any) -> None:
+    from guarded_sqlite.provenance import Provenance
+    from guarded_sqlite.report import ReportState, RuleDecision
+    from guarded_sqlite.sinks import level_of
+
+    provenance = None if verdict is None else Provenance(verdict, "evidence", fanning=fanning)
+    decisions = () if verdict is None else (RuleDecision("P1", action != "none", "why", copies=copies),)
+    state = ReportState("patch", "q", "q", trigger, action, 2, 1, 1, None, None, decisions, 0, None, None, provenance)
+    assert level_of(state) == level
 
 
 def test_a_json_formatter_gets_the_fields(opener: Opener) -> None:

@@ -141,6 +141,8 @@ class SQLiteSession(Session):
 
         def fetch() -> list[Any]:
             cursor.execute(sql, **(rescue or {}))
+            if isinstance(cursor, GuardedCursor):
+                cursor.guard_report  # noqa: B018  # built while the rows are buffered: its distinct count is exact
             return cursor.fetchall()
 
         started = time.perf_counter()
@@ -176,6 +178,8 @@ class DuckDBSession(Session):
 
         def fetch() -> list[Any]:
             con.execute(sql, **(rescue or {}))  # a guarded DuckDB connection is its own cursor, as DuckDB's is
+            if con is not raw:
+                con.guard_report  # noqa: B018  # built while the rows are buffered: its distinct count is exact
             rows: list[Any] = con.fetchall()
             return rows
 
@@ -231,6 +235,8 @@ class PostgresSession(Session):
         started = time.perf_counter()
         try:
             cursor.execute(sql, **(rescue or {}))
+            if isinstance(cursor, GuardedCursor):
+                cursor.guard_report  # noqa: B018  # built while the rows are buffered: its distinct count is exact
             rows: list[Any] | None = cursor.fetchall()
             status, error = "ok", None
         except self._canceled as exc:

@@ -818,9 +818,13 @@ def current_commit(library: Path = REPO) -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=library, capture_output=True, text=True, check=False).stdout.strip()
 
-    dirty = git("status", "--porcelain", "--", "guarded_sqlite")
+    dirty = "+dirty" if git("status", "--porcelain", "--", "guarded_sqlite") else ""
     branch = git("rev-parse", "--abbrev-ref", "HEAD")
-    return f"{branch} " + git("log", "-1", "--format=%h") + ("+dirty" if dirty else "")
+    head = git("log", "-1", "--format=%h")
+    # A branch whose last commits touch only benchmarks or docs runs the library of an older commit.
+    library_commit = git("log", "-1", "--format=%h", "--", "guarded_sqlite")
+    same = library_commit == head
+    return f"{branch} {head}{dirty}" + ("" if same else f" (guarded_sqlite/ of {library_commit})")
 
 
 def _records(run: Path, kind: str) -> list[dict[str, Any]]:
@@ -846,7 +850,7 @@ def read_unittest_outcomes(records: Iterable[dict[str, Any]]) -> tuple[dict[str,
     outcomes: dict[str, str] = {}
     details: dict[str, str] = {}
     for record in records:
-        _merge(outcomes, details, normalise_test_id(record["test"]), record["outcome"], record.get("detail"))
+        _merge(outcomes, details, record["test"], record["outcome"], record.get("detail"))
     return outcomes, details
 
 
@@ -866,7 +870,7 @@ def read_junit(path: Path) -> tuple[dict[str, str], dict[str, str]]:
             elif child.tag == "skipped":
                 outcome = "xfail" if child.get("type") == "pytest.xfail" else "skip"
                 detail = child.get("message")
-        _merge(outcomes, details, normalise_test_id(test), outcome, detail[-4000:] if detail else None)
+        _merge(outcomes, details, test, outcome, detail[-4000:] if detail else None)
     return outcomes, details
 
 
@@ -889,12 +893,28 @@ def pytest_test_key(nodeid: str | None) -> str | None:
 
 
 def compare(plain: RunResult, guarded: RunResult) -> list[dict[str, Any]]:
+    """The tests whose outcomes differ. Ids are compared with their date-times normalised
+    (``normalise_test_id``): the tests sharing a normalised id compare as a sorted list of outcomes."""
+
+    def by_id(result: RunResult) -> dict[str, list[tuple[str, str]]]:
+        grouped: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
+        for test, outcome in result.outcomes.items():
+            grouped[normalise_test_id(test)].append((outcome, test))
+        return {key: sorted(entries) for key, entries in grouped.items()}
+
+    before_all, after_all = by_id(plain), by_id(guarded)
     changed = []
-    for test in sorted(set(plain.outcomes) | set(guarded.outcomes)):
-        before, after = plain.outcomes.get(test, "missing"), guarded.outcomes.get(test, "missing")
-        if before != after:
+    for key in sorted(set(before_all) | set(after_all)):
+        before, after = before_all.get(key, []), after_all.get(key, [])
+        if [outcome for outcome, _ in before] != [outcome for outcome, _ in after]:
+            test = after[0][1] if after else before[0][1]
             changed.append(
-                {"test": test, "plain": before, guarded.mode: after, "detail": guarded.details.get(test, "")[-2500:]}
+                {
+                    "test": key,
+                    "plain": ", ".join(outcome for outcome, _ in before) or "missing",
+                    guarded.mode: ", ".join(outcome for outcome, _ in after) or "missing",
+                    "detail": guarded.details.get(test, "")[-2500:],
+                }
             )
     return changed
 

@@ -387,6 +387,9 @@ class Project:
     """Commands run once in the source directory after the install (with the venv first on PATH)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment of every run, as the project's own test configuration sets it (tox.ini)."""
+    leftovers: list[str] = field(default_factory=list)
+    """Paths in the source directory removed before each run: what a stopped run leaves behind and the
+    next one refuses to start with."""
     timeout: int = 1800
     """Seconds a run may take before it is stopped (``--timeout`` overrides)."""
     group: str = "orm"
@@ -459,6 +462,8 @@ APP_PROJECTS: dict[str, Project] = {
         extras="test",
         # Its addopts (the ipdoctest plugin, the ignores) stay: the whole suite, doctests included.
         command=_pytest_command([]),
+        # tests/conftest.py's session fixture makes this directory and removes it when the session ends.
+        leftovers=["tmp-ipython-pytest-profiledir"],
         outcome_source="junit",
         group="app",
     ),
@@ -765,6 +770,8 @@ def run_suite(project: Project, mode: str, source: Path, venv: Path, work: Path,
     env.update(GS_BENCH_MODE=mode, GS_BENCH_OUT=str(run), PYTHONDONTWRITEBYTECODE="1")
     if project.outcome_source == "unittest":
         env["GS_BENCH_OUTCOMES"] = "1"
+    for leftover in project.leftovers:
+        shutil.rmtree(source / leftover, ignore_errors=True)
     argv = project.command(source, run, options)
     commit = current_commit(options.guarded_sqlite)
     timeout = options.timeout or project.timeout
@@ -783,8 +790,16 @@ def run_suite(project: Project, mode: str, source: Path, venv: Path, work: Path,
             returncode = -1
             output.write(f"\n[app_suites] stopped after the timeout of {timeout} s\n")
     seconds = time.perf_counter() - started
-    tail = (run / "output.txt").read_text(encoding="utf-8", errors="replace")[-3000:]
     log(f"{project.name} [{mode}]: exit {returncode} after {seconds:.0f} s")
+    facts = {"commit": commit, "seconds": seconds, "returncode": returncode, "timed_out": returncode == -1}
+    (run / "run.json").write_text(json.dumps(facts))
+    return read_run(project, mode, run, facts)
+
+
+def read_run(project: Project, mode: str, run: Path, facts: dict[str, Any]) -> RunResult:
+    """A run's result from what it left in its directory (outcomes, records, output) and ``facts``
+    (commit, seconds, returncode, timed_out)."""
+    tail = (run / "output.txt").read_text(encoding="utf-8", errors="replace")[-3000:]
     if project.outcome_source == "junit":
         outcomes, details = read_junit(run / "junit.xml")
     else:
@@ -792,9 +807,9 @@ def run_suite(project: Project, mode: str, source: Path, venv: Path, work: Path,
     return RunResult(
         project.name,
         mode,
-        commit,
-        seconds,
-        returncode,
+        facts["commit"],
+        facts["seconds"],
+        facts["returncode"],
         outcomes,
         details,
         _records(run, "repairs"),
@@ -803,7 +818,7 @@ def run_suite(project: Project, mode: str, source: Path, venv: Path, work: Path,
         _records(run, "recorder_errors"),
         tail,
         sum(record["probed"] for record in _records(run, "counts")),
-        timed_out=returncode == -1,
+        timed_out=facts.get("timed_out", False),
     )
 
 
@@ -820,6 +835,8 @@ def current_commit(library: Path = REPO) -> str:
 
     dirty = "+dirty" if git("status", "--porcelain", "--", "guarded_sqlite") else ""
     branch = git("rev-parse", "--abbrev-ref", "HEAD")
+    if branch == "HEAD":  # a detached checkout of a branch's commit: the branch that holds it
+        branch = "detached " + (git("name-rev", "--name-only", "--no-undefined", "HEAD") or "HEAD")
     head = git("log", "-1", "--format=%h")
     # A branch whose last commits touch only benchmarks or docs runs the library of an older commit.
     library_commit = git("log", "-1", "--format=%h", "--", "guarded_sqlite")
@@ -1110,6 +1127,39 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def resummarise(summary: dict[str, Any], names: list[str], modes: list[str], work: Path, options: Any) -> None:
+    """Summarise again the runs found in ``work`` for ``names`` and ``modes``, each against the plain
+    run found as a run would find it. A run without ``run.json`` takes its facts from the summary."""
+    for name in names:
+        project = PROJECTS[name]
+        key = label(project, options)
+        results = summary["projects"].setdefault(key, {})
+        plain_path = work / "runs" / key / "plain"
+        if not plain_path.exists():
+            plain_path = work / "runs" / project.name / "plain"
+        plain = None
+        if plain_path.exists():
+            plain = read_run(project, "plain", plain_path, _facts(plain_path, summary, project.name, "plain"))
+        for mode in modes:
+            run = work / "runs" / key / mode
+            if not run.exists():
+                continue
+            result = read_run(project, mode, run, _facts(run, summary, key, mode))
+            results[mode] = summarise(result, plain, project.outcome_source == "junit")
+
+
+def _facts(run: Path, summary: dict[str, Any], key: str, mode: str) -> dict[str, Any]:
+    if (run / "run.json").exists():
+        return json.loads((run / "run.json").read_text())  # type: ignore[no-any-return]
+    known = summary["projects"].get(key, {}).get(mode, {})
+    return {
+        "commit": known.get("commit", "?"),
+        "seconds": known.get("seconds", 0.0),
+        "returncode": known.get("returncode", 0),
+        "timed_out": known.get("timed_out", False),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/guarded_app_suites"))
@@ -1139,6 +1189,11 @@ def main() -> None:
     parser.add_argument("--parallel", default="2", help="Django's --parallel (default 2)")
     parser.add_argument("--tag", default="", help="suffix for this configuration's results (e.g. 'all')")
     parser.add_argument("--fresh", action="store_true", help="rebuild the virtualenvs")
+    parser.add_argument(
+        "--resummarise",
+        action="store_true",
+        help="run nothing: summarise the runs already in --work again (after a newer plain run, say)",
+    )
     options = parser.parse_args()
 
     work: Path = options.work.resolve()
@@ -1167,6 +1222,11 @@ def main() -> None:
 
     summary["sqlite_version"] = sqlite3.sqlite_version
 
+    if options.resummarise:
+        resummarise(summary, names, modes, work, options)
+        summary_path.write_text(json.dumps(summary, indent=1, default=repr))
+        print(markdown(summary))
+        return
     for name in names:
         project = PROJECTS[name]
         source = download_and_unpack(project, work)

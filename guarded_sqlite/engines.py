@@ -81,10 +81,9 @@ class Engine:
         ``description``, when given, receives the cursor's description. ``writes_possible=False`` says
         the statement was proven unable to write (a single SELECT calling only the engine's built-in,
         deterministic functions): SQLite then leaves ``PRAGMA query_only`` as it is, so that no other
-        writer on the connection (a blob handle, a second proxy) meets a read-only window. Raises the driver's error if
-        the query fails or is interrupted, ``RerunRefused`` if it
-        cannot run safely now, ``TransactionLost`` if the database rolled back the caller's open
-        transaction while it ran.
+        writer on the connection (a blob handle, a second proxy) meets a read-only window. Raises the
+        driver's error if the query fails or is interrupted, ``RerunRefused`` if it cannot run safely
+        now, ``TransactionLost`` if the database rolled back the caller's open transaction while it ran.
         """
         raise NotImplementedError
 
@@ -159,6 +158,8 @@ class SQLiteEngine(Engine):
             was_query_only: int | None = None
             busy_timeout: int | None = None
             try:
+                # A statement proven unable to write runs as if query_only were on already: nothing
+                # to switch on, nothing to restore.
                 was_query_only = pragma.execute("PRAGMA query_only").fetchone()[0] if writes_possible else 1
                 if not was_query_only:
                     pragma.execute("PRAGMA query_only = ON")

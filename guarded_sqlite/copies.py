@@ -8,8 +8,10 @@ copies. To tell them apart the guard runs the statement once more, read-only, wi
 each projected table appended to the select list (``rewrite.append_columns``, identities from
 ``provenance.Provenance.identities``), and hands both results to ``count_copies``.
 
-A row whose identity holds NULL (a projected table NULL-extended by a LEFT JOIN) is never taken for
-a copy: nothing tells which row of that table it stands for.
+A NULL in a row's identity (a projected table NULL-extended by a LEFT JOIN) stands for "no row of that
+table", which is one state for the rest of the combination: rows equal in their values and in their
+whole identity, NULLs included, are copies. A row whose identity is NULL throughout is never taken for
+a copy: nothing at all tells which rows it stands for.
 
 >>> count = count_copies([("Ana",), ("Ana",), ("Ana",)], [("Ana", 1), ("Ana", 1), ("Ana", 2)], width=1)
 >>> count.copies, count.kept
@@ -85,9 +87,9 @@ def count_copies(values: Sequence[tuple[Any, ...]], checked: Sequence[Sequence[A
     except TypeError:  # unhashable values from a converter: the caller may retry with stand-ins
         return UNCOMPARABLE
     if _null_identity(rows, width):
-        # A NULL in a row's identity: that row is its own, each one kept.
-        kept: Counter[tuple[Any, ...]] = Counter(row[:width] for row in combinations if None not in row[width:])
-        kept.update(value for value, row in zip(checked_values, rows) if None in row[width:])
+        # An identity NULL throughout: that row is its own, each one kept.
+        kept: Counter[tuple[Any, ...]] = Counter(row[:width] for row in combinations if not _unidentified(row, width))
+        kept.update(value for value, row in zip(checked_values, rows) if _unidentified(row, width))
     else:
         kept = Counter(map(prefix, combinations))
     kept_rows = dict(kept)
@@ -99,6 +101,11 @@ def _tuples(rows: Sequence[Sequence[Any]]) -> Sequence[tuple[Any, ...]]:
     if set(map(type, rows)) <= {tuple}:
         return cast(Sequence[tuple[Any, ...]], rows)
     return [tuple(row) for row in rows]
+
+
+def _unidentified(row: tuple[Any, ...], width: int) -> bool:
+    """Whether the row's identity columns (from ``width`` on) are all NULL."""
+    return all(part is None for part in row[width:])
 
 
 def _null_identity(rows: Sequence[tuple[Any, ...]], width: int) -> bool:
@@ -126,7 +133,7 @@ def without_copies(
             return [row for row, combination in zip(rows, full) if not (combination in seen or add(combination))]
         served: list[Any] = []
         for row, combination in zip(rows, full):
-            if combination in seen and None not in combination[width:]:
+            if combination in seen and not _unidentified(combination, width):
                 continue
             add(combination)
             served.append(row)

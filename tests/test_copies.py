@@ -21,8 +21,10 @@ COUNTS: list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int, dict[tuple
     ([("Ana",)] * 3, [("Ana", 1), ("Ana", 2), ("Ana", 1)], 1, {("Ana",): 2}),
     # identities of two projected tables: (c, p) combinations
     ([("x", "y")] * 3, [("x", "y", 1, 7), ("x", "y", 1, 8), ("x", "y", 1, 7)], 1, {("x", "y"): 2}),
-    # a NULL identity (NULL-extended by a LEFT JOIN) never counts as a copy
+    # an identity NULL throughout (only a NULL-extended table projected) never counts as a copy
     ([(None,)] * 3, [(None, None)] * 3, 0, {(None,): 3}),
+    # a partly NULL identity is compared whole: the same customer, no order, repeated twice
+    ([("Ana",)] * 3, [("Ana", 1, None), ("Ana", 1, None), ("Ana", 2, None)], 1, {("Ana",): 2}),
     # no repeated row at all (no-op)
     ([("a",), ("b",)], [("b", 2), ("a", 1)], 0, {("a",): 1, ("b",): 1}),
 ]

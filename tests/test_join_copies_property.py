@@ -3,7 +3,7 @@ sqlite3's rows minus the join copies, and never merges two distinct rows of the 
 
 The oracle is written from the definition, not from the library: it runs the statement on plain
 sqlite3 with the rowid of each projected table appended and keeps one row per distinct combination
-of rowids (a row whose rowid is NULL, NULL-extended by a LEFT JOIN, is its own). Generated schemas
+of rowids, NULLs of NULL-extended tables included (a row whose rowids are all NULL is its own). Generated schemas
 have integer keys, nullable TEXT primary keys (SQLite lets them hold NULL), UNIQUE NOT NULL keys and
 keyless tables; values repeat across entities and include NULL.
 """
@@ -74,7 +74,7 @@ def without_copies(raw: sqlite3.Connection, sql: str, rowids: str) -> Counter[tu
     seen: set[tuple[Any, ...]] = set()
     for row in checked:
         identity = row[width:]
-        if any(part is None for part in identity) or row not in seen:
+        if all(part is None for part in identity) or row not in seen:
             kept[row[:width]] += 1
         seen.add(row)
     return kept

@@ -147,8 +147,10 @@ class SQLiteEngine(Engine):
         def stop_running() -> None:
             # A Ctrl-C stops the guard's statement; outside it there is nothing to stop, and an
             # interrupt() while another statement of the connection is still active (a cursor the
-            # caller left mid-result) would stay pending and fail the caller's next statements.
-            if running[0]:
+            # caller left mid-result) stays pending and fails the caller's next statements. A
+            # statement proven unable to write (the join-copy check) is left to finish under its
+            # time limit instead: the Ctrl-C reaches the caller right after it.
+            if running[0] and writes_possible:
                 raw.interrupt()
 
         with defer_keyboard_interrupt(stop_running):

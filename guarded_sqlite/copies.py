@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple, cast
 
-__all__ = ["UNCOMPARABLE", "CopyCount", "count_copies", "plain_values", "without_copies"]
+__all__ = ["UNCOMPARABLE", "CopyCount", "count_copies", "plain_values", "values_of", "without_copies"]
 
 UNCOMPARABLE = "the rows hold values that cannot be compared (unhashable)"
 """``count_copies``' answer for rows whose values cannot go into a set."""
@@ -63,6 +63,20 @@ def plain_values(row: Any) -> tuple[Any, ...] | None:
         except (IndexError, TypeError, KeyError):
             return None
     return None
+
+
+def values_of(rows: Sequence[Any]) -> list[tuple[Any, ...]] | None:
+    """Every fetched row's values (``plain_values``), or None if a row's cannot be read back. Rows
+    fetched without a row factory are their values already and are returned as they are."""
+    if set(map(type, rows)) <= {tuple}:
+        return cast(list[tuple[Any, ...]], list(rows) if not isinstance(rows, list) else rows)
+    values = []
+    for row in rows:
+        plain = plain_values(row)
+        if plain is None:
+            return None
+        values.append(plain)
+    return values
 
 
 def count_copies(values: Sequence[tuple[Any, ...]], checked: Sequence[Sequence[Any]], width: int) -> CopyCount | str:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from .copies import UNCOMPARABLE, CopyCount, count_copies, plain_values, without_copies
+from .copies import UNCOMPARABLE, CopyCount, count_copies, values_of, without_copies
 from .engines import RerunRefused
 from .errors import TransactionLost, describe_error
 from .policy import GuardPolicy, removal_applies, removal_row_limit
@@ -322,8 +322,9 @@ def _inject(
                     "different row of the projected tables (value repeats), rows left as they are",
                     copies=0,
                 ), None
-            if policy.provenance != "text_to_sql" and len(count.kept) != sum(count.kept.values()):
-                # Some equal rows are distinct rows of the projected tables: DISTINCT would merge them.
+            # Some equal rows are distinct rows of the projected tables: DISTINCT would merge them.
+            merges_values = len(count.kept) != sum(count.kept.values())
+            if policy.provenance != "text_to_sql" and merges_values:
                 kept_rows = without_copies(rows, values, count, checked, len(values[0]))
                 merged = sum(count.kept.values()) - len(count.kept)
                 reason = (
@@ -337,7 +338,6 @@ def _inject(
                     kept_rows,
                     "join_copies_removed",
                 )
-            merges_values = len(count.kept) != sum(count.kept.values())
             how = "value repeats merged too (text_to_sql: answers are sets)" if merges_values else "no value repeat"
             served = f"{count.copies} join copies on the data, {how}; {served}"
     elif below_tau:
@@ -404,16 +404,9 @@ def _find_copies(
     called = _calls_any(sql, functions)
     if called:
         return f"the statement calls {called}(), a function of the application's: not run again"
-    values: list[tuple[Any, ...]]
-    if set(map(type, rows)) <= {tuple}:  # no row factory: the rows are their values
-        values = rows
-    else:
-        values = []
-        for row in rows:
-            plain = plain_values(row)
-            if plain is None:
-                return "the row factory's rows cannot be read back as values"
-            values.append(plain)
+    values = values_of(rows)
+    if values is None:
+        return "the row factory's rows cannot be read back as values"
     checked, failure = _run(copies.rerun, check.sql, len(rows))
     if checked is None:
         return failure or "the check returned more rows than the statement"

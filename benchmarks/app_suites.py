@@ -222,17 +222,20 @@ def _count_statements():
 
 def _record_logs():
     # Every guarded_sqlite record at INFO or above is written down, and what the application itself
-    # would have shown is unchanged: the logger's level is lowered so that every record is made, and a
-    # filter on it lets a record through (to its handlers and up to the root's) only where the logger
-    # at its own level would have made it. Handlers and propagation stay as they are
-    # (pytest's capture handlers, click-log's handler on the root).
+    # would have shown is unchanged: the logger's level is lowered to INFO (where the application set
+    # it higher) so that every such record is made, and a filter on it lets a record through (to its
+    # handlers and up to the root's) only where the logger at its own level would have made it. An
+    # unset level is the library's own default, INFO. DEBUG records are not made: making them builds
+    # normalised SQL (sqlglot imported), which changed how a SIGINT-killed coverage.py subprocess
+    # exited. Handlers and propagation stay as they are (pytest's capture handlers, click-log's
+    # handler on the root).
     import logging
 
     logger = logging.getLogger("guarded_sqlite")
-    own_level = logger.level
+    own_level = logger.level or logging.INFO
 
     def would_have_passed(record):
-        return record.levelno >= (own_level or logger.parent.getEffectiveLevel())
+        return record.levelno >= own_level
 
     def recorder(record):
         passed = would_have_passed(record)
@@ -252,7 +255,7 @@ def _record_logs():
         return passed
 
     logger.addFilter(recorder)
-    logger.setLevel(1)  # every record is made (DEBUG ones too, which the filter passes as before)
+    logger.setLevel(min(own_level, logging.INFO))
 
 
 def _guard():

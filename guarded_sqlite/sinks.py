@@ -21,7 +21,11 @@ on goes above ``DEBUG``:
   normal work (an empty result is often the right answer), and some show their users every ``INFO``
   record (click-log applications), so they stay out of it.
 
-The logger has a ``NullHandler``, so an application that configured no logging prints nothing. The
+The logger has a ``NullHandler``, so an application that configured no logging prints nothing. Its
+``DEBUG`` records are opt-in: when the first record finds the logger's own level unset (``NOTSET``), it
+sets ``INFO``, so an application (or a test) that turns the root logger to ``DEBUG`` does not receive a
+record per routine statement; ``logging.getLogger("guarded_sqlite").setLevel(logging.DEBUG)`` asks for
+them (as SQLAlchemy keeps its engine's per-statement records off until asked). The
 ``logging`` module is imported by the first record (``import guarded_sqlite`` stays close to ``import
 sqlite3``); the levels below are ``logging``'s numbers.
 
@@ -52,6 +56,10 @@ def _logger() -> logging.Logger:
 
         logger = logging.getLogger("guarded_sqlite")
         logger.addHandler(logging.NullHandler())
+        if logger.level == logging.NOTSET:
+            # A root at DEBUG is a common debugging setup, and one record per empty result or handled
+            # error would bury the application's own; a level the application set stays.
+            logger.setLevel(logging.INFO)
         _loggers.append(logger)
     return _loggers[0]
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -400,3 +402,25 @@ def test_an_application_without_logging_configured_prints_nothing() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout == "6\n" and done.stderr == ""
+
+
+def test_debug_records_are_opt_in_when_the_root_logger_is_at_debug() -> None:
+    """beets captures every logger at DEBUG during an import and expects silence: routine statements
+    (an empty result) must not reach a root at DEBUG unless the guarded_sqlite logger asks for DEBUG."""
+    script = (
+        "import logging, guarded_sqlite\n"
+        "records = []\n"
+        "class Keep(logging.Handler):\n"
+        "    def emit(self, record): records.append(record)\n"
+        "logging.getLogger().addHandler(Keep())\n"
+        "logging.getLogger().setLevel(logging.DEBUG)\n"
+        "con = guarded_sqlite.connect(':memory:')\n"
+        "con.execute('CREATE TABLE t (x)')\n"
+        "con.execute('SELECT x FROM t').fetchall()\n"
+        "before = len(records)\n"
+        "logging.getLogger('guarded_sqlite').setLevel(logging.DEBUG)\n"
+        "con.execute('SELECT x FROM t WHERE x = 1').fetchall()\n"
+        "print(before, [r.levelno for r in records[before:]])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split(maxsplit=1) == ["0", "[10, 10]\n"]  # the record and its full-SQL companion

@@ -232,3 +232,29 @@ def test_sample_data_is_package_data() -> None:
     assert len(files) == len(DB_IDS) + 2
     for name in files:
         assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), name
+
+
+def test_predictions_in_another_order_than_the_gold_are_called_out(
+    sample: SampleInputs, reports: dict[str, EvalReport], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Predictions shuffled against their gold (a file of another split, or reordered) score near zero
+    with one "no such table" after another; the report and the CLI must say so instead of scoring."""
+    assert reports["patch"].warnings == ()  # the sample in its own order: no doubt
+    predictions = Path(sample.pred).read_text().splitlines()
+    # Each database's predictions moved onto another database's questions: their tables are not there.
+    by_db: dict[str, list[int]] = {}
+    for index, question in enumerate(json.loads(Path(sample.gold).read_text())):
+        by_db.setdefault(question["db_id"], []).append(index)
+    rotated = list(predictions)
+    groups = list(by_db.values())
+    for source, target in zip(groups, groups[1:] + groups[:1]):
+        for to, frm in zip(target, source * len(target)):
+            rotated[to] = predictions[frm]
+    shuffled = tmp_path / "shuffled.sql"
+    shuffled.write_text("\n".join(rotated) + "\n")
+    with pytest.warns(UserWarning, match="name a table their gold database lacks"):
+        report = evaluate(sample.db_root, sample.gold, shuffled, guard="patch", workers=1, progress=False)
+    assert len(report.warnings) == 1 and "predictions in the gold file's order" in report.warnings[0]
+    with pytest.warns(UserWarning):
+        code = main(["eval", "--db-root", str(sample.db_root), "--gold", str(sample.gold), "--pred", str(shuffled)])
+    assert code == 0 and capsys.readouterr().out.splitlines()[1].startswith("WARNING: ")

@@ -7,6 +7,8 @@ multiplicities with ``collections.Counter`` (order-insensitive). Nothing here to
 (True, False)
 >>> percent(2, 3)
 66.6667
+>>> missing_table("OperationalError: no such table: singer"), missing_table("OperationalError: no such column: x")
+(True, False)
 """
 
 from __future__ import annotations
@@ -256,4 +258,32 @@ def rescue_stats(records: Sequence[PairRecord], policy: Any, candidates_dropped:
         prompt_tokens=sum(r.rescue_prompt_tokens or 0 for r in ran),
         completion_tokens=sum(r.rescue_completion_tokens or 0 for r in ran),
         latency_ms_median=median(latencies),
+    )
+
+
+_MISSING_TABLE = re.compile(
+    r"no such table|Table with name \S+ does not exist|relation \S+ does not exist", re.IGNORECASE
+)
+"""How SQLite, DuckDB and PostgreSQL say that a statement names a table the database lacks."""
+
+MISPAIRED_SHARE = 0.2
+"""The share of predictions naming a missing table past which the pairing is called into question.
+Measured on Spider dev's 1,034 pairs: the released DAIL-SQL, DAIL-SQL + self-consistency and
+Graphix-T5 predictions name a missing table 0 times each; the same files shuffled, 951 to 958 times."""
+
+
+def missing_table(error: str | None) -> bool:
+    """Whether a prediction's error says it names a table its database lacks."""
+    return error is not None and _MISSING_TABLE.search(error) is not None
+
+
+def pairing_warnings(records: Sequence[PairRecord]) -> tuple[str, ...]:
+    """A warning when so many predictions name tables their gold database lacks that the predictions
+    are probably paired with the wrong gold order (or the wrong gold file); empty otherwise."""
+    missing = sum(1 for record in records if missing_table(record.error))
+    if missing < 5 or missing < MISPAIRED_SHARE * len(records):
+        return ()
+    return (
+        f"{missing} of {len(records)} predictions ({percent(missing, len(records)):g}%) name a table their "
+        "gold database lacks: are the predictions in the gold file's order, and for this gold file?",
     )

@@ -84,6 +84,7 @@ def format_eval(report: EvalReport) -> str:
         + ("" if report.tau_amplified is None else f", tau_amplified={report.tau_amplified:g}")
         + f", timeout {timeout}, {t.workers} worker(s))",
     ]
+    out += [f"WARNING: {doubt}" for doubt in report.warnings]
     if transpiled:
         out += _copies_text(report)
     if report.excluded_db_ids:
@@ -284,10 +285,12 @@ def format_comparison(comparison: PresetComparison) -> str:
     headers = ["preset", "Set-EX", "Multiset-EX", "guarded Set-EX", "guarded Multiset-EX", "net", "set change"]
     headers += ["P1 f/x/b", "P2 f/x/b", "aggregate fanout: f/x/b", *VERDICTS]
     timings = ", ".join(f"{name} {r.timings.wall_s:.2f} s" for name, r in comparison.reports.items())
+    doubts = [f"WARNING: {doubt}" for doubt in dict.fromkeys(d for r in reports for d in r.warnings)]
     return "\n".join(
         [
             f"Presets compared on N={first.n} pairs (timeout "
             f"{'none' if first.timeout_s is None else f'{first.timeout_s:g} s'}, {first.timings.workers} worker(s))",
+            *doubts,
             "",
             table(headers, rows),
             "",

@@ -365,3 +365,7 @@ class EvalReport(JsonMixin):
     """Per duplicate-provenance verdict (amplified, identified, value_repeats, unknown): how many
     predictions got it and what P1 and P2 did to them. Every verdict is listed (zeros included) under
     ``"patch"`` and ``"text_to_sql"``; empty under ``"paper"`` and ``"observe"``, which never ask."""
+
+    warnings: tuple[str, ...] = ()
+    """What makes the scores doubtful, e.g. most predictions naming tables their gold database lacks
+    (predictions paired with the wrong gold order); each is also issued as a ``UserWarning``."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -142,6 +143,9 @@ def summarise(
         copy_s=round(copy_s, 4),
         transpile_s=round(sum(result.transpile_s for result in results), 4),
     )
+    doubts = metrics.pairing_warnings(records)
+    for doubt in doubts:
+        warnings.warn(doubt, UserWarning, stacklevel=2)
     return EvalReport(
         n=len(records),
         inputs=inputs or {},
@@ -167,4 +171,5 @@ def summarise(
         else None,
         tau_amplified=policy.tau_amplified if policy.preset == "text_to_sql" else None,
         provenance=metrics.verdict_stats(records, policy),
+        warnings=doubts,
     )

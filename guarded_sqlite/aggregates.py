@@ -82,8 +82,9 @@ class AggregatePlan:
     aliases it ``"__gs_c<position>"``, which ``served_sql`` names as the caller's cursor named it."""
     aliases: tuple[str, ...] = ()
     """The caller's own select-list aliases."""
-    having_at_risk: bool = False
-    """Whether HAVING reads an aggregate at risk (the corrected query may keep other groups)."""
+    items: tuple[int | None, ...] = ()
+    """Per risk, the position of the select item it is in; None for one only in HAVING or ORDER BY,
+    whose correction shows only in which rows are served (and in what order)."""
 
 
 _ANONYMOUS = {"total": "TOTAL"}
@@ -255,7 +256,13 @@ class _Planner(_Analysis):
             if not any(id(node) in at_risk for node in outer_scope(item))
             and any(isinstance(node, (exp.AggFunc, exp.Anonymous)) for node in outer_scope(item))
         )
-        having = select.args.get("having")
+        items = tuple(
+            next(
+                (i for i, item in enumerate(select.expressions) if any(n is node for n in outer_scope(item))),
+                None,
+            )
+            for node, _, _ in risks
+        )
         corrected, check, unnamed = self._rewrite(select, groups, risks)
         return AggregatePlan(
             found,
@@ -267,7 +274,7 @@ class _Planner(_Analysis):
             len(select.expressions),
             unnamed,
             tuple(item.alias for item in select.expressions if item.alias),
-            having is not None and any(id(node) in at_risk for node in outer_scope(having)),
+            items,
         )
 
     # ------------------------------------------------------------------ reading
@@ -276,7 +283,9 @@ class _Planner(_Analysis):
         group = select.args.get("group")
         if group is None:
             return []
-        if any(group.args.get(part) for part in ("rollup", "cube", "grouping_sets", "totals")):
+        if any(group.args.get(part) for part in ("rollup", "cube", "grouping_sets", "totals")) or any(
+            isinstance(item, (exp.Rollup, exp.Cube, exp.GroupingSets)) for item in group.expressions
+        ):
             raise Unanalysable("GROUP BY ROLLUP, CUBE or GROUPING SETS: not analysed")
         aliases = {fold(item.alias): item.unalias() for item in select.expressions if item.alias}
         expressions: list[exp.Expression] = []

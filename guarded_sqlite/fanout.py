@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -76,13 +77,16 @@ def confirm(
     if checked is None:
         return _unconfirmed(sql, rows, f"corrected query returned more than row_cap={row_cap} rows", started)
     width = plan.width
-    changes = realised(plan, [tuple(row) for row in checked])
-    if not changes and not (plan.having_at_risk and len(checked) != len(rows) and repeats(plan, checked)):
-        return None  # no argument row counted twice where it changes a value, on this data
+    changes = realised(plan, checked)
+    shown = [j for j in changes if j < len(plan.items) and plan.items[j] is not None]
+    if not shown and not (changes and _other_rows(plan, rows, checked)):
+        # No argument row counted twice where it changes a value the statement shows, on this data
+        # (one in HAVING or ORDER BY alone shows only if other rows are served).
+        return None
     findings = tuple(
-        _finding(risk, changes.get(j), checked, width + 5 * j, corrected_sql)
+        _finding(risk, changes[j], checked, width + 5 * j, corrected_sql)
         for j, risk in enumerate(plan.risks)
-        if j in changes or not changes
+        if j in changes
     )
     described = "; ".join(finding.describe() for finding in findings)
     if serve:
@@ -115,11 +119,32 @@ def realised(plan: AggregatePlan, checked: Sequence[Sequence[Any]]) -> dict[int,
     return found
 
 
-def repeats(plan: AggregatePlan, checked: Sequence[Sequence[Any]]) -> bool:
-    """Whether some row of the check counts an argument row several times."""
-    return any(
-        row[plan.width + 5 * j + 2] != row[plan.width + 5 * j + 3] for row in checked for j in range(len(plan.risks))
-    )
+def _other_rows(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequence[Any]]) -> bool:
+    """Whether the corrected query serves other rows than the statement, compared on the columns
+    without an aggregate (the groups: exact values, taken from the same rows) as a multiset. A row
+    that cannot be read as a sequence of ``plan.width`` values counts as other (the rows differ as far
+    as anything can tell)."""
+    aggregated = set(plan.steady) | {p for p in plan.items if p is not None}
+    plain = [i for i in range(plan.width) if i not in aggregated]
+    written: Counter[tuple[Any, ...]] = Counter()
+    for row in rows:
+        values = _values(row)
+        if values is None or len(values) != plan.width:
+            return True
+        written[tuple(values[i] for i in plain)] += 1
+    corrected = Counter(tuple(row[i] for i in plain) for row in checked)
+    return written != corrected
+
+
+def _values(row: Any) -> Sequence[Any] | None:
+    if isinstance(row, tuple):
+        return row
+    if isinstance(row, Mapping):
+        return tuple(row.values())
+    try:
+        return tuple(row)
+    except TypeError:
+        return None
 
 
 _EPSILON = 2.0**-52
@@ -158,9 +183,9 @@ def differs(function: str, written: Any, corrected: Any, count: Any, magnitude: 
 
 
 def _finding(
-    risk: AggregateRisk, change: tuple[Any, Any] | None, checked: list[Any], at: int, corrected_sql: str
+    risk: AggregateRisk, change: tuple[Any, Any], checked: list[Any], at: int, corrected_sql: str
 ) -> AggregateFinding:
-    written_value, corrected_value = change if change is not None else (None, None)
+    written_value, corrected_value = change
     numeric = [
         (row[at], row[at + 1])
         for row in checked

@@ -694,7 +694,9 @@ def _body_keys(
         return (outputs,), ""
     group = body.args.get("group")
     if group is not None:
-        if any(group.args.get(part) for part in ("rollup", "cube", "grouping_sets", "totals")):
+        if any(group.args.get(part) for part in ("rollup", "cube", "grouping_sets", "totals")) or any(
+            isinstance(item, (exp.Rollup, exp.Cube, exp.GroupingSets)) for item in group.expressions
+        ):
             return (), "groups by ROLLUP, CUBE or GROUPING SETS"
         single = _single_table(body)
 

@@ -497,12 +497,14 @@ def check_aggregates(
         _AGGREGATE_RULE.extend((plan, confirm))
     plan, confirm = _AGGREGATE_RULE
     try:
+        # The written statement's column names, before the catalog read (DuckDB's connection is its
+        # own cursor: a read would replace its description).
+        description = getattr(raw, "description", None)
+        names = [column[0] for column in description] if description else None
         found = plan(guard, sql)
         if not found.risks:
             return None
         plain, shape = guard.engine.plain_rows(raw)
-        description = getattr(raw, "description", None)
-        names = [column[0] for column in description] if description else None
 
         def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
             return read_only_fetch(guard, new_sql, parameters, plain, max_rows)

@@ -378,14 +378,13 @@ class _Planner(_Analysis):
         """Why one aggregate at risk cannot be corrected exactly, or ''."""
         if isinstance(argument, exp.Order):
             return f"{node.sql(dialect=self.dialect)}: an ordered aggregate at risk: not corrected"
-        nullable = [
-            k for k in reads if self.instances[k].left_joined and k not in self.null_rejected
-        ]
+        nullable = [k for k in reads if self.instances[k].left_joined and k not in self.null_rejected]
         if nullable and any(not isinstance(n, _NULL_PROPAGATING) for n in argument.walk()):
             # On a LEFT JOIN's unmatched rows the table has no row to count once, and this argument
             # may not be NULL there (COALESCE, CASE, a function): what "once" means is not defined.
             label = self.instances[nullable[0]].label
-            return f"{node.sql(dialect=self.dialect)} reads {label}, LEFT JOINed, through more than arithmetic: not corrected"
+            shown = node.sql(dialect=self.dialect)
+            return f"{shown} reads {label}, LEFT JOINed, through more than arithmetic: not corrected"
         return ""
 
     def _mixed(self, risks: list[Risk], corrected_or_same: set[int]) -> str:
@@ -393,10 +392,10 @@ class _Planner(_Analysis):
         written and the join inflates (a count, c02), or ''. Whole expressions are corrected or none:
         ``SUM(o.total) * 1.0 / COUNT(o.id)`` corrected halfway is neither what was written nor meant."""
         for node, _, _ in risks:
-            expression = node
+            expression: exp.Expr = node
             while expression.parent is not None and not isinstance(expression.parent, _BOUNDARIES):
                 expression = expression.parent
-            for other in outer_scope(expression):
+            for other in outer_scope(cast(exp.Expression, expression)):
                 if other is node or id(other) in corrected_or_same or not _is_aggregate(other):
                     continue
                 if _repetition_invariant(other):
@@ -528,7 +527,7 @@ class _Planner(_Analysis):
                 number = exp.Window(this=exp.RowNumber(), partition_by=partition)
                 windows.append(exp.alias_(number, f"__gs_rn{len(windows)}", quoted=True))
             targets[id(copied[place[id(node)]])] = numbering[text]
-        extras: list[exp.Expression] = []
+        extras: list[exp.Expr] = []
         for walked in [copied[place[id(node)]] for node, _, _ in risks]:
             n = targets[id(walked)]
             argument = cast(exp.Expression, walked.expressions[0] if isinstance(walked, exp.Anonymous) else walked.this)
@@ -542,14 +541,15 @@ class _Planner(_Analysis):
             elif self.dialect == "sqlite":
                 # TOTAL of REAL absolute values: never an integer overflow, never an error.
                 magnitude = exp.Anonymous(
-                    this="TOTAL", expressions=[exp.Abs(this=exp.Cast(this=argument.copy(), to=exp.DataType.build("REAL")))]
+                    this="TOTAL",
+                    expressions=[exp.Abs(this=exp.Cast(this=argument.copy(), to=exp.DataType.build("REAL")))],
                 )
             else:
                 magnitude = exp.Sum(this=exp.Abs(this=argument.copy()))
             argument.replace(case)
             extras.extend([written, walked.copy(), counted, distinct, magnitude])
         for part in [*_outer_parts(outer), *extras]:
-            for read in list(outer_scope(part)):
+            for read in list(outer_scope(cast(exp.Expression, part))):
                 if (
                     isinstance(read, exp.Column)
                     and not isinstance(read.this, exp.Star)
@@ -575,7 +575,7 @@ class _Planner(_Analysis):
             ]
             group.set("expressions", [*group.expressions, *extra])
         unnamed: list[tuple[int, str]] = []
-        items: list[exp.Expression] = []
+        items: list[exp.Expr] = []
         for position, item in enumerate(outer.expressions):
             if isinstance(item, exp.Alias):
                 items.append(item)

@@ -706,7 +706,10 @@ def _body_keys(
             found = [
                 name
                 for item, name in zip(items, names)
-                if place is not None and name and names.count(name) == 1 and _column_place(item.unalias(), single) == place
+                if place is not None
+                and name
+                and names.count(name) == 1
+                and _column_place(item.unalias(), single) == place
             ]
             return found[0] if len(found) == 1 else None
 

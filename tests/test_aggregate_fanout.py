@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import sqlglot
-from hypothesis import event, example, given, note, settings
+from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 
 import guarded_sqlite
@@ -1107,5 +1107,238 @@ def test_postgres_a_nullable_unique_key_does_not_number_rows(pg_dsn: str) -> Non
                 raw.execute(statement)
             check_nullable_key(raw, "postgres", "ctid")
     finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+# --------------------------------------------------------------------------------------------------
+# The oracle on DuckDB and PostgreSQL (issue 24): generated shapes, every engine's row identity
+# --------------------------------------------------------------------------------------------------
+
+ENGINE_KEYS = ["pk", "unique", "none"]
+
+
+@dataclass(frozen=True)
+class EngineCase:
+    """Tables ``root`` (r) and ``kid1..kid2`` (c1, c2), each with an undeclared unique ``uid`` the oracle
+    tells rows apart by (the guard never sees it as a key), and one query."""
+
+    keys: tuple[str, ...]  # per table: "pk", "unique" (nullable) or "none" (the engine's row id)
+    rows: tuple[tuple[tuple[Any, ...], ...], ...]  # per table: (uid, id, fk, g, x)
+    parents: tuple[int, ...]  # per kid: the table index its fk refers to
+    from_sql: str
+    group: str | None
+    aggs: tuple[tuple[str, str, tuple[int, ...]], ...]  # (function, argument, tables it reads)
+    having: int | None
+    where: str
+    ranked: bool = False  # ORDER BY the first aggregate's alias DESC LIMIT 2 (c01)
+    mixed: bool = False  # the first aggregate divided by a COUNT of its table's column (c02)
+
+    @property
+    def sql(self) -> str:
+        items = [f"{self.group} AS gk"] if self.group else []
+        for i, (f, a, _) in enumerate(self.aggs):
+            value = f"{f}({a})"
+            if i == 0 and self.mixed:
+                value += f" / NULLIF(COUNT({a}), 0)"
+            items.append(f"{value} AS a{i}")
+        text = f"SELECT {', '.join(items)} {self.from_sql}{self.where}"
+        if self.group:
+            text += f" GROUP BY {self.group}"
+            if self.having is not None:
+                text += f" HAVING COUNT(*) >= {self.having}"
+            if self.ranked:
+                text += " ORDER BY a0 DESC, gk LIMIT 2"
+        return text
+
+    def ddl(self) -> list[str]:
+        out = []
+        for index, kind in enumerate(self.keys):
+            key = {"pk": " PRIMARY KEY", "unique": " UNIQUE", "none": ""}[kind]
+            out.append(
+                f"CREATE TABLE {TABLES[index]} (uid INTEGER, id INTEGER{key}, fk INTEGER, g TEXT, x DOUBLE PRECISION)"
+            )
+        return out
+
+    def inserts(self) -> list[str]:
+        def literal(value: Any) -> str:
+            return "NULL" if value is None else (f"'{value}'" if isinstance(value, str) else repr(value))
+
+        return [
+            f"INSERT INTO {TABLES[index]} VALUES " + ", ".join("(" + ", ".join(map(literal, row)) + ")" for row in rows)
+            for index, rows in enumerate(self.rows)
+            if rows
+        ]
+
+    def oracle(self, run: Any, index: int) -> dict[Any, Any]:
+        """Group -> the aggregate over the distinct rows of its argument's tables in the group; for the
+        mixed ratio, the written ratio (a count of join rows is never corrected: left as written)."""
+        function, argument, reads = self.aggs[index]
+        uids = ", ".join(f"{ENGINE_ALIASES[k]}.uid AS u{k}" for k in reads)
+        group = self.group or "0"
+        if index == 0 and self.mixed:
+            text = f"SELECT {group}, {function}({argument}) / NULLIF(COUNT({argument}), 0) {self.from_sql}{self.where}"
+            return dict(run(text + (f" GROUP BY {self.group}" if self.group else "")))
+        inner = f"SELECT DISTINCT {group} AS g, {uids}, {argument} AS a {self.from_sql}{self.where}"
+        return dict(run(f"SELECT s.g, {function}(s.a) FROM ({inner}) s GROUP BY s.g"))
+
+
+TABLES = ("root", "kid1", "kid2")
+ENGINE_ALIASES = ("r", "c1", "c2")
+
+
+@st.composite
+def engine_cases(draw: Any) -> EngineCase:
+    kids = draw(st.integers(1, 2))
+    keys = tuple(["pk", *(draw(st.sampled_from(ENGINE_KEYS)) for _ in range(kids))])
+    uid = iter(range(1, 1000))
+    root_ids = draw(st.lists(st.integers(1, 5), min_size=1, max_size=4, unique=True))
+    x = st.one_of(st.none(), st.sampled_from([0.0, 0.1, 0.2, -0.3, 1.5, 2.0, 7.0]))
+    g = st.sampled_from(["a", "b", "a "])
+    tables: list[tuple[tuple[Any, ...], ...]] = [tuple((next(uid), i, None, draw(g), draw(x)) for i in root_ids)]
+    parents: list[int] = []
+    for number in range(1, kids + 1):
+        parent = draw(st.integers(0, number - 1))
+        parents.append(parent)
+        parent_ids = [row[1] for row in tables[parent] if row[1] is not None]
+        rows = []
+        for parent_id in parent_ids:
+            for _ in range(draw(st.integers(0, 4))):
+                n = next(uid)
+                ident = None if keys[number] != "pk" and draw(st.integers(0, 4)) == 0 else 100 * number + n
+                if keys[number] == "none" and draw(st.booleans()):
+                    ident = 7  # keyless tables repeat ids
+                rows.append((n, ident, parent_id, draw(g), draw(x)))
+        tables.append(tuple(rows))
+    parts = ["FROM root AS r"]
+    for number in range(1, kids + 1):
+        alias, parent = ENGINE_ALIASES[number], ENGINE_ALIASES[parents[number - 1]]
+        join = draw(st.sampled_from(["JOIN", "JOIN", "LEFT JOIN"]))
+        # A pin in the ON (of a LEFT JOIN: it holds on matched rows only, c03).
+        pin = draw(st.sampled_from(["", "", f" AND {alias}.g = 'a'"]))
+        parts.append(f"{join} {TABLES[number]} AS {alias} ON {alias}.fk = {parent}.id{pin}")
+    group = draw(st.sampled_from([None, "r.id", "r.g", "r.id"]))
+    aggs = []
+    for _ in range(draw(st.integers(1, 2))):
+        # Mostly a table something is joined below (its rows can repeat).
+        k = draw(st.sampled_from([*range(kids), *range(kids), kids]))
+        function = draw(st.sampled_from(["SUM", "AVG"]))
+        argument = draw(st.sampled_from([f"{ENGINE_ALIASES[k]}.x", f"{ENGINE_ALIASES[k]}.x * 2"]))
+        aggs.append((function, argument, (k,)))
+    where = draw(st.sampled_from(["", "", " WHERE r.x IS NOT NULL", " WHERE r.g <> 'b'"]))
+    having = draw(st.sampled_from([None, None, 1, 2])) if group else None
+    ranked = group is not None and draw(st.integers(0, 3)) == 0
+    mixed = aggs[0][0] == "SUM" and draw(st.integers(0, 4)) == 0
+    return EngineCase(
+        keys, tuple(tables), tuple(parents), " ".join(parts), group, tuple(aggs), having, where, ranked, mixed
+    )
+
+
+def close(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+
+
+def check_engine_case(case: EngineCase, connect: Any, dialect: str) -> None:
+    """Every served corrected value is the oracle's; nothing is flagged whose aggregates are right;
+    the default serves the engine's rows."""
+    note(f"ddl={case.ddl()} inserts={case.inserts()}\nsql={case.sql}")
+    raw, run, fetch = connect(case)
+    written = run(case.sql)
+    oracles = [case.oracle(run, i) for i in range(len(case.aggs))]
+    first = 1 if case.group else 0
+
+    def group_of(row: Any) -> Any:
+        return row[0] if case.group else 0
+
+    def wrong(rows: list[Any]) -> bool:
+        return any(
+            not close(row[first + i], oracles[i].get(group_of(row))) for row in rows for i in range(len(case.aggs))
+        )
+
+    for guard in ("patch", "text_to_sql"):
+        rows, report = fetch(guarded_sqlite.wrap(raw, guard=guard, dialect=dialect), case.sql)
+        note(f"{guard}: {report.trigger} {report.action} {report.decisions} {report.final_sql}")
+        flagged = report.trigger == "aggregate_fanout"
+        event(f"{guard}: {report.action if flagged else 'wrong, not flagged' if wrong(written) else 'right'}")
+        if flagged:
+            assert wrong(written), "flagged, but every written value is the oracle's"
+        if guard == "patch" or report.action != "aggregate_defanned":
+            assert sorted(map(repr, rows)) == sorted(map(repr, written))
+            if wrong(written) and guard == "text_to_sql":
+                # Not corrected: the plan refused (and says why) or could not see a risk.
+                assert all(not d.applied for d in report.decisions)
+        else:
+            assert not wrong(rows), rows
+            groups = sorted(map(repr, (group_of(r) for r in rows)))
+            if case.ranked:
+                assert len(rows) == len(written)  # the top two by the corrected value
+            else:
+                assert groups == sorted(map(repr, (group_of(r) for r in written)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=engine_cases())
+def test_sqlite_generated_corrections_are_the_oracles(case: EngineCase) -> None:
+    def connect(case: EngineCase) -> Any:
+        raw = sqlite3.connect(":memory:")
+        for statement in [*case.ddl(), *case.inserts()]:
+            raw.execute(statement)
+
+        def fetch(con: Any, sql: str) -> Any:
+            cursor = con.execute(sql)
+            return cursor.fetchall(), cursor.guard_report
+
+        return raw, lambda sql: raw.execute(sql).fetchall(), fetch
+
+    check_engine_case(case, connect, "sqlite")
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=engine_cases())
+def test_duckdb_generated_corrections_are_the_oracles(case: EngineCase) -> None:
+    duckdb = pytest.importorskip("duckdb")
+
+    def connect(case: EngineCase) -> Any:
+        raw = duckdb.connect()
+        for statement in [*case.ddl(), *case.inserts()]:
+            raw.execute(statement.replace("DOUBLE PRECISION", "DOUBLE"))
+        return (
+            raw,
+            lambda sql: raw.execute(sql).fetchall(),
+            lambda con, sql: (con.execute(sql).fetchall(), con.guard_report),
+        )
+
+    check_engine_case(case, connect, "duckdb")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=engine_cases())
+def test_postgres_generated_corrections_are_the_oracles(pg_dsn: str, case: EngineCase) -> None:
+    import uuid
+
+    import psycopg
+
+    schema = f"agg_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    raw = psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}")
+    try:
+
+        def connect(case: EngineCase) -> Any:
+            for statement in [*case.ddl(), *case.inserts()]:
+                raw.execute(statement)
+
+            def fetch(con: Any, sql: str) -> Any:
+                cursor = con.cursor()
+                cursor.execute(sql)
+                return [tuple(r) for r in cursor.fetchall()], cursor.guard_report
+
+            return raw, lambda sql: raw.execute(sql).fetchall(), fetch
+
+        check_engine_case(case, connect, "postgres")
+    finally:
+        raw.close()
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")

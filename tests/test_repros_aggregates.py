@@ -111,7 +111,8 @@ C03 = """
 CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT, city TEXT, points INTEGER);
 CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INTEGER, year INTEGER, total INTEGER);
 INSERT INTO customers VALUES (1,'ana','Haifa',10),(2,'ben','Haifa',20),(3,'cy','Lyon',30),(4,'dan','Lyon',5);
-INSERT INTO orders(customer_id, year, total) VALUES (1,2024,100),(1,2024,300),(1,2023,40),(3,2024,70),(3,2024,10),(4,2023,9);
+INSERT INTO orders(customer_id, year, total) VALUES
+  (1,2024,100),(1,2024,300),(1,2023,40),(3,2024,70),(3,2024,10),(4,2023,9);
 """
 C03_SQL = (
     "SELECT c.city, o.year, SUM(c.points) FROM customers c "
@@ -225,10 +226,10 @@ def test_c05_derived_table_key_by_its_qualified_source() -> None:
 
 
 def test_c05_a_group_key_the_body_does_not_output_by_its_source_is_no_key() -> None:
+    import sqlglot
+
     from guarded_sqlite.joins import derived_keys
     from guarded_sqlite.schema import SchemaFacts
-
-    import sqlglot
 
     body = sqlglot.parse_one(
         "SELECT o.id AS order_id, c.id AS customer_id FROM orders o JOIN customers c ON c.id = o.customer_id "

@@ -13,12 +13,20 @@ keyed at the right grain. As everywhere in the analysis, a fan-out counts only i
 instances the analysis cannot see do.
 
 For the aggregates at risk it writes the corrected query: the same FROM and WHERE in a derived table
-that numbers the rows of each (group, key of the argument's tables) combination, and the same SELECT,
-GROUP BY, HAVING and ORDER BY over it, with each aggregate at risk reading its argument only on the
-first row of each combination (``SUM(CASE WHEN rn = 1 THEN arg END)``). That is exact: each row of the
-argument's tables counts once per group, whatever the join repeats, for integers and floats alike, on
-SQLite, DuckDB and PostgreSQL (window functions). Whether the data realises the risk is decided by
-running it (``guarded_sqlite.patching``); this module only reads trees.
+that numbers the rows of each (group, row identity of the argument's tables) combination, and the same
+SELECT, GROUP BY, HAVING and ORDER BY over it, with each aggregate at risk reading its argument only on
+the first row of each combination (``SUM(CASE WHEN rn = 1 THEN arg END)``), on SQLite, DuckDB and
+PostgreSQL (window functions). Exact or silent: a corrected value is the written expression over each
+row of the argument's tables once, on the same groups and in the same order, or the plan says why not
+(``note``, ``corrected_sql`` None). So names resolve as the engine resolves them (a bare ORDER BY term
+that is a select-list alias is the alias; a name that is both an alias and a column elsewhere is
+refused); an expression mixing an aggregate at risk with one the correction leaves as written and the
+join inflates (``SUM(x) / COUNT(x)``) is refused whole; a pin in a LEFT JOIN's ON fixes nothing of the
+groups; row identities are the engine's own where a key could mislead (``_Planner._identities_of``:
+SQLite's rowid or a key compared under BINARY, DuckDB's rowid unless a column takes the name,
+PostgreSQL's ``tableoid`` with ``ctid``). ``check_sql`` adds the counts ``guarded_sqlite.fanout``
+decides from, and ``served_sql`` names the served columns as the caller's cursor did. Whether the
+data realises the risk is decided by running it; this module only reads trees.
 """
 
 from __future__ import annotations

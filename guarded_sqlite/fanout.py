@@ -1,5 +1,15 @@
-"""Aggregate fan-out on the data: run the corrected query ``aggregates.plan_aggregates`` wrote for a
-statement at risk, compare, and say what the join inflated.
+"""Aggregate fan-out on the data: run the check query ``aggregates.plan_aggregates`` wrote for a
+statement at risk, decide from its counts, and say what the join inflated.
+
+The check query is the corrected query with, per aggregate at risk, the value as written and as
+corrected, the join rows with a non-NULL argument and the distinct rows of the argument's tables among
+them, and the magnitudes summed. A risk is realised where the join counted a row several times (the two
+counts differ) and that changed a value the statement shows (``differs``: exact for integers and exact
+sums, within the rounding bound of the magnitudes summed for floats); one in HAVING or ORDER BY alone
+shows only if the corrected query serves other rows. Float rounding can neither invent a fan-out nor
+hide one (c11); an AVG over a uniform repetition, or repeated rows whose argument is NULL, is right as
+written and not flagged. A plan at risk that cannot be corrected exactly is reported (a decision, not
+applied) and changes nothing.
 
 Only statements the pre-screen passes (``probe.mentions_value_aggregate_over_join``) and the analysis
 finds at risk get here; a risk the data does not realise is not flagged. The corrected query runs as

@@ -228,9 +228,10 @@ class _Planner(_Analysis):
             if not repeating:
                 safe.add(id(node))
                 continue
-            keys = self._identities_of(reads)
-            if isinstance(keys, str):
-                return AggregatePlan(note=f"{name}({argument.sql(dialect=self.dialect)}): {keys}")
+            identities = self._identities_of(reads)
+            keys = () if isinstance(identities, str) else identities
+            if isinstance(identities, str):
+                refusal = refusal or f"{name}({argument.sql(dialect=self.dialect)}): {identities}"
             column = next(
                 (i for i, item in enumerate(select.expressions) if item.unalias() is node),
                 None,
@@ -386,6 +387,9 @@ class _Planner(_Analysis):
         """Why one aggregate at risk cannot be corrected exactly, or ''."""
         if isinstance(argument, exp.Order):
             return f"{node.sql(dialect=self.dialect)}: an ordered aggregate at risk: not corrected"
+        if any(isinstance(n, (exp.Placeholder, exp.Parameter)) for n in argument.walk()):
+            # The check query reads the argument more than once: positional parameters would shift.
+            return f"{node.sql(dialect=self.dialect)}: a parameter in an argument at risk: not corrected"
         nullable = [k for k in reads if self.instances[k].left_joined and k not in self.null_rejected]
         if nullable and any(not isinstance(n, _NULL_PROPAGATING) for n in argument.walk()):
             # On a LEFT JOIN's unmatched rows the table has no row to count once, and this argument

@@ -911,6 +911,12 @@ def test_plan_sqlite_keeps_a_bare_column_bare(shop: sqlite3.Connection) -> None:
             id="left-joined-argument-not-null-on-unmatched-rows",
         ),
         pytest.param(
+            "SELECT c.name, SUM(o.total * ?) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "JOIN items i ON i.order_id = o.id GROUP BY c.id",
+            "SUM(o.total * ?): a parameter in an argument at risk: not corrected",
+            id="parameter-in-the-argument",
+        ),
+        pytest.param(
             "SELECT DISTINCT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
             "JOIN items i ON i.order_id = o.id GROUP BY c.id",
             "SELECT DISTINCT with an aggregate at risk: not corrected",

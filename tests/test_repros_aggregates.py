@@ -331,8 +331,10 @@ def test_c07_duckdb_user_column_rowid_is_no_row_id() -> None:
         assert con.execute(sql).fetchall() == served
         report = con.guard_report
         if column == "rowid":
-            assert report.action == "none"
-            assert report.decisions == ()  # the plan has no risk it could correct: nothing ran
+            assert (report.trigger, report.action) == (None, "none")
+            (decision,) = report.decisions
+            assert not decision.applied
+            assert "no row identity for p (payments)" in decision.reason
         else:
             assert report.action == "aggregate_defanned" and '"p"."rowid"' in report.final_sql
         raw.close()

@@ -497,15 +497,19 @@ def check_aggregates(
         _AGGREGATE_RULE.extend((plan, confirm))
     plan, confirm = _AGGREGATE_RULE
     try:
+        # The written statement's column names, before the catalog read (DuckDB's connection is its
+        # own cursor: a read would replace its description).
+        description = getattr(raw, "description", None)
+        names = [column[0] for column in description] if description else None
         found = plan(guard, sql)
         if not found.risks:
             return None
-        row_factory = getattr(raw, "row_factory", None)
+        plain, shape = guard.engine.plain_rows(raw)
 
         def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
-            return read_only_fetch(guard, new_sql, parameters, row_factory, max_rows)
+            return read_only_fetch(guard, new_sql, parameters, plain, max_rows)
 
-        return confirm(sql, rows, found, rerun, guard.policy.row_cap, guard.defan, guard.dialect)
+        return confirm(sql, rows, found, rerun, guard.policy.row_cap, guard.defan, guard.dialect, names, shape)
     except TransactionLost:
         raise
     except Exception as error:  # a bug in the analysis must never cost the caller their result

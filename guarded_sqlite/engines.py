@@ -92,6 +92,12 @@ class Engine:
         binary equality (then P1 cannot de-duplicate in Python)."""
         return True
 
+    def plain_rows(self, raw_cursor: Any) -> tuple[Any, Callable[[list[tuple[Any, ...]]], list[Any]] | None]:
+        """For a guard statement whose rows are served in place of ``raw_cursor``'s: the row factory
+        that makes ``read_only_fetch`` return plain tuples, and what makes those tuples into the rows
+        ``raw_cursor`` would give (its row factory over its own description; None: tuples as they are)."""
+        return None, None
+
     def user_functions(self, raw: Any) -> frozenset[str] | None:
         """Folded names of the functions the engine lists on this connection that are not its own
         built-ins (a re-execution would call them again), or None when that cannot be told."""
@@ -127,6 +133,14 @@ class SQLiteEngine(Engine):
 
     name = "sqlite"
     dialect = "sqlite"
+
+    def plain_rows(self, raw_cursor: Any) -> tuple[Any, Callable[[list[tuple[Any, ...]]], list[Any]] | None]:
+        # Any factory but sqlite3.Row is applied when rows are served (guarded_sqlite.factories):
+        # the cursor's factory is None here. A Row is made over the caller's cursor, whose
+        # description is the written statement's.
+        if getattr(raw_cursor, "row_factory", None) is sqlite3.Row:
+            return None, lambda rows: [sqlite3.Row(raw_cursor, row) for row in rows]
+        return None, None
 
     def read_only_fetch(
         self,
@@ -275,6 +289,15 @@ _NO_DEADLINE = contextlib.nullcontext()
 class PostgresEngine(Engine):
     name = "postgres"
     dialect = "postgres"
+
+    def plain_rows(self, raw_cursor: Any) -> tuple[Any, Callable[[list[tuple[Any, ...]]], list[Any]] | None]:
+        from psycopg.rows import tuple_row
+
+        factory = getattr(raw_cursor, "row_factory", None)
+        if factory is None or factory is tuple_row:
+            return tuple_row, None
+        make = factory(raw_cursor)  # psycopg's row factory reads the cursor's (the written statement's) description
+        return tuple_row, lambda rows: [make(row) for row in rows]
 
     def read_only_fetch(
         self,

@@ -53,6 +53,7 @@ class Instance:
     joined_with_condition: bool = True
     original: dict[str, str] = field(default_factory=dict)  # folded column -> declared spelling
     partial_keys: tuple[PartialKey, ...] = ()  # unique partial indexes; a key once the query implies one
+    foreign: bool = False  # PostgreSQL: a foreign table (no row id of its own)
 
 
 Col = tuple[int, str]
@@ -173,10 +174,18 @@ class JoinGraph:
         return Instance(
             label, fold(display), fold(facts.name), display, kind, columns or None, facts.keys, facts.not_null,
             opaque_reason=opaque, original={fold(c): c for c in facts.columns},
-            partial_keys=() if opaque else facts.partial_keys,
+            partial_keys=() if opaque else facts.partial_keys, foreign=facts.foreign,
         )  # fmt: skip
 
     def _derived(self, body: exp.Expression, label: str, display: str, name: str, what: str) -> Instance:
+        outer = outer_reference(body, self.schema, self.ctes) if self.dialect == "duckdb" else ""
+        if outer:
+            # DuckDB binds a correlated subquery in FROM laterally, without the LATERAL keyword: it has
+            # rows per row of the tables before it, so its body's keys ("at most one row") do not hold.
+            return Instance(
+                label, fold(display), fold(name), display, "derived", None,
+                opaque_reason=f"{what} {outer} (a lateral subquery): keys unknown",
+            )  # fmt: skip
         columns, keys, why = derived_keys(body, self.schema, self.ctes)
         return Instance(
             label, fold(display), fold(name), display, "derived", columns, keys, frozenset().union(*keys),
@@ -685,8 +694,26 @@ def _body_keys(
         return (outputs,), ""
     group = body.args.get("group")
     if group is not None:
-        by_name = {plain_column(e): n for e, n in zip(items, names) if plain_column(e)}
-        key = [by_name.get(plain_column(g)) for g in group.expressions]
+        if any(group.args.get(part) for part in ("rollup", "cube", "grouping_sets", "totals")) or any(
+            isinstance(item, (exp.Rollup, exp.Cube, exp.GroupingSets)) for item in group.expressions
+        ):
+            return (), "groups by ROLLUP, CUBE or GROUPING SETS"
+        single = _single_table(body)
+
+        def output(node: exp.Expression) -> str | None:
+            # By the column's qualified place, never its bare name: ``o.id`` is not ``c.id`` (c05).
+            place = _column_place(node, single)
+            found = [
+                name
+                for item, name in zip(items, names)
+                if place is not None
+                and name
+                and names.count(name) == 1
+                and _column_place(item.unalias(), single) == place
+            ]
+            return found[0] if len(found) == 1 else None
+
+        key = [output(g) for g in group.expressions]
         if key and all(key):
             return (frozenset(k for k in key if k),), ""
         return (), "groups by something it does not output"
@@ -708,6 +735,44 @@ def _body_keys(
             renamed.setdefault(fold(inner.name), name)
     keys = tuple(frozenset(renamed[c] for c in key) for key in facts.identity_keys if key <= renamed.keys())
     return keys, "does not output a key of " + table.name if not keys else ""
+
+
+def outer_reference(body: exp.Expression, schema: SchemaFacts, ctes: dict[str, exp.Expression]) -> str:
+    """Why a derived table's body may read the outer query's columns (it is then correlated: DuckDB
+    binds it laterally), or "". A qualified column counts when no table, derived table or CTE inside the
+    body takes its qualifier; an unqualified one when no source inside the body is known to hold it
+    (a source whose columns are not known, a CTE or a nested derived table, may: failing closed)."""
+    inner: set[str] = set(ctes)
+    columns: set[str] | None = set()
+    for node in body.walk():
+        if isinstance(node, exp.CTE):
+            inner.add(fold(node.alias_or_name))
+            columns = None
+        elif isinstance(node, exp.Subquery) and node.alias:
+            inner.add(fold(node.alias))
+            columns = None
+        elif isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and node.name:
+            inner.update(fold(n) for n in (node.alias, node.name) if n)
+            facts = None if fold(node.name) in ctes else schema.table(node.name, node.db or None)
+            if facts is None:
+                columns = None
+            elif columns is not None:
+                columns |= facts.column_names | ROWID_NAMES
+        elif isinstance(node, exp.Table):
+            columns = None  # a table function
+    outputs = {fold(item.alias) for select in body.find_all(exp.Select) for item in select.expressions if item.alias}
+    for column in body.find_all(exp.Column):
+        if isinstance(column.this, exp.Star) or is_parameter(column):
+            continue
+        name = fold(column.name)
+        if column.table:
+            if fold(column.table) not in inner:
+                return f"reads {column.sql()} of the outer query"
+        elif name not in outputs and (columns is None or name not in columns):
+            if columns is not None:
+                return f"reads {column.sql()} of the outer query"
+            return f"reads {column.sql()}, which no table inside it is known to hold"
+    return ""
 
 
 def numbering_keys(body: exp.Select, items: list[exp.Expression], names: list[str]) -> list[frozenset[str]]:

@@ -126,6 +126,9 @@ class TableFacts:
     """Unique partial indexes over plain columns (never among ``keys``): keys only where a query's
     conditions imply the predicate."""
 
+    foreign: bool = False
+    """PostgreSQL: a foreign table, whose ``ctid`` (if any) is its wrapper's, no row identity."""
+
     @property
     def column_names(self) -> frozenset[str]:
         """The folded column names."""

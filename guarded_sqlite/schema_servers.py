@@ -128,7 +128,7 @@ def _read_duckdb_catalog(fetch: Callable[[str], list[tuple[Any, ...]]]) -> Schem
 # ------------------------------------------------------------------------------------------ PostgreSQL
 
 _PG_RELATIONS = """
-SELECT c.oid, n.nspname, c.relname, c.relkind IN ('v', 'm')
+SELECT c.oid, n.nspname, c.relname, c.relkind IN ('v', 'm'), c.relkind = 'f'
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
   AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
@@ -191,7 +191,10 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
             temp = [str(path[0][0])] if path else []
             schemas = fetch("SELECT current_schemas(true)")
             search = [str(s) for s in (schemas[0][0] if schemas else ["public"])]
-            relations = {int(oid): (str(ns), str(name), bool(view)) for oid, ns, name, view in fetch(_PG_RELATIONS)}
+            relations = {
+                int(oid): (str(ns), str(name), bool(view), bool(foreign))
+                for oid, ns, name, view, foreign in fetch(_PG_RELATIONS)
+            }
             columns: dict[int, dict[int, tuple[str, bool]]] = {}
             for relid, num, name, notnull in fetch(_PG_COLUMNS):
                 columns.setdefault(int(relid), {})[int(num)] = (str(name), bool(notnull))
@@ -220,7 +223,7 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
     except Exception:  # an odd catalog: no keys rather than an error
         return SchemaFacts()
     tables = []
-    for oid, (ns, name, view) in relations.items():
+    for oid, (ns, name, view, foreign) in relations.items():
         cols = columns.get(oid, {})
         tables.append(
             TableFacts(
@@ -232,6 +235,7 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
                 tuple(fks.get(oid, [])),
                 view,
                 partial_keys=() if view else tuple(partial.get(oid, [])),
+                foreign=foreign,
             )
         )
     order = tuple(fold(s) for s in [*temp, *search])

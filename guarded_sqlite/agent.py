@@ -492,9 +492,9 @@ def _first_word(sql: str) -> str:
 
 
 def _agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
-    """The guard's policy for an agent tool: it buffers no more rows than the tool can serve (plus one,
-    to see the result is over) and no more bytes than ``max_chars`` of rows can take, so a result the
-    tool refuses is never held whole."""
+    """The guard's policy for an agent tool: it buffers no more bytes than ``max_chars`` of rows can take
+    (so a result the tool refuses is never held whole), and a result somewhat over ``max_rows`` is still
+    probed, so that its refusal carries the guard's feedback (rows a join repeats)."""
     import dataclasses
 
     from .policy import resolve_policy
@@ -506,7 +506,8 @@ def _agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
     byte_cap = 16 * max_chars + 64 * (max_rows + 1) + 1024
     if policy.byte_cap is not None:
         byte_cap = min(byte_cap, policy.byte_cap)
-    return dataclasses.replace(policy, row_cap=max(1, min(policy.row_cap, max_rows)), byte_cap=byte_cap)
+    row_cap = max(1, min(policy.row_cap, max(10 * max_rows, 10_000)))
+    return dataclasses.replace(policy, row_cap=row_cap, byte_cap=byte_cap)
 
 
 _WORD = re.compile(r"[A-Za-z_]+")

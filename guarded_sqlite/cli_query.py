@@ -8,8 +8,8 @@ The database is opened read-only (``file:...?mode=ro``) and locked down as the a
 (``lockdown.lock_down_sqlite``: ``query_only``, and an authorizer denying ATTACH, VACUUM INTO, writes and
 functions such as ``fts3_tokenizer``), so the command never changes it or creates a file; a write
 statement fails with SQLite's "attempt to write a readonly database" or "not authorized" and is
-reported like any other SQL error. Exit status: 0 on success; 1 when the statement fails (SQL errors, wrong parameter count,
-writes), reported on one line of stderr; 2 for an unusable database path (missing, a directory,
+reported like any other SQL error. Exit status: 0 on success; 1 when the statement fails (SQL errors,
+wrong parameter count, writes), reported on one line of stderr; 2 for an unusable database path (missing, a directory,
 unreadable, not a SQLite file) or bad options.
 """
 

@@ -96,6 +96,7 @@ _READ_PRAGMAS = frozenset(
         "function_list",
         "collation_list",
         "schema_version",
+        "page_size",  # FTS3/FTS4 read it when they connect to a table
         "query_only",
         "busy_timeout",
     }
@@ -129,6 +130,10 @@ def sqlite_decision(action: int, arg1: str | None, arg2: str | None, *, allow_wr
         if name in _READ_PRAGMAS and (arg2 is None or name in _SETTABLE_PRAGMAS or "_list" in name or "info" in name):
             return sqlite3.SQLITE_OK
         return sqlite3.SQLITE_OK if allow_writes else sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_UPDATE and (arg1 or "").lower() == "sqlite_master":
+        # SQLite's own statement when a virtual table (FTS4) connects; query_only still stops any
+        # real write, and writable_schema (the only way to change it from SQL) is a denied PRAGMA.
+        return sqlite3.SQLITE_OK
     if action in _WRITE_ACTIONS and not allow_writes:
         return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK

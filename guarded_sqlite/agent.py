@@ -10,8 +10,9 @@ refuse, limit and report alike:
   model when its rows repeat or an aggregate counts rows several times, and what to change.
 - It raises ``QueryRefused`` (a clear message for the model, never a crash) for a write while writes
   are off, a result over the row or size limit, a statement that runs past the time limit, and SQL the
-  database rejects. Writes are refused twice over on SQLite: by reading the statement
-  (``rewrite.is_read_only_query``) and by ``PRAGMA query_only``, which the engine itself enforces.
+  database rejects. Writes are refused by reading the statement (``rewrite.is_read_only_query``) and
+  by the engine (``lockdown``: SQLite's ``query_only`` and authorizer, DuckDB read-only and locked
+  configuration); rows and characters are counted while fetching.
 - ``GuardedDatabase.schema`` lists tables with their columns, keys, foreign keys with their cardinality
   (which join repeats which rows), and row counts: what a model needs to join without fanning out.
 
@@ -67,7 +68,8 @@ class QueryRefused(Exception):
 
     ``kind`` is one of ``"write"`` (writes are off), ``"not_a_query"`` (an unknown first word, most
     likely a typo, while writes are off), ``"too_large"`` (over ``max_rows`` or
-    ``max_chars``), ``"timeout"``, ``"sql_error"`` (the database rejected the statement) and
+    ``max_chars``, or a value over the per-value cap), ``"timeout"``, ``"sql_error"`` (the database
+    rejected the statement), ``"multiple_statements"`` (more than one statement in one call) and
     ``"empty"`` (no SQL given). ``feedback`` is the guard's feedback on the statement, when it ran."""
 
     def __init__(self, kind: str, message: str, feedback: str = "") -> None:

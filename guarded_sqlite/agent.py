@@ -10,8 +10,9 @@ refuse, limit and report alike:
   model when its rows repeat or an aggregate counts rows several times, and what to change.
 - It raises ``QueryRefused`` (a clear message for the model, never a crash) for a write while writes
   are off, a result over the row or size limit, a statement that runs past the time limit, and SQL the
-  database rejects. Writes are refused twice over on SQLite: by reading the statement
-  (``rewrite.is_read_only_query``) and by ``PRAGMA query_only``, which the engine itself enforces.
+  database rejects. Writes are refused by reading the statement (``rewrite.is_read_only_query``) and
+  by the engine (``lockdown``: SQLite's ``query_only`` and authorizer, DuckDB read-only and locked
+  configuration); rows and characters are counted while fetching.
 - ``GuardedDatabase.schema`` lists tables with their columns, keys, foreign keys with their cardinality
   (which join repeats which rows), and row counts: what a model needs to join without fanning out.
 
@@ -67,7 +68,8 @@ class QueryRefused(Exception):
 
     ``kind`` is one of ``"write"`` (writes are off), ``"not_a_query"`` (an unknown first word, most
     likely a typo, while writes are off), ``"too_large"`` (over ``max_rows`` or
-    ``max_chars``), ``"timeout"``, ``"sql_error"`` (the database rejected the statement) and
+    ``max_chars``, or a value over the per-value cap), ``"timeout"``, ``"sql_error"`` (the database
+    rejected the statement), ``"multiple_statements"`` (more than one statement in one call) and
     ``"empty"`` (no SQL given). ``feedback`` is the guard's feedback on the statement, when it ran."""
 
     def __init__(self, kind: str, message: str, feedback: str = "") -> None:
@@ -229,6 +231,7 @@ class GuardedDatabase:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         from .engines import engine_for
+        from .lockdown import DUCKDB_MEMORY_LIMIT, duckdb_lockdown_problem, lock_down_sqlite, value_length_limit
         from .schema import _raw_sqlite
 
         if getattr(connection, "guard_policy", None) is None:
@@ -247,8 +250,15 @@ class GuardedDatabase:
         self.timeout = timeout
         self._raw = raw
         self._lock = threading.Lock()
-        if not allow_writes and self.dialect == "sqlite":
-            raw.execute("PRAGMA query_only = ON")
+        if self.dialect == "sqlite":
+            self.value_limit = lock_down_sqlite(
+                raw, allow_writes=allow_writes, value_bytes=value_length_limit(max_chars)
+            )
+        else:
+            problem = duckdb_lockdown_problem(raw, allow_writes=allow_writes)
+            if problem is not None:
+                raise ValueError(problem)
+            self.value_limit = f"DuckDB's memory_limit ({DUCKDB_MEMORY_LIMIT} when opened by GuardedDatabase.open)"
 
     @classmethod
     def open(
@@ -281,7 +291,14 @@ class GuardedDatabase:
             if duck:
                 import duckdb
 
-                connection = wrap(duckdb.connect(str(path), read_only=read_only), guard=guard)
+                from .lockdown import DUCKDB_AGENT_CONFIG
+
+                # Read-only unless writes are allowed: DuckDB has no query_only, and a SELECT can write
+                # (nextval() advances a stored sequence).
+                raw_duck = duckdb.connect(
+                    str(path), read_only=read_only or not allow_writes, config=DUCKDB_AGENT_CONFIG
+                )
+                connection = wrap(raw_duck, guard=_agent_policy(guard, limits))
             else:
                 # mode=rw never creates a missing file; as_uri() percent-encodes '?', '#' and '%' in the
                 # path. Tool calls may arrive on any worker thread; the lock in __init__ serialises them.
@@ -289,7 +306,9 @@ class GuardedDatabase:
                 # statement ends, instead of sitting in sqlite3's implicit transaction, unseen by others
                 # and lost at exit.
                 uri = path.resolve().as_uri() + ("?mode=ro" if read_only else "?mode=rw")
-                connection = connect(uri, uri=True, guard=guard, check_same_thread=False, isolation_level=None)
+                connection = connect(
+                    uri, uri=True, guard=_agent_policy(guard, limits), check_same_thread=False, isolation_level=None
+                )
             return cls(connection, allow_writes=allow_writes, **limits)
         except Exception as failure:
             if connection is not None:
@@ -314,6 +333,7 @@ class GuardedDatabase:
         """Run one statement through the guard and return what it served; see ``QueryRefused`` for
         every refusal. The limits apply to the rows the guard serves (after any repair)."""
         from .deadlines import interrupt_after
+        from .lockdown import single_statement_problem
         from .rewrite import is_read_only_query
 
         if not isinstance(sql, str) or not sql.strip():
@@ -333,35 +353,72 @@ class GuardedDatabase:
                 f"with {first or sql.split(maxsplit=1)[0]!r}; check its first word.",
             )
         with self._lock:
+            problem = single_statement_problem(sql, self.dialect, self._raw, allow_writes=self.allow_writes)
+            if problem is not None:
+                kind = "write" if "statements;" not in problem else "multiple_statements"
+                raise QueryRefused(
+                    kind,
+                    f"Refused: only one query (SELECT, or WITH ... SELECT) may run per call, and {problem}."
+                    + (" Writes are off for this tool." if kind == "write" else ""),
+                )
             deadline = interrupt_after(self.timeout, self._raw.interrupt)
             try:
                 with deadline:
                     cur = self.connection.execute(sql, tuple(parameters))
                     description = cur.description
-                    rows = cur.fetchall()
+                    rows, over = self._fetch_within_limits(cur)
             except Exception as failure:
                 self._refuse_failure(failure, deadline.fired)
                 raise  # not reached: _refuse_failure raises
             report: GuardReport | None = cur.guard_report
+            if over and self.dialect == "sqlite":  # a DuckDB connection is its own cursor: never closed here
+                cur.close()  # lets go of the rest of the result now, not at the next statement
         assert report is not None  # every guarded execute sets one
         columns = tuple(entry[0] for entry in description) if description is not None else ()
         feedback = report.feedback()
-        if len(rows) > self.max_rows:
+        if over == "rows":
             raise QueryRefused(
                 "too_large",
-                f"Refused: the query returned {len(rows)} rows, more than this tool's limit of {self.max_rows}. "
+                f"Refused: the query returned more than this tool's limit of {self.max_rows} rows. "
                 "Add a LIMIT or a WHERE condition, or aggregate (COUNT, GROUP BY) to get a smaller answer.",
                 feedback,
             )
-        size = len(json.dumps(json_safe(rows), ensure_ascii=False))
-        if size > self.max_chars:
+        if over == "chars":
             raise QueryRefused(
                 "too_large",
-                f"Refused: the rows take {size} characters as JSON, more than this tool's limit of "
-                f"{self.max_chars}. Select fewer or narrower columns, or add a LIMIT.",
+                f"Refused: the rows take more than this tool's limit of {self.max_chars} characters as JSON. "
+                "Select fewer or narrower columns, or add a LIMIT.",
                 feedback,
             )
-        return QueryResult(sql, columns, tuple(tuple(row) for row in rows), report)
+        result = QueryResult(sql, columns, tuple(tuple(row) for row in rows), report)
+        text = len(result.observation())
+        if text > self.max_chars:
+            raise QueryRefused(
+                "too_large",
+                f"Refused: the result takes {text} characters as a text table (its columns and their names), "
+                f"more than this tool's limit of {self.max_chars}. Select fewer columns, give them shorter "
+                "names, or add a LIMIT.",
+                feedback,
+            )
+        return result
+
+    def _fetch_within_limits(self, cur: Any) -> tuple[list[Any], str]:
+        """The rows of ``cur``, fetched a few at a time and stopped as soon as they pass ``max_rows``
+        (``"rows"``) or their JSON passes ``max_chars`` (``"chars"``); ``""`` when within both. The
+        count is the length of ``json.dumps(rows)``, computed row by row."""
+        rows: list[Any] = []
+        size = 2  # the brackets of the JSON list
+        while True:
+            batch = cur.fetchmany(_FETCH_BATCH)
+            if not batch:
+                return rows, ""
+            for row in batch:
+                if len(rows) >= self.max_rows:
+                    return rows, "rows"
+                size += len(json.dumps(json_safe(row), ensure_ascii=False)) + (2 if rows else 0)
+                if size > self.max_chars:
+                    return rows, "chars"
+                rows.append(row)
 
     def _refuse_failure(self, failure: Exception, timed_out: bool) -> None:
         """Turn a failed statement into ``QueryRefused``; errors that are not the database's own pass."""
@@ -378,6 +435,19 @@ class GuardedDatabase:
             ) from None
         if not _is_database_error(failure):
             raise failure
+        if "string or blob too big" in message:
+            raise QueryRefused(
+                "too_large",
+                f"Refused: a value in the result is longer than this tool serves (values are capped at "
+                f"{self.value_limit}). Select a part of it (substr) or its length instead.",
+            ) from None
+        if "not authorized" in message or "prohibited" in message:
+            raise QueryRefused(
+                "write" if not self.allow_writes else "sql_error",
+                f"Refused: the database denied this statement ({message}): ATTACH, VACUUM, writes (while "
+                "writes are off), settings and functions that reach outside the database are not available "
+                "to this tool.",
+            ) from None
         # The feedback already opens with "The query failed: <error>."; say it once.
         raise QueryRefused("sql_error", feedback or f"The query failed: {message}.") from None
 
@@ -388,6 +458,9 @@ class GuardedDatabase:
         with self._lock:
             return describe(self._raw, self.dialect)
 
+
+_FETCH_BATCH = 16
+"""Rows fetched at a time while the limits are counted."""
 
 _QUERY_WORDS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
 """First words of statements that read as queries (DuckDB's ``FROM t`` among them): refused only for a
@@ -402,18 +475,41 @@ _NOT_QUERY_WORDS = frozenset(
 
 
 def _first_word(sql: str) -> str:
-    """The statement's first keyword, upper-cased, after comments and opening parentheses."""
-    text = sql
+    """The statement's first keyword, upper-cased, after comments and opening parentheses. Linear in
+    the text: each comment is skipped by moving an index, never by copying the rest."""
+    position, end = 0, len(sql)
     while True:
-        text = text.lstrip().lstrip("(").lstrip()
-        if text.startswith("--"):
-            text = text.partition("\n")[2]
-        elif text.startswith("/*"):
-            text = text.partition("*/")[2]
+        while position < end and (sql[position].isspace() or sql[position] == "("):
+            position += 1
+        if sql.startswith("--", position):
+            newline = sql.find("\n", position)
+            position = end if newline < 0 else newline + 1
+        elif sql.startswith("/*", position):
+            close = sql.find("*/", position + 2)
+            position = end if close < 0 else close + 2
         else:
             break
-    match = _WORD.match(text)
+    match = _WORD.match(sql, position)
     return match.group(0).upper() if match else ""
+
+
+def _agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
+    """The guard's policy for an agent tool: it buffers no more bytes than ``max_chars`` of rows can take
+    (so a result the tool refuses is never held whole), and a result somewhat over ``max_rows`` is still
+    probed, so that its refusal carries the guard's feedback (rows a join repeats)."""
+    import dataclasses
+
+    from .policy import resolve_policy
+
+    policy = resolve_policy(guard)
+    max_rows = int(limits.get("max_rows", DEFAULT_MAX_ROWS))
+    max_chars = int(limits.get("max_chars", DEFAULT_MAX_CHARS))
+    # A served value costs the estimate 16 bytes plus its length, and at least two characters of JSON.
+    byte_cap = 16 * max_chars + 64 * (max_rows + 1) + 1024
+    if policy.byte_cap is not None:
+        byte_cap = min(byte_cap, policy.byte_cap)
+    row_cap = max(1, min(policy.row_cap, max(10 * max_rows, 10_000)))
+    return dataclasses.replace(policy, row_cap=row_cap, byte_cap=byte_cap)
 
 
 _WORD = re.compile(r"[A-Za-z_]+")

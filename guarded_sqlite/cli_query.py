@@ -4,10 +4,12 @@ The point is to let someone try the guard on their own database without writing 
 guarded cursor serves, then ``cursor.guard_report`` (its ``summary()``, and the rule decisions and
 duplicate-provenance evidence when the probe flagged the result), as a plain table or as one JSON object.
 
-The database is opened read-only (``file:...?mode=ro``), so the command never changes it; a write
-statement fails with SQLite's "attempt to write a readonly database" and is reported like any other
-SQL error. Exit status: 0 on success; 1 when the statement fails (SQL errors, wrong parameter count,
-writes), reported on one line of stderr; 2 for an unusable database path (missing, a directory,
+The database is opened read-only (``file:...?mode=ro``) and locked down as the agent tools' are
+(``lockdown.lock_down_sqlite``: ``query_only``, and an authorizer denying ATTACH, VACUUM INTO, writes and
+functions such as ``fts3_tokenizer``), so the command never changes it or creates a file; a write
+statement fails with SQLite's "attempt to write a readonly database" or "not authorized" and is
+reported like any other SQL error. Exit status: 0 on success; 1 when the statement fails (SQL errors,
+wrong parameter count, writes), reported on one line of stderr; 2 for an unusable database path (missing, a directory,
 unreadable, not a SQLite file) or bad options.
 """
 
@@ -168,6 +170,8 @@ def _report_lines(report: GuardReport) -> list[str]:
 def run_query(args: argparse.Namespace, error: Callable[[str], None], out: Callable[[str], None] = print) -> int:
     """Carry out ``guarded-sqlite query`` for parsed ``args``; ``error`` prints a one-line error."""
     from .api import connect
+    from .lockdown import lock_down_sqlite
+    from .schema import _raw_sqlite
 
     path: Path = args.db
     problem = _database_problem(path)
@@ -178,6 +182,8 @@ def run_query(args: argparse.Namespace, error: Callable[[str], None], out: Calla
     uri = path.resolve().as_uri() + "?mode=ro"
     try:
         con = connect(uri, uri=True, guard=args.guard)
+        # mode=ro covers the main database only: ATTACH and VACUUM INTO would still create files.
+        lock_down_sqlite(_raw_sqlite(con), allow_writes=False, value_bytes=None)
     except sqlite3.Error as failure:
         error(f"{path}: cannot be opened ({failure})")
         return 2
@@ -192,7 +198,7 @@ def run_query(args: argparse.Namespace, error: Callable[[str], None], out: Calla
         more = sum(1 for _ in cur) if limit is not None else 0
     except sqlite3.Error as failure:
         message = " ".join(str(failure).split()) or type(failure).__name__
-        if "readonly database" in message:
+        if "readonly database" in message or "not authorized" in message:
             message += " (query opens the database read-only and never writes)"
         error(f"{type(failure).__name__}: {message}")
         return 1

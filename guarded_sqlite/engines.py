@@ -364,10 +364,14 @@ class DuckDBEngine(Engine):
         ``duckdb_settings()`` first, because a failing ``SET`` would abort a transaction the caller has
         open.
         """
-        available = raw.execute(
-            "SELECT count(*) FROM duckdb_settings() WHERE name = 'python_scan_all_frames'"
-        ).fetchone()
-        if available and available[0]:
+        settings = dict(
+            raw.execute(
+                "SELECT name, lower(CAST(value AS VARCHAR)) FROM duckdb_settings() "
+                "WHERE name IN ('python_scan_all_frames', 'lock_configuration')"
+            ).fetchall()
+        )
+        # A locked configuration (the agent tools' lockdown) refuses every SET.
+        if "python_scan_all_frames" in settings and settings.get("lock_configuration") != "true":
             raw.execute("SET python_scan_all_frames = true")
 
     def in_explicit_transaction(self, raw: Any) -> bool:

@@ -79,7 +79,8 @@ else:
 
 
 def _itself(raw: Any) -> tuple[Any, Any]:
-    return raw, raw
+    # A DuckDB connection is its own cursor but not an iterator: its rows come from fetchone().
+    return raw, raw if hasattr(raw, "__next__") else iter(raw.fetchone, None)
 
 
 class ConnectionProxy(_Proxy, GuardedConnection):

@@ -171,7 +171,7 @@ def test_refusals_reach_the_model_and_the_loop_goes_on(shop: Path) -> None:
     write, bad, large, fine = (str(m.content) for m in tool_messages)
     assert write.startswith("Refused: only queries")
     assert bad.startswith("The query failed: OperationalError: no such column: nosuch")
-    assert large.startswith("Refused: the query returned 150 rows, more than this tool's limit of 20")
+    assert large.startswith("Refused: the query returned more than this tool's limit of 20 rows")
     assert "150" in fine and "(1 row)" in fine
     assert messages[-1].content == "150 order items"
     assert plain_rows(shop, "SELECT COUNT(*) FROM orders") == [(30,)]  # the DELETE never ran

@@ -167,7 +167,7 @@ def test_refusals_reach_the_model_and_the_loop_goes_on(shop: Path) -> None:
     assert "foreign key: (customer_id) -> customers(id), many-to-one" in schema
     assert write.startswith("Refused: only queries")
     assert bad.startswith("The query failed: OperationalError: no such column: nosuch")
-    assert large.startswith("Refused: the query returned 150 rows, more than this tool's limit of 20")
+    assert large.startswith("Refused: the query returned more than this tool's limit of 20 rows")
     assert "150" in fine and "(1 row)" in fine
     assert not any(r.tool_output.is_error for r in results)  # returned as text, not raised
     assert large in llm.prompts[-1]  # the model read each refusal

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli_query import format_table, json_safe, report_dict
+from .deadlines import Deadline
 from .report import GuardReport
 
 __all__ = [
@@ -332,7 +333,7 @@ class GuardedDatabase:
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> QueryResult:
         """Run one statement through the guard and return what it served; see ``QueryRefused`` for
         every refusal. The limits apply to the rows the guard serves (after any repair)."""
-        from .deadlines import interrupt_after
+        from .deadlines import call_deadline, interrupt_after
         from .lockdown import single_statement_problem
         from .rewrite import is_read_only_query
 
@@ -361,15 +362,21 @@ class GuardedDatabase:
                     f"Refused: only one query (SELECT, or WITH ... SELECT) may run per call, and {problem}."
                     + (" Writes are off for this tool." if kind == "write" else ""),
                 )
-            deadline = interrupt_after(self.timeout, self._raw.interrupt)
+            # Re-sent until the call ends: SQLite drops an interrupt that falls between two statements
+            # (the guard's Python work), and call_deadline bounds the guard's own statements.
+            deadline = interrupt_after(self.timeout, self._raw.interrupt, every=_REINTERRUPT_EVERY)
             try:
-                with deadline:
+                with deadline, call_deadline(self.timeout):
                     cur = self.connection.execute(sql, tuple(parameters))
                     description = cur.description
-                    rows, over = self._fetch_within_limits(cur)
+                    rows, over = self._fetch_within_limits(cur, deadline)
             except Exception as failure:
                 self._refuse_failure(failure, deadline.fired)
                 raise  # not reached: _refuse_failure raises
+            if deadline.fired:  # the rows may come from statements cut short: none are served late
+                if over and self.dialect == "sqlite":
+                    cur.close()
+                self._refuse_failure(TimeoutError("time limit passed"), True)
             report: GuardReport | None = cur.guard_report
             if over and self.dialect == "sqlite":  # a DuckDB connection is its own cursor: never closed here
                 cur.close()  # lets go of the rest of the result now, not at the next statement
@@ -402,13 +409,16 @@ class GuardedDatabase:
             )
         return result
 
-    def _fetch_within_limits(self, cur: Any) -> tuple[list[Any], str]:
+    def _fetch_within_limits(self, cur: Any, deadline: Deadline) -> tuple[list[Any], str]:
         """The rows of ``cur``, fetched a few at a time and stopped as soon as they pass ``max_rows``
         (``"rows"``) or their JSON passes ``max_chars`` (``"chars"``); ``""`` when within both. The
-        count is the length of ``json.dumps(rows)``, computed row by row."""
+        count is the length of ``json.dumps(rows)``, computed row by row. Raises TimeoutError once
+        ``deadline`` fired: rows the guard buffered are served without a statement to interrupt."""
         rows: list[Any] = []
         size = 2  # the brackets of the JSON list
         while True:
+            if deadline.fired:
+                raise TimeoutError("time limit passed while fetching")
             batch = cur.fetchmany(_FETCH_BATCH)
             if not batch:
                 return rows, ""
@@ -461,6 +471,9 @@ class GuardedDatabase:
 
 _FETCH_BATCH = 16
 """Rows fetched at a time while the limits are counted."""
+
+_REINTERRUPT_EVERY = 0.02
+"""Seconds between the interrupts re-sent once a call's time limit has passed, until the call ends."""
 
 _QUERY_WORDS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
 """First words of statements that read as queries (DuckDB's ``FROM t`` among them): refused only for a

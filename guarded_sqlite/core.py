@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .connection_state import SMALL_RESULT, ConnectionState, policy_scope, settle  # re-exported
-from .engines import NO_PARAMETERS, SQLITE, WritableNotRestored
+from .deadlines import time_left
+from .engines import NO_PARAMETERS, SQLITE, RerunRefused, WritableNotRestored
 from .errors import TransactionLost, describe_error
 from .policy import GuardPolicy
 from .probe import (
@@ -450,6 +451,10 @@ def repair_statement(
         # Only the join-copy check runs this, on a SELECT that calls no application function.
         return read_only_fetch(guard, new_sql, parameters, None, max_rows, writes_possible=False)
 
+    rule: RuleName = "P1" if trigger == CARTESIAN_EXPLOSION else ("P2" if trigger is None else "rescue")
+    if _call_time_passed():
+        decision = RuleDecision(rule, False, f"not run: {_CALL_TIME_PASSED}")
+        return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
     context = None if rescue_inputs is None else CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
         return repair(
@@ -469,7 +474,6 @@ def repair_statement(
     except TransactionLost:
         raise
     except Exception as error:  # a bug in the analysis must never cost the caller their result
-        rule: RuleName = "P1" if trigger == CARTESIAN_EXPLOSION else ("P2" if trigger is None else "rescue")
         decision = RuleDecision(rule, False, f"internal error while repairing: {describe_error(error)}")
         return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
 
@@ -496,6 +500,10 @@ def check_aggregates(
 
         _AGGREGATE_RULE.extend((plan, confirm))
     plan, confirm = _AGGREGATE_RULE
+    if _call_time_passed():
+        from .fanout import FanoutOutcome
+
+        return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, f"not checked: {_CALL_TIME_PASSED}"), 0)
     try:
         # The written statement's column names, before the catalog read (DuckDB's connection is its
         # own cursor: a read would replace its description).
@@ -533,6 +541,15 @@ def forget_schema(guard: ConnectionState) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+_CALL_TIME_PASSED = "the call's time limit has passed"
+
+
+def _call_time_passed() -> bool:
+    """True once the caller's ``deadlines.call_deadline`` has passed: the guard starts no more work."""
+    left = time_left(None)
+    return left is not None and left <= 0
+
+
 def read_only_fetch(
     guard: ConnectionState,
     sql: str,
@@ -542,10 +559,14 @@ def read_only_fetch(
     description: list[Any] | None = None,
     writes_possible: bool = True,
 ) -> list[Any] | None:
-    """One guard statement through the engine; remembers when SQLite's query_only is still on."""
+    """One guard statement through the engine, limited by ``rerun_timeout`` and by what the caller's
+    ``deadlines.call_deadline`` has left; remembers when SQLite's query_only is still on."""
+    time_limit = time_left(guard.policy.rerun_timeout)
+    if time_limit is not None and time_limit <= 0:
+        raise RerunRefused(_CALL_TIME_PASSED)
     try:
         return guard.engine.read_only_fetch(
-            guard.raw, sql, parameters, row_factory, max_rows, guard.policy.rerun_timeout, description, writes_possible
+            guard.raw, sql, parameters, row_factory, max_rows, time_limit, description, writes_possible
         )
     except WritableNotRestored:
         guard.restore_writable = True

@@ -11,6 +11,14 @@ Scheduling costs a heap push and, only when the new deadline is the earliest, on
 ``threading.Timer`` per statement would start a thread each time. ``Deadline.cancel()`` is final:
 once it returns, the watchdog can no longer call that deadline's ``interrupt``.
 
+A deadline can also repeat (``every=``): SQLite drops an ``interrupt()`` that lands while none of the
+connection's statements runs (the guard's Python work between two statements), so a limit that must
+hold for a whole call re-sends it until the call cancels it.
+
+A call's limit also bounds the statements the guard runs for it (re-runs, copy checks, corrected
+queries, candidates): ``call_deadline(seconds)`` marks the block, and ``time_left(limit)`` cuts each
+guard statement's own limit to what the call has left.
+
 An infinite time limit means no limit: ``interrupt_after(float("inf"), ...)`` registers nothing. The
 thread serves every connection in the process, so no deadline may stop it: a wait longer than the
 platform's timeouts allow is cut into shorter ones, and a NaN deadline is refused when scheduled.
@@ -19,6 +27,7 @@ platform's timeouts allow is cut into shorter ones, and a NaN deadline is refuse
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import heapq
 import itertools
 import math
@@ -29,7 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-__all__ = ["Deadline", "defer_keyboard_interrupt", "interrupt_after"]
+__all__ = ["Deadline", "call_deadline", "defer_keyboard_interrupt", "interrupt_after", "time_left"]
 
 _LONGEST_WAIT = 3600.0
 """Most seconds the watchdog sleeps at once. ``Condition.wait`` raises OverflowError for timeouts past
@@ -40,11 +49,12 @@ hour to find that a far deadline is still not due costs nothing."""
 class Deadline:
     """One scheduled interrupt; ``fired`` tells whether it ran."""
 
-    __slots__ = ("_at", "_interrupt", "_pending", "fired")
+    __slots__ = ("_at", "_every", "_interrupt", "_pending", "fired")
 
-    def __init__(self, at: float, interrupt: Callable[[], None]) -> None:
+    def __init__(self, at: float, interrupt: Callable[[], None], every: float | None = None) -> None:
         self._at = at
         self._interrupt = interrupt
+        self._every = every
         self._pending = True
         self.fired = False
         """True once the watchdog called ``interrupt``."""
@@ -71,11 +81,13 @@ class _Watchdog:
         self._wake_at: float | None = None  # when the thread plans to wake; None while it waits for work
         self._thread: threading.Thread | None = None
 
-    def schedule(self, seconds: float, interrupt: Callable[[], None]) -> Deadline:
+    def schedule(self, seconds: float, interrupt: Callable[[], None], every: float | None = None) -> Deadline:
         if math.isnan(seconds):
             raise ValueError("a deadline needs a number of seconds, not nan")
+        if every is not None and not every > 0:
+            raise ValueError(f"a repeating deadline needs a positive interval, not {every!r}")
         at = time.monotonic() + seconds
-        deadline = Deadline(at, interrupt)
+        deadline = Deadline(at, interrupt, every)
         with self.condition:
             # The thread starts on the first use whatever the deadline, so whether it runs never
             # depends on which kind of limit came first.
@@ -101,8 +113,12 @@ class _Watchdog:
                 while heap and (not heap[0][2]._pending or heap[0][0] <= now):
                     _, _, deadline = heapq.heappop(heap)
                     if deadline._pending:
-                        deadline._pending = False
                         deadline.fired = True
+                        if deadline._every is None:
+                            deadline._pending = False
+                        else:  # again later, until cancelled: the first may have landed between statements
+                            deadline._at = now + deadline._every
+                            heapq.heappush(heap, (deadline._at, next(self._sequence), deadline))
                         try:
                             deadline._interrupt()
                         except Exception:  # a closed connection cannot be interrupted; nothing to stop
@@ -129,13 +145,44 @@ def wait_seconds(remaining: float) -> float:
     return min(remaining, _LONGEST_WAIT)
 
 
-def interrupt_after(seconds: float, interrupt: Callable[[], None]) -> Deadline:
+def interrupt_after(seconds: float, interrupt: Callable[[], None], *, every: float | None = None) -> Deadline:
     """Call ``interrupt()`` (e.g. ``connection.interrupt``) once ``seconds`` have passed, unless the
-    returned deadline is cancelled first. Use it as a context manager around the statement.
+    returned deadline is cancelled first. Use it as a context manager around the statement. With
+    ``every``, call it again every ``every`` seconds after that until cancelled.
 
     ``float("inf")`` means no limit: the deadline is returned without being scheduled and never fires.
     NaN raises ValueError."""
-    return _WATCHDOG.schedule(seconds, interrupt)
+    return _WATCHDOG.schedule(seconds, interrupt, every)
+
+
+_CALL_ENDS: contextvars.ContextVar[float | None] = contextvars.ContextVar("guarded_sqlite_call_ends", default=None)
+"""When the enclosing ``call_deadline`` ends (``time.monotonic()``), or None outside one."""
+
+
+@contextlib.contextmanager
+def call_deadline(seconds: float) -> Iterator[None]:
+    """Within the block, every statement the guard runs for itself is limited to what is left of
+    ``seconds`` (see ``time_left``). Nested blocks keep the earlier end. The limit follows the context
+    (thread or task) the block runs in, which is where the guard runs its statements."""
+    if math.isnan(seconds):
+        raise ValueError("a call deadline needs a number of seconds, not nan")
+    ends = time.monotonic() + seconds
+    outer = _CALL_ENDS.get()
+    token = _CALL_ENDS.set(ends if outer is None else min(outer, ends))
+    try:
+        yield
+    finally:
+        _CALL_ENDS.reset(token)
+
+
+def time_left(limit: float | None) -> float | None:
+    """``limit`` (seconds, None for none) cut to what the enclosing ``call_deadline`` has left; 0 or less
+    once that has passed. Unchanged outside a call deadline."""
+    ends = _CALL_ENDS.get()
+    if ends is None or ends == math.inf:
+        return limit
+    left = ends - time.monotonic()
+    return left if limit is None else min(limit, left)
 
 
 @contextlib.contextmanager

@@ -152,8 +152,10 @@ def value_length_limit(max_chars: int) -> int:
     1000000
     >>> value_length_limit(1_000_000)
     4000064
+    >>> value_length_limit(10**10)  # setlimit takes a C int; SQLite caps it at its own maximum anyway
+    2147483647
     """
-    return max(MIN_VALUE_BYTES, 4 * max_chars + 64)
+    return min(max(MIN_VALUE_BYTES, 4 * max_chars + 64), 2**31 - 1)
 
 
 def lock_down_sqlite(raw: sqlite3.Connection, *, allow_writes: bool, value_bytes: int | None) -> str:

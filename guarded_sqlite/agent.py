@@ -269,12 +269,17 @@ class GuardedDatabase:
         guard: Any = AGENT_GUARD,
         read_only: bool = False,
         allow_writes: bool = False,
+        isolated: bool = True,
         **limits: Any,
     ) -> GuardedDatabase:
         """Open a SQLite file (or a DuckDB file: ``.duckdb``/``.ddb``) through the guard. The file must
         exist; it is never created. ``read_only=True`` opens it read-only at the file level, so nothing
         on this connection can write (it cannot be combined with ``allow_writes``). ``guard`` takes
         what ``connect`` takes; ``limits`` are ``max_rows``, ``max_chars`` and ``timeout``.
+
+        ``isolated=True`` (the default) opens it in a worker process that is killed and restarted when a
+        call outlasts ``timeout`` (``guarded_sqlite.worker``): a statement SQLite cannot interrupt (one
+        long function call) is stopped too. ``isolated=False`` opens it in this process.
 
         Raises ``ValueError`` for a path that is not a usable database, with the reason."""
         from .api import connect, wrap
@@ -283,6 +288,10 @@ class GuardedDatabase:
         path = Path(path)
         if read_only and allow_writes:
             raise ValueError("read_only and allow_writes exclude each other")
+        if isolated:
+            from .worker import IsolatedDatabase
+
+            return IsolatedDatabase(path, guard=guard, read_only=read_only, allow_writes=allow_writes, **limits)
         duck = path.suffix.lower() in _DUCKDB_SUFFIXES
         problem = (None if path.is_file() else f"{path}: no such file") if duck else _database_problem(path)
         if problem is not None:

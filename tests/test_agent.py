@@ -93,14 +93,14 @@ def test_writes_are_refused_and_the_file_is_unchanged(shop: Path, sql: str) -> N
 def test_the_engine_refuses_a_write_the_text_check_lets_through(shop: Path) -> None:
     # A connection used around the tool (or a statement the classifier misreads) still cannot write:
     # the authorizer denies write actions and PRAGMA query_only is on for the whole connection.
-    with GuardedDatabase.open(shop) as db:
+    with GuardedDatabase.open(shop, isolated=False) as db:
         with pytest.raises(sqlite3.DatabaseError, match="not authorized"):
             db.connection.execute("DELETE FROM orders")
     assert plain_rows(shop, "SELECT count(*) FROM orders") == [(30,)]
 
 
 def test_allow_writes_lets_a_write_through(shop: Path) -> None:
-    with GuardedDatabase.open(shop, allow_writes=True) as db:
+    with GuardedDatabase.open(shop, allow_writes=True, isolated=False) as db:
         result = db.query("DELETE FROM orders WHERE id = 1")
         assert result.columns == ()
         assert result.observation() == "The statement ran and returns no rows."
@@ -109,7 +109,7 @@ def test_allow_writes_lets_a_write_through(shop: Path) -> None:
 
 
 def test_read_only_opens_the_file_read_only(shop: Path) -> None:
-    with GuardedDatabase.open(shop, read_only=True) as db:
+    with GuardedDatabase.open(shop, read_only=True, isolated=False) as db:
         with pytest.raises(sqlite3.DatabaseError, match=r"readonly|not authorized"):
             db.connection.execute("PRAGMA query_only = OFF").fetchall()
             db.connection.execute("DELETE FROM orders")

@@ -96,7 +96,7 @@ def test_a04_duckdb_nextval_cannot_advance_a_sequence(duck: Path) -> None:
 
 def test_a05_duckdb_install_and_autoload_are_refused(duck: Path) -> None:
     """a05: INSTALL is not a query; a second statement is refused; autoinstall is off and locked."""
-    with GuardedDatabase.open(duck, read_only=True) as db:
+    with GuardedDatabase.open(duck, read_only=True, isolated=False) as db:
         assert refused_kind(db, "SELECT 1; INSTALL x FROM 'http://127.0.0.1:9/leak'") == "multiple_statements"
         assert refused_kind(db, "INSTALL x FROM 'http://127.0.0.1:9/leak'") == "write"
         settings = dict(
@@ -110,7 +110,7 @@ def test_a05_duckdb_install_and_autoload_are_refused(duck: Path) -> None:
 def test_a06_rows_are_counted_while_fetching(lite: Path) -> None:
     """a06: a 3M-row result is refused after max_rows + 1 rows, not after fetchall()."""
     sql = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 3000000) SELECT i FROM n"
-    with GuardedDatabase.open(lite, max_rows=200) as db:
+    with GuardedDatabase.open(lite, max_rows=200, isolated=False) as db:
         seen: list[str] = []
         db._raw.set_trace_callback(seen.append)
         assert refused_kind(db, sql) == "too_large"
@@ -122,7 +122,7 @@ def test_a07_a_value_longer_than_the_cap_is_never_built(lite: Path) -> None:
     """a07: SQLITE_LIMIT_LENGTH (Python 3.11+) refuses a 150 MB blob inside SQLite."""
     if not hasattr(sqlite3.Connection, "setlimit"):
         pytest.skip("Python 3.10's sqlite3 has no setlimit: values keep SQLite's default cap")
-    with GuardedDatabase.open(lite, max_chars=200_000) as db:
+    with GuardedDatabase.open(lite, max_chars=200_000, isolated=False) as db:
         with pytest.raises(QueryRefused, match="value in the result is longer") as refused:
             db.query("SELECT zeroblob(150000000)")
         assert refused.value.kind == "too_large"

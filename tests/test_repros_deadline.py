@@ -98,7 +98,7 @@ def test_a12_duckdb_corrected_query_does_not_run_after_the_deadline(
         return real(self, raw, sql, parameters, row_factory, max_rows, time_limit, *args)
 
     monkeypatch.setattr(type(DUCKDB), "read_only_fetch", recording)
-    with GuardedDatabase.open(path, timeout=LIMIT) as db:
+    with GuardedDatabase.open(path, timeout=LIMIT, isolated=False) as db:
         assert db.query(AGGREGATE).report.trigger is not None  # the corrected query runs in time
         assert ran and all(limit is not None and 0 < limit <= LIMIT for _, limit in ran)  # not rerun_timeout's 5 s
         ran.clear()
@@ -128,7 +128,7 @@ def test_a_guard_statement_gets_what_the_call_has_left(shop: Path, monkeypatch: 
         return type(engine).read_only_fetch(self, raw, sql, parameters, row_factory, max_rows, time_limit, *args)
 
     monkeypatch.setattr(type(engine), "read_only_fetch", recording, raising=True)
-    with GuardedDatabase.open(shop, timeout=3.0) as db:
+    with GuardedDatabase.open(shop, timeout=3.0, isolated=False) as db:
         db.query(AGGREGATE)
     assert limits and all(limit is not None and 0 < limit <= 3.0 for limit in limits)  # rerun_timeout is 5 s
 
@@ -166,3 +166,57 @@ def test_a_repeating_deadline_fires_until_cancelled() -> None:
     assert count[0] == seen and deadline.fired
     with pytest.raises(ValueError):
         interrupt_after(1.0, interrupt, every=0.0)
+
+
+# A statement SQLite cannot interrupt: one instr() call over two long strings (its cost is haystack x
+# needle, several seconds here), within the per-value length cap.
+UNINTERRUPTIBLE = "SELECT instr(printf('%.*c', 999000, 'a'), printf('%.*c', 250000, 'a') || 'b') AS position"
+
+
+def test_a08_a_statement_inside_one_function_call_is_stopped_by_the_worker(shop: Path) -> None:
+    from guarded_sqlite.worker import IsolatedDatabase
+
+    with GuardedDatabase.open(shop, timeout=LIMIT) as db:
+        assert isinstance(db, IsolatedDatabase)
+        answers: dict[str, Any] = {}
+        started = threading.Event()
+
+        def other_call() -> None:
+            started.wait()
+            answers["other"] = db.query("SELECT count(*) FROM orders").rows
+
+        thread = threading.Thread(target=other_call)
+        thread.start()
+        started.set()
+        with pytest.raises(QueryRefused) as refused:
+            db.query(UNINTERRUPTIBLE)
+        thread.join(60)
+        assert refused.value.kind == "timeout"
+        assert db.restarts == 1  # the worker was killed: its own interrupt could not stop instr()
+        assert answers["other"] == ((30,),)  # the other call was answered (before or after the restart)
+        assert db.query("SELECT count(*) FROM customers").rows == ((6,),)
+
+
+def test_the_worker_serves_what_the_process_would(shop: Path) -> None:
+    with GuardedDatabase.open(shop) as isolated, GuardedDatabase.open(shop, isolated=False) as local:
+        for sql in (AGGREGATE, "SELECT name FROM customers ORDER BY id"):
+            there, here = isolated.query(sql), local.query(sql)
+            assert (there.columns, there.rows, there.observation()) == (here.columns, here.rows, here.observation())
+            assert (there.report.action, there.report.final_sql) == (here.report.action, here.report.final_sql)
+        assert isolated.schema() == local.schema()
+        for sql in ("DELETE FROM orders", "", "SELECT nope FROM customers", "SELECT 1; SELECT 2"):
+            with pytest.raises(QueryRefused) as far:
+                isolated.query(sql)
+            with pytest.raises(QueryRefused) as near:
+                local.query(sql)
+            assert (far.value.kind, str(far.value), far.value.feedback) == (
+                near.value.kind,
+                str(near.value),
+                near.value.feedback,
+            )
+        assert (isolated.dialect, isolated.max_rows, isolated.timeout) == (local.dialect, local.max_rows, local.timeout)
+
+
+def test_a_worker_that_cannot_open_the_file_is_a_value_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"no such file|cannot be opened"):
+        GuardedDatabase.open(tmp_path / "missing.db")

@@ -95,6 +95,10 @@ class QueryResult:
     report: GuardReport
     """The guard's report on the statement (``cursor.guard_report``)."""
 
+    rows_changed: int | None = None
+    """Rows a write (INSERT, UPDATE, DELETE) changed, as SQLite's ``rowcount`` gives it; None for a
+    query, DDL, or when the database does not say (DuckDB answers a write with a ``Count`` row)."""
+
     @property
     def feedback(self) -> str:
         """``report.feedback()``: empty when nothing was found or done."""
@@ -103,18 +107,24 @@ class QueryResult:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: ``columns``, ``rows`` (BLOBs as ``{"hex": ...}``), ``row_count``, ``feedback`` and
         ``report`` (every field of the report)."""
-        return {
+        document = {
             "columns": list(self.columns),
             "rows": json_safe(self.rows),
             "row_count": len(self.rows),
             "feedback": self.feedback,
             "report": report_dict(self.report),
         }
+        if self.rows_changed is not None:
+            document["rows_changed"] = self.rows_changed
+        return document
 
     def observation(self) -> str:
         """The result as text for a model: a table of the rows, their count, and the guard's feedback
         under ``Guard feedback:`` when there is any."""
-        if not self.columns:
+        if not self.columns and self.rows_changed is not None:
+            plural = "row" if self.rows_changed == 1 else "rows"
+            text = f"The statement ran and changed {self.rows_changed} {plural}."
+        elif not self.columns:
             text = "The statement ran and returns no rows."
         else:
             plural = "row" if len(self.rows) == 1 else "rows"
@@ -406,7 +416,10 @@ class GuardedDatabase:
                 "Select fewer or narrower columns, or add a LIMIT.",
                 feedback,
             )
-        result = QueryResult(sql, columns, tuple(tuple(row) for row in rows), report)
+        # sqlite3 gives -1 for DDL and queries: only a write's count is a count of changed rows.
+        count = getattr(cur, "rowcount", -1) if description is None else -1
+        changed = count if isinstance(count, int) and count >= 0 else None
+        result = QueryResult(sql, columns, tuple(tuple(row) for row in rows), report, changed)
         text = len(result.observation())
         if text > self.max_chars:
             raise QueryRefused(

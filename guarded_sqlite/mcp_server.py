@@ -23,6 +23,7 @@ model can read and act on, never a protocol error. The SDK is imported when a se
 
 import argparse
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -39,6 +40,8 @@ from .agent import AGENT_GUARD, DEFAULT_MAX_CHARS, DEFAULT_MAX_ROWS, DEFAULT_TIM
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
     from mcp.types import CallToolResult
+
+    from .audit import AuditLog
 
 __all__ = ["INSTALL_HINT", "INSTRUCTIONS", "add_mcp_parser", "build_server", "run_mcp"]
 
@@ -73,15 +76,19 @@ SCHEMA_DESCRIPTION = (
 )
 
 
-class QueryOutput(TypedDict):
-    """The rows of one statement, with the guard's feedback (empty when it found nothing) and its full
-    report (QueryResult.as_dict())."""
-
+class _QueryRows(TypedDict):
     columns: list[str]
     rows: list[list[Any]]
     row_count: int
     feedback: str
     report: dict[str, Any]
+
+
+class QueryOutput(_QueryRows, total=False):
+    """The rows of one statement, with the guard's feedback (empty when it found nothing) and its full
+    report (QueryResult.as_dict()); ``rows_changed`` only for a write that changed rows."""
+
+    rows_changed: int
 
 
 class ForeignKeyOutput(TypedDict):
@@ -150,11 +157,13 @@ def _unexpected(tool: str, failure: Exception) -> "CallToolResult":
     )
 
 
-def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME) -> "MCPServer[Any]":
+def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditLog | None" = None) -> "MCPServer[Any]":
     """An MCP server (the SDK's ``MCPServer``) with the tools ``query`` and ``schema`` over ``db``.
 
     Run it with ``.run("stdio")`` (what ``guarded-sqlite mcp`` does), or connect to it in-process with
-    ``mcp.Client(server)``. The server does not own ``db``: close it when the server is done."""
+    ``mcp.Client(server)``. The server does not own ``db``: close it when the server is done. With
+    ``audit``, every call is appended to that log (``guarded_sqlite.audit``); the server does not own it
+    either."""
     from mcp.server.mcpserver import MCPServer
     from mcp.types import CallToolResult, ToolAnnotations
     from pydantic import Field
@@ -176,13 +185,17 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME) -> "MCPServer[
         ),
     )
     def query(sql: Annotated[str, Field(description=sql_help)]) -> Annotated[CallToolResult, QueryOutput]:
+        started = time.monotonic()
         try:
             result = db.query(sql)
         except QueryRefused as refusal:
+            _audit(audit, "query", sql, db.dialect, started, refusal=refusal.kind)
             # A refusal is the model's to act on: its message says why and what to do instead.
             return _text_result(str(refusal), error=True)
         except Exception as failure:
+            _audit(audit, "query", sql, db.dialect, started, failed=True)
             return _unexpected("query", failure)
+        _audit(audit, "query", sql, db.dialect, started, result=result)
         return _text_result(result.observation(), structured=result.as_dict())
 
     @server.tool(
@@ -192,13 +205,28 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME) -> "MCPServer[
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def schema() -> Annotated[CallToolResult, SchemaOutput]:
+        started = time.monotonic()
         try:
             info = db.schema()
         except Exception as failure:
+            _audit(audit, "schema", None, db.dialect, started, failed=True)
             return _unexpected("schema", failure)
+        _audit(audit, "schema", None, db.dialect, started)
         return _text_result(info.text(), structured=info.as_dict())
 
     return server
+
+
+def _audit(audit: "AuditLog | None", tool: str, sql: str | None, dialect: str, started: float, **outcome: Any) -> None:
+    """Append one call to ``audit``; a log that cannot be written is reported on stderr, never to the model."""
+    if audit is None:
+        return
+    from .audit import audit_record
+
+    try:
+        audit.write(audit_record(tool, sql, dialect, ended=audit.now(), seconds=time.monotonic() - started, **outcome))
+    except Exception:
+        logger.exception("guarded-sqlite MCP server could not write its audit log %s", audit.path)
 
 
 def add_mcp_parser(commands: Any) -> None:
@@ -256,6 +284,13 @@ def add_mcp_parser(commands: Any) -> None:
         metavar="SECONDS",
         help=f"stop a statement after this long and tell the model (default: {DEFAULT_TIMEOUT:g}; inf: no limit)",
     )
+    command.add_argument(
+        "--audit-log",
+        type=Path,
+        metavar="PATH",
+        help="append one JSON line per tool call to PATH: time, tool, SQL with literals replaced by ?, "
+        "outcome, rows, the guard's trigger and action",
+    )
 
 
 def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
@@ -282,9 +317,22 @@ def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
     except ImportError:  # a .duckdb path without duckdb installed
         error(f"{args.db}: a DuckDB file needs the duckdb package: pip install 'guarded-sqlite[duckdb]'")
         return 2
+    audit = None
+    if args.audit_log is not None:
+        from .audit import AuditLog
+
+        try:
+            audit = AuditLog(args.audit_log)
+        except OSError as problem:
+            db.close()
+            error(f"{args.audit_log}: cannot open the audit log ({problem.strerror or problem})")
+            return 2
     with db:
         try:
-            build_server(db).run("stdio")
+            build_server(db, audit=audit).run("stdio")
         except KeyboardInterrupt:
             pass  # Ctrl-C in a terminal stops the server; not an error
+        finally:
+            if audit is not None:
+                audit.close()
     return 0

@@ -103,7 +103,8 @@ def test_allow_writes_lets_a_write_through(shop: Path) -> None:
     with GuardedDatabase.open(shop, allow_writes=True, isolated=False) as db:
         result = db.query("DELETE FROM orders WHERE id = 1")
         assert result.columns == ()
-        assert result.observation() == "The statement ran and returns no rows."
+        assert result.observation() == "The statement ran and changed 1 row."
+        assert result.rows_changed == 1 and result.as_dict()["rows_changed"] == 1
         db.connection.commit()
     assert plain_rows(shop, "SELECT count(*) FROM orders") == [(29,)]
 

@@ -131,7 +131,9 @@ async def test_list_tools_describes_the_guard_limits_and_writes(open_db: OpenDb,
         "row_count",
         "feedback",
         "report",
+        "rows_changed",
     }
+    assert "rows_changed" not in query.output_schema["required"]  # only a write's answer has it
     assert schema.output_schema is not None and set(schema.output_schema["properties"]) == {"dialect", "tables"}
     assert query.annotations is not None and query.annotations.read_only_hint is True
     assert instructions is not None
@@ -286,7 +288,8 @@ async def test_with_writes_allowed_a_write_is_committed(open_db: OpenDb, shop: P
         created = await client.call_tool("query", {"sql": "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)"})
         schema = await client.call_tool("schema", {})
     assert not inserted.is_error and not created.is_error
-    assert text_of(inserted) == "The statement ran and returns no rows."
+    assert text_of(inserted) == "The statement ran and changed 1 row."
+    assert text_of(created) == "The statement ran and returns no rows."
     assert inserted.structured_content is not None and inserted.structured_content["columns"] == []
     # Another connection sees the row: the write is committed, not left in an open transaction.
     assert plain_rows(shop, "SELECT name FROM customers WHERE id = 7") == [["Gil"]]

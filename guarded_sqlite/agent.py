@@ -392,7 +392,9 @@ class GuardedDatabase:
             except Exception as failure:
                 self._refuse_failure(failure, deadline.fired)
                 raise  # not reached: _refuse_failure raises
-            if deadline.fired:  # the rows may come from statements cut short: none are served late
+            # Rows may come from guard statements cut short: none are served late. A write that ended
+            # has happened, so its answer says so rather than "stopped".
+            if deadline.fired and description is not None:
                 if over and self.dialect == "sqlite":
                     cur.close()
                 self._refuse_failure(TimeoutError("time limit passed"), True)

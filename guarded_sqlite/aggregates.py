@@ -93,6 +93,19 @@ class AggregatePlan:
     items: tuple[int | None, ...] = ()
     """Per risk, the position of the select item it is in; None for one only in HAVING or ORDER BY,
     whose correction shows only in which rows are served (and in what order)."""
+    hazard: str = ""
+    """Why running the statement again could give other rows or do more than the caller's execution
+    (``joins.rerun_hazard``: a function that may be the application's or non-deterministic), or "":
+    a confirmation of a statement with a hazard is never kept (``guarded_sqlite.confirmations``)."""
+    bounded_sql: str | None = None
+    """For a paging query (LIMIT/OFFSET over groups): ``check_sql`` for the served groups only, with a
+    marker the served keys replace (``guarded_sqlite.paging``); None: the whole check runs."""
+    group_items: tuple[int, ...] = ()
+    """With ``bounded_sql``: the select-list position of each GROUP BY key."""
+    group_sql: tuple[str, ...] = ()
+    """With ``bounded_sql``: each GROUP BY key's SQL, as the derived table reads it."""
+    paging: str = ""
+    """Why a paging query's confirmation cannot be bounded to its groups (it is then not run), or ""."""
 
 
 _ANONYMOUS = {"total": "TOTAL"}

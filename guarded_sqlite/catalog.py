@@ -36,6 +36,7 @@ an unknown-table error (``core.forget_schema``); DDL by other connections is see
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
@@ -45,6 +46,8 @@ from sqlglot import exp
 from .aggregates import AggregatePlan, plan_aggregates
 from .engines import SQLITE
 from .errors import describe_error
+from .joins import rerun_hazard
+from .paging import plan_bound
 from .provenance import Provenance, analyse_tree, parse_statement, table_names
 from .schema import (
     CatalogUnreadable,
@@ -147,7 +150,16 @@ _PROJECTED: Analyser[Provenance] = Analyser(
     lambda tree, facts, dialect: analyse_tree(tree, facts, dialect, "projected"),
     lambda why: Provenance("unknown", why),
 )
-_AGGREGATES: Analyser[AggregatePlan] = Analyser("aggregates", plan_aggregates, lambda why: AggregatePlan(note=why))
+
+
+def _aggregate_plan(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> AggregatePlan:
+    found = plan_aggregates(tree, facts, dialect)
+    if not found.risks:
+        return found
+    return plan_bound(dataclasses.replace(found, hazard=rerun_hazard(tree)), tree, dialect)
+
+
+_AGGREGATES: Analyser[AggregatePlan] = Analyser("aggregates", _aggregate_plan, lambda why: AggregatePlan(note=why))
 
 
 Statement = tuple[str, tuple[Any, ...]]

@@ -37,10 +37,12 @@ class ConnectionState:
         "aggregate_screen",
         "byte_cap",
         "catalog",
+        "confirmations",
         "defan",
         "dialect",
         "driver_options",
         "engine",
+        "epoch",
         "fetch_size",
         "first_fetch",
         "last",
@@ -59,6 +61,7 @@ class ConnectionState:
         "scopes",
         "serial",
         "sink",
+        "started",
         "status_results",
         "tau_below",
     )
@@ -91,6 +94,10 @@ class ConnectionState:
         # connection object since (create_function and its kin), which DuckDB cannot tell apart.
         self.listed_functions: frozenset[str] | None = None
         self.registered_functions: frozenset[str] = frozenset()
+        # Aggregate confirmations kept while the data is unchanged (guarded_sqlite.confirmations), and the
+        # count of what changes the data or the schema unseen by SQLite's version numbers.
+        self.confirmations: dict[Any, Any] = {}
+        self.epoch = 0
 
     def configure(self, policy: GuardPolicy) -> None:
         """The slots derived from ``policy``."""
@@ -118,6 +125,8 @@ class ConnectionState:
         self.aggregate_screen = AGGREGATE_SCREEN if policy.mode == "patch" and policy.provenance != "off" else None
         self.defan = policy.mode == "patch" and policy.provenance == "text_to_sql"
         self.serial = self.lock if policy.mode != "off" else None
+        # perf_counter_ns() when the current statement started (0: not known), for the confirmation's budget.
+        self.started = 0
 
     def set_threading(self, single_thread: bool) -> None:
         # Patch re-execution flips PRAGMA query_only for the whole connection; statements issued
@@ -167,7 +176,7 @@ def _shared(name: str) -> property:
 
 
 # ``serial`` stays the scope's own: configure() sets it from the shared lock and the scope's mode.
-_SHARED = ("catalog", "rescues", "rescue_spend", "restore_writable", "last", "scopes", "lock")
+_SHARED = ("catalog", "confirmations", "epoch", "rescues", "rescue_spend", "restore_writable", "last", "scopes", "lock")
 for _name in (*_SHARED, "listed_functions", "registered_functions"):
     setattr(_ScopedState, _name, _shared(_name))
 
@@ -198,6 +207,13 @@ def policy_scope(guard: ConnectionState, policy: GuardPolicy) -> Iterator[None]:
 def note_function(guard: ConnectionState, name: object) -> None:
     """Remember a function the application registered through the guarded connection object."""
     guard.registered_functions = guard.registered_functions | {str(name).lower()}
+    guard.epoch += 1
+
+
+def note_change(guard: ConnectionState) -> None:
+    """Something changed the data or the schema that SQLite's version numbers may not show (a statement
+    returning no rows, ``deserialize()``, a backup into the connection): no kept confirmation holds."""
+    guard.epoch += 1
 
 
 def settle(guard: ConnectionState, state: ReportState, cursor: Any) -> None:

@@ -21,12 +21,13 @@ DDL (``CREATE``/``DROP``/``ALTER``/...; also every ``executescript``) or fails w
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .connection_state import SMALL_RESULT, ConnectionState, policy_scope, settle  # re-exported
 from .deadlines import time_left
@@ -196,6 +197,7 @@ def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: 
         settle(guard, failed, cursor)
         raise
     finally:
+        guard.epoch += 1  # a script or batch may change what no version number shows
         if guard.catalog is not None and guard.engine is not SQLITE:
             forget_schema(guard)  # a script or batch may change the schema; cheap to re-read once
     cursor._self_state = done = unprobed(mode, sql, note)
@@ -361,7 +363,7 @@ def after_fetch(
                 fanned.elapsed_ns,
                 aggregates=findings,
             )
-            if findings:
+            if findings or not fanned.decision.applied:  # flagged, or at risk and not checked (DEBUG)
                 log_statement(checked, guard.dialect)
             return fanned.rows, checked
     measured = _new_state(
@@ -493,13 +495,15 @@ def user_functions(guard: ConnectionState) -> frozenset[str] | None:
 def check_aggregates(
     guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]
 ) -> FanoutOutcome | None:
-    """The aggregate fan-out rule for a healthy result the pre-screen passed (``guarded_sqlite.fanout``)."""
+    """The aggregate fan-out rule for a healthy result the pre-screen passed (``guarded_sqlite.fanout``);
+    on SQLite a confirmation is reused while nothing it read can have changed (``guarded_sqlite.confirmations``)."""
     if not _AGGREGATE_RULE:  # imported on first use: it loads sqlglot
+        from . import confirmations
         from .catalog import plan
         from .fanout import confirm
 
-        _AGGREGATE_RULE.extend((plan, confirm))
-    plan, confirm = _AGGREGATE_RULE
+        _AGGREGATE_RULE.extend((plan, confirm, confirmations))
+    plan, confirm, kept = _AGGREGATE_RULE
     if _call_time_passed():
         from .fanout import FanoutOutcome
 
@@ -509,15 +513,81 @@ def check_aggregates(
         # own cursor: a read would replace its description).
         description = getattr(raw, "description", None)
         names = [column[0] for column in description] if description else None
+        key = token = entry = None
+        if guard.engine is SQLITE:
+            params = kept.parameters_key(parameters)
+            if params is not None:
+                key = (sql, params, guard.policy.row_cap, guard.defan)
+                entry = guard.confirmations.get(key)
+        if entry is not None:
+            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
+            if entry.token == token and entry.functions == user_functions(guard):
+                kept_outcome = entry.outcome
+                if kept_outcome is None:
+                    return None
+                decision = kept_outcome.decision
+                served = rows
+                if decision.applied and entry.corrected is not None:
+                    shape = guard.engine.plain_rows(raw)[1]
+                    served = shape(list(entry.corrected)) if shape is not None else list(entry.corrected)
+                reused = RuleDecision(decision.rule, decision.applied, f"{decision.reason}; {kept.REUSED}")
+                return cast("FanoutOutcome", kept_outcome._replace(rows=served, decision=reused, elapsed_ns=0))
         found = plan(guard, sql)
         if not found.risks:
             return None
+        try:
+            # A paging query checks the groups it served (guarded_sqlite.paging).
+            check_sql = kept.bounded_check(found, rows, guard.dialect)
+        except ValueError as refusal:
+            check_sql, note = None, str(refusal)
+        else:
+            note = found.note
+        if key is not None and token is None and not found.hazard:
+            # Read before the check runs: a commit meanwhile makes the kept rows older than the token says.
+            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
+        checked_plan = (
+            found if check_sql == found.check_sql else dataclasses.replace(found, check_sql=check_sql, note=note)
+        )
         plain, shape = guard.engine.plain_rows(raw)
+        ran: list[list[Any] | None] = []
+        started = guard.started
+        own = (_perf_ns() - started) / 1e9 if started else None
+        left = time_left(None)
+        limit = kept.budget(own, guard.policy.rerun_timeout, left)
+        if limit <= 0:
+            return _not_looked(sql, rows, kept.over_budget(limit, own, left))
+        stopped: list[bool] = []
 
         def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
-            return read_only_fetch(guard, new_sql, parameters, plain, max_rows)
+            began = _perf_ns()
+            try:
+                checked = read_only_fetch(guard, new_sql, parameters, plain, max_rows, time_limit=limit)
+            except Exception:  # an interrupt at the budget: told apart by the time it took
+                if (_perf_ns() - began) / 1e9 >= limit * 0.9:
+                    stopped.append(True)
+                raise
+            ran.append(checked)
+            return checked
 
-        return confirm(sql, rows, found, rerun, guard.policy.row_cap, guard.defan, guard.dialect, names, shape)
+        outcome = confirm(
+            sql, rows, checked_plan, rerun, guard.policy.row_cap, guard.defan, guard.dialect, names, shape
+        )
+        if stopped:
+            return _not_looked(sql, rows, kept.over_budget(limit, own, left))
+        if token is not None and len(ran) == 1 and not found.hazard:
+            checked = ran[0]
+            functions = user_functions(guard)
+            if (
+                functions is not None
+                and (checked is None or len(checked) <= kept.KEPT_ROWS)
+                and not kept.names_function(sql, functions)
+            ):
+                width = found.width
+                corrected = None if checked is None else [tuple(row[:width]) for row in checked]
+                # Not this execution's rows: each reuse serves its own.
+                stripped = None if outcome is None else outcome._replace(rows=[])
+                kept.remember(guard.confirmations, key, kept.Kept(token, functions, stripped, corrected))
+        return outcome
     except TransactionLost:
         raise
     except Exception as error:  # a bug in the analysis must never cost the caller their result
@@ -527,8 +597,26 @@ def check_aggregates(
         return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
 
 
+def _not_looked(sql: str, rows: list[Any], why: str) -> FanoutOutcome:
+    from .fanout import FanoutOutcome
+
+    return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
+
+
+def _plain_cursor(guard: ConnectionState) -> Any:
+    """The schema view's plain cursor (made with the view): the guard's own reads on SQLite."""
+    from .catalog import _view
+    from .schema import plain_cursor
+
+    view = _view(guard)
+    cur = view.cursor  # type: ignore[union-attr]
+    if cur is None:
+        cur = view.cursor = plain_cursor(view.raw)  # type: ignore[union-attr]
+    return cur
+
+
 _AGGREGATE_RULE: list[Any] = []
-"""``catalog.plan`` and ``fanout.confirm``, once the rule first runs."""
+"""``catalog.plan``, ``fanout.confirm`` and ``guarded_sqlite.confirmations``, once the rule first runs."""
 
 
 def forget_schema(guard: ConnectionState) -> None:
@@ -558,15 +646,16 @@ def read_only_fetch(
     max_rows: int,
     description: list[Any] | None = None,
     writes_possible: bool = True,
+    time_limit: float | None = None,
 ) -> list[Any] | None:
-    """One guard statement through the engine, limited by ``rerun_timeout`` and by what the caller's
-    ``deadlines.call_deadline`` has left; remembers when SQLite's query_only is still on."""
-    time_limit = time_left(guard.policy.rerun_timeout)
-    if time_limit is not None and time_limit <= 0:
+    """One guard statement through the engine, under ``time_limit`` (default: ``rerun_timeout``) and
+    what the caller's ``deadlines.call_deadline`` has left; remembers when SQLite's query_only is still on."""
+    limit = time_left(guard.policy.rerun_timeout if time_limit is None else time_limit)
+    if limit is not None and limit <= 0:
         raise RerunRefused(_CALL_TIME_PASSED)
     try:
         return guard.engine.read_only_fetch(
-            guard.raw, sql, parameters, row_factory, max_rows, time_limit, description, writes_possible
+            guard.raw, sql, parameters, row_factory, max_rows, limit, description, writes_possible
         )
     except WritableNotRestored:
         guard.restore_writable = True

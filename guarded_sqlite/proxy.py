@@ -22,13 +22,14 @@ import functools
 import itertools
 import operator
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from .connection_state import note_function
+from .connection_state import note_change, note_function
 from .core import (
     GUARD_OFF,
     NOT_ROW_RETURNING,
@@ -149,7 +150,20 @@ class ConnectionProxy(_Proxy, GuardedConnection):
     def executescript(self, script: str, /) -> CursorProxy:
         return self.cursor().executescript(script)
 
+    def create_collation(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        result = self.__wrapped__.create_collation(name, *args, **kwargs)
+        note_change(self._self_guard)  # text may compare (and group) differently from now on
+        return result
+
+    def deserialize(self, *args: Any, **kwargs: Any) -> Any:
+        result = self.__wrapped__.deserialize(*args, **kwargs)
+        note_change(self._self_guard)  # a schema's content replaced: no version number moves
+        return result
+
     def backup(self, target: Any, **kwargs: Any) -> None:
+        guarded = getattr(target, "_self_guard", None)
+        if guarded is not None and hasattr(guarded, "epoch"):
+            note_change(guarded)  # the target's pages are replaced under its version numbers
         # sqlite3 type-checks ``target`` in C and refuses a proxy.
         self.__wrapped__.backup(target.__wrapped__ if isinstance(target, ConnectionProxy) else target, **kwargs)
 
@@ -381,6 +395,7 @@ def _execute_and_probe(
     (unless a rescue replaced the failed statement with a candidate).
     """
     mode = guard.policy.mode
+    guard.started = time.perf_counter_ns()  # the statement's own time: what a confirmation's budget scales
     if mode == "off":
         off = unprobed(mode, sql, GUARD_OFF)
         cursor._self_state = off  # also stands if execute raises: the guard reports nothing either way
@@ -414,6 +429,7 @@ def _execute_and_probe(
                     forget_schema(guard)
                 return raw, unprobed(mode, sql, NOT_ROW_RETURNING)
         elif raw.description is None:
+            guard.epoch += 1  # ATTACH, DDL, a PRAGMA: no kept confirmation holds
             if guard.catalog is not None and guard.engine is not SQLITE and changes_schema(sql):
                 forget_schema(guard)
             return raw, unprobed(mode, sql, NOT_ROW_RETURNING)

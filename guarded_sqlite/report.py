@@ -303,12 +303,18 @@ class GuardReport:
                 lines.append("The guard served the corrected values (each row counted once per group).")
             else:
                 lines.append("The guard served the values as computed.")
+            if any(d.rule == "aggregate" and "confirmation reused" in d.reason for d in self.decisions):
+                lines.append("The guard reused its check of this statement: the data is unchanged since it ran.")
             lines.append(
                 f"Next step: aggregate before joining {repeating} (a subquery grouped by the join key), or test "
                 f"{repeating} with EXISTS / IN (SELECT ...) instead of joining {them}."
             )
         elif self.action != "none":
             lines.append(f"The guard changed the result ({self.action}): {self.summary()}.")
+        elif trigger is None:
+            unchecked = next((d.reason for d in self.decisions if d.rule == "aggregate" and not d.applied), None)
+            if unchecked is not None:
+                lines.append(f"An aggregate over a join may count rows several times; {unchecked}.")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

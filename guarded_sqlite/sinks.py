@@ -116,7 +116,8 @@ def level_of(state: ReportState) -> int | None:
         return _INFO
     trigger = state.trigger
     if trigger is None:
-        return None
+        # An aggregate at risk the rule did not check (refused, over budget): routine, for debugging.
+        return _DEBUG if any(d.rule == "aggregate" for d in state.decisions) else None
     if trigger == "aggregate_fanout":  # set only with findings confirmed on the data
         return _WARNING
     if trigger == "cartesian_explosion" and _join_copies(state):
@@ -214,6 +215,9 @@ def _message(report: GuardReport, fields: dict[str, Any]) -> str:
             for f in fields["aggregates"]
         )
         text = f"guarded_sqlite aggregate_fanout left unchanged: {sql} ({inflated})"
+    elif report.trigger is None:
+        unchecked = next((d.reason for d in report.decisions if d.rule == "aggregate"), "")
+        text = f"guarded_sqlite aggregate not checked: {sql} ({unchecked})"
     else:
         text = (
             f"guarded_sqlite {report.trigger} left unchanged ({report.rows} rows, {report.unique_rows} distinct): {sql}"

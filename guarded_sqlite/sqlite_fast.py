@@ -29,9 +29,10 @@ import sys
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager
+from time import perf_counter_ns as _perf_counter_ns
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
-from .connection_state import note_function
+from .connection_state import note_change, note_function
 from .core import (
     GUARD_OFF,
     LIST_ITERATOR,
@@ -315,6 +316,7 @@ def _statement(
     factory = cursor._self_row_factory
     if serial is not None:
         serial.acquire()
+    guard.started = _perf_counter_ns()  # the statement's own time: what a confirmation's budget scales
     try:
         if guard.mode == "off" or guard.restore_writable or not (factory is None or factory is _Row):
             rows, state = _run(cursor, guard, sql, parameters, rescue_inputs, factory)
@@ -336,6 +338,7 @@ def _statement(
                 if rows or _description(cursor) is not None:
                     rows, state = after_fetch(cursor, cursor, guard, sql, parameters, rows, rescue_inputs, _tail)
                 else:
+                    guard.epoch += 1  # ATTACH, DDL, a PRAGMA: no kept confirmation holds
                     rows, state = cursor, unprobed(guard.mode, sql, NOT_ROW_RETURNING)
     except BaseException:
         if cursor._self_buffer is not None:
@@ -399,6 +402,7 @@ def _probed(
         else:
             _execute(cursor, sql, parameters)
         if _description(cursor) is None:
+            guard.epoch += 1  # ATTACH, DDL, a PRAGMA: no kept confirmation holds
             return cursor, unprobed(mode, sql, NOT_ROW_RETURNING)
         rows = _fetchmany(cursor, guard.first_fetch)
         if len(rows) == guard.first_fetch < guard.fetch_size:
@@ -469,6 +473,7 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         else:  # re-initialised: a new database handle, the same policy
             guard.set_threading(single_thread)
             forget_schema(guard)
+            note_change(guard)
             guard.restore_writable = False
             guard.listed_functions, guard.registered_functions = None, frozenset()  # none on the new handle
 
@@ -553,10 +558,25 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         return cursor.executescript(sql_script)
 
     def backup(self, target: Any, **kwargs: Any) -> None:
+        # The target's pages are replaced under its version numbers: its kept confirmations go.
+        guarded = getattr(target, "_self_guard", None)
+        if isinstance(guarded, ConnectionState):
+            note_change(guarded)
         # sqlite3 type-checks ``target`` in C: a wrap() proxy is replaced by the connection it wraps.
         if not issubclass(type(target), sqlite3.Connection):
             target = getattr(target, "__wrapped__", target)
         _connection_backup(self, target, **kwargs)
+
+    def create_collation(self, name: str, callable: Any, /) -> None:
+        sqlite3.Connection.create_collation(self, name, callable)
+        note_change(self._self_guard)  # text may compare (and group) differently from now on
+
+    if sys.version_info >= (3, 11):
+
+        def deserialize(self, data: Any, /, **kwargs: Any) -> None:
+            # A schema's content replaced: neither data_version nor total_changes moves.
+            sqlite3.Connection.deserialize(self, data, **kwargs)
+            note_change(self._self_guard)
 
     def iterdump(self, *args: Any, **kwargs: Any) -> Generator[str, None, None]:
         """sqlite3's ``iterdump``, on plain cursors: the dump's statements never go through the guard."""

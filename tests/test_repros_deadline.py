@@ -33,6 +33,7 @@ def shop(tmp_path: Path) -> Path:
 
 def outlasting_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     """The aggregate rule's plan step, made to return only after the call's limit has passed."""
+    from guarded_sqlite import confirmations
     from guarded_sqlite.catalog import plan
     from guarded_sqlite.fanout import confirm
 
@@ -40,7 +41,7 @@ def outlasting_plan(monkeypatch: pytest.MonkeyPatch) -> None:
         time.sleep(LIMIT + 0.2)
         return plan(*args, **kwargs)
 
-    monkeypatch.setattr(core, "_AGGREGATE_RULE", [slow_plan, confirm])
+    monkeypatch.setattr(core, "_AGGREGATE_RULE", [slow_plan, confirm, confirmations])
 
 
 def test_a13_sqlite_corrected_query_does_not_run_after_the_deadline(

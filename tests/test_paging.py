@@ -1,0 +1,224 @@
+"""A paging query's aggregate confirmation bounded to the groups it served (``guarded_sqlite.paging``,
+repro c13): user functions run for those groups only, the served values stay exact, and a paging query
+whose group keys are not in the select list is refused with a decision that says why."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+import sqlglot
+
+import guarded_sqlite
+from guarded_sqlite.aggregates import AggregatePlan
+from guarded_sqlite.paging import bounded_check, plan_bound
+
+SETUP = """
+    CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT, points INTEGER);
+    CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INTEGER, total INTEGER);
+    CREATE INDEX orders_customer ON orders(customer_id);
+"""
+
+
+def shop(con: Any, customers: int = 200, per: int = 3) -> None:
+    con.executescript(SETUP)
+    con.executemany(
+        "INSERT INTO customers VALUES (?, ?, ?)", [(i, f"c'{i % 7}", i % 10) for i in range(1, customers + 1)]
+    )
+    con.executemany(
+        "INSERT INTO orders(customer_id, total) VALUES (?, ?)",
+        [(i % customers + 1, i % 97) for i in range(customers * per)],
+    )
+    con.commit()
+
+
+PAGE = (
+    "SELECT c.id, c.name, SUM(fx(c.points)) FROM customers c JOIN orders o ON o.customer_id = c.id "
+    "GROUP BY c.id ORDER BY c.id LIMIT 10"
+)
+
+
+def counted(guard: str | None, sql: str) -> tuple[list[Any], int, Any]:
+    """The rows served, how many times fx ran, and the report (None: plain sqlite3)."""
+    calls = [0]
+
+    def fx(value: Any) -> Any:
+        calls[0] += 1
+        return value
+
+    con: Any = sqlite3.connect(":memory:") if guard is None else guarded_sqlite.connect(":memory:", guard=guard)
+    shop(con)
+    con.create_function("fx", 1, fx, deterministic=True)
+    calls[0] = 0
+    cur = con.execute(sql)
+    rows = cur.fetchall()
+    return rows, calls[0], getattr(cur, "guard_report", None)
+
+
+def test_c13_paging_confirmation_runs_the_user_function_for_the_served_groups_only() -> None:
+    raw_rows, raw_calls, _ = counted(None, PAGE)
+    rows, calls, report = counted("patch", PAGE)
+    assert rows == raw_rows and raw_calls == 30
+    assert report.trigger == "aggregate_fanout"
+    assert calls == 2 * raw_calls  # the statement's own, then the check's: once per join row served
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        PAGE,
+        PAGE.replace("LIMIT 10", "LIMIT 5 OFFSET 7"),
+        PAGE.replace("GROUP BY c.id", "GROUP BY 1").replace("ORDER BY c.id", "ORDER BY c.id DESC"),
+        PAGE.replace("GROUP BY c.id ORDER BY c.id", "GROUP BY c.name, c.id ORDER BY c.name, c.id"),
+        PAGE.replace("c.id, c.name,", "c.name AS who,").replace(
+            "GROUP BY c.id ORDER BY c.id", "GROUP BY who ORDER BY who"
+        ),
+    ],
+)
+def test_served_values_are_the_whole_checks(sql: str) -> None:
+    truth_sql = sql.replace("SUM(fx(c.points))", "SUM(fx(c.points)) / 3")  # each customer has 3 orders
+    truth, _, _ = counted(None, truth_sql)
+    rows, _, report = counted("text_to_sql", sql)
+    assert report.action == "aggregate_defanned", report.decisions
+    assert rows == truth
+    assert "IN (" in report.final_sql or " OR " in report.final_sql or report.final_sql.count("=") >= 1
+
+
+def test_group_keys_not_in_the_select_list_refuse() -> None:
+    sql = PAGE.replace("SELECT c.id, c.name,", "SELECT c.name,")
+    rows, calls, report = counted("text_to_sql", sql)
+    assert report.trigger is None and report.action == "none"
+    (decision,) = report.decisions
+    assert not decision.applied and "is not a select item" in decision.reason
+    assert calls == 30  # nothing but the statement ran fx
+    assert rows == counted(None, sql)[0]
+
+
+def test_ordered_by_an_aggregate_keeps_the_whole_check() -> None:
+    sql = PAGE.replace("ORDER BY c.id", "ORDER BY 3 DESC, c.id")
+    truth, _, _ = counted(None, sql.replace("SUM(fx(c.points))", "SUM(fx(c.points)) / 3"))
+    rows, _, report = counted("text_to_sql", sql)
+    assert rows == truth and report.action == "aggregate_defanned"
+
+
+def plan_for(sql: str) -> AggregatePlan:
+    con = guarded_sqlite.connect(":memory:")
+    con.executescript(SETUP)
+    from guarded_sqlite.catalog import plan
+
+    return plan(con._self_guard, sql)
+
+
+def test_no_op_without_paging_or_groups() -> None:
+    assert plan_for(PAGE.replace(" LIMIT 10", "")).bounded_sql is None
+    whole = plan_for("SELECT SUM(c.points) FROM customers c JOIN orders o ON o.customer_id = c.id LIMIT 1")
+    assert whole.risks and whole.bounded_sql is None and not whole.paging
+    assert bounded_check(whole, [(1,)], "sqlite") == whole.check_sql
+
+
+def test_bounded_check_literals() -> None:
+    found = plan_for(PAGE)
+    assert found.bounded_sql is not None and found.group_items == (0,)
+    sql = bounded_check(found, [(1, "a", 3), (2, "b", 4)], "sqlite")
+    assert sql is not None and "c.id IN (1, 2)" in sql and "LIMIT" not in sql
+    assert sql.count("FX(") == 1  # computed once per derived-table row
+    with_null = bounded_check(found, [(None, "a", 3), (2, "b", 4)], "sqlite")
+    assert with_null is not None and "(c.id IS NULL) OR (c.id = 2)" in with_null
+    two = plan_for(PAGE.replace("GROUP BY c.id", "GROUP BY c.id, c.name"))
+    assert "c.name = 'it''s'" in (bounded_check(two, [(1, "it's", 3)], "sqlite") or "")
+    with pytest.raises(ValueError, match="float"):
+        bounded_check(found, [(1.5, "a", 3)], "sqlite")
+    assert bounded_check(found, [(k, "a", 1) for k in range(2000)], "sqlite") == found.check_sql
+
+
+def test_plan_bound_leaves_a_refused_plan() -> None:
+    tree = sqlglot.parse_one(PAGE, read="sqlite")
+    refused = AggregatePlan(note="refused")
+    assert plan_bound(refused, tree, "sqlite") is refused
+
+
+# --------------------------------------------------------------------------------------------------
+# The confirmation's budget
+# --------------------------------------------------------------------------------------------------
+
+
+def test_budget_is_relative_with_a_floor_and_the_smaller_under_a_deadline() -> None:
+    from guarded_sqlite.confirmations import BUDGET_FLOOR, BUDGET_RATIO, budget
+
+    assert budget(None, 5.0, None) == 5.0
+    assert budget(0.0001, 5.0, None) == BUDGET_FLOOR
+    assert budget(0.01, 5.0, None) == pytest.approx(BUDGET_RATIO * 0.01)
+    assert budget(10.0, 5.0, None) == 5.0
+    assert budget(0.01, 5.0, 0.02) == pytest.approx(0.02)
+    assert budget(0.01, 5.0, 0.5) == pytest.approx(BUDGET_RATIO * 0.01)
+
+
+def test_over_budget_the_rule_did_not_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from guarded_sqlite import confirmations
+
+    # A 1 ms budget against a check whose 30 calls of fx take 1 ms each: stopped well inside it.
+    monkeypatch.setattr(confirmations, "BUDGET_FLOOR", 0.001)
+    monkeypatch.setattr(confirmations, "BUDGET_RATIO", 1e-9)
+    calls = [0]
+
+    def fx(value: Any) -> Any:
+        calls[0] += 1
+        time.sleep(0.001)
+        return value
+
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    shop(con)
+    con.create_function("fx", 1, fx, deterministic=True)
+    cur = con.execute(PAGE)
+    rows = cur.fetchall()
+    report = cur.guard_report
+    assert report.trigger is None and report.action == "none"
+    (decision,) = report.decisions
+    assert not decision.applied and "over budget" in decision.reason and "did not look" in decision.reason
+    assert calls[0] < 60  # the check stopped before it was done
+    raw = sqlite3.connect(":memory:")
+    shop(raw)
+    raw.create_function("fx", 1, lambda value: value, deterministic=True)
+    assert rows == raw.execute(PAGE).fetchall()  # as written
+
+
+def test_an_agent_deadline_already_spent_runs_nothing() -> None:
+    from guarded_sqlite.deadlines import call_deadline
+
+    calls = [0]
+
+    def fx(value: Any) -> Any:
+        calls[0] += 1
+        return value
+
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    shop(con)
+    con.create_function("fx", 1, fx, deterministic=True)
+    with call_deadline(0.0):
+        cur = con.execute(PAGE)
+        cur.fetchall()
+    assert calls[0] == 30  # the statement's own calls only
+    (decision,) = cur.guard_report.decisions
+    assert decision.reason == "not checked: the call's time limit has passed"
+
+
+def test_the_decision_is_in_feedback_and_the_log_record(caplog: pytest.LogCaptureFixture) -> None:
+    sql = PAGE.replace("SELECT c.id, c.name,", "SELECT c.name,")
+    with caplog.at_level("DEBUG", logger="guarded_sqlite"):
+        _, _, report = counted("patch", sql)
+    assert "is not a select item" in report.feedback()
+    records = [r for r in caplog.records if "aggregate not checked" in r.getMessage()]
+    assert records and records[0].levelname == "DEBUG"
+    assert "is not a select item" in records[0].guarded_sqlite["decisions"][0]["reason"]
+
+
+def test_reuse_is_in_feedback(tmp_path: Any) -> None:
+    con = guarded_sqlite.connect(tmp_path / "shop.db")
+    shop(con)
+    sql = PAGE.replace("fx(c.points)", "c.points")
+    reports = [con.execute(sql).guard_report for _ in range(3)]
+    assert "reused its check" in reports[-1].feedback()
+    assert "reused its check" not in reports[0].feedback()

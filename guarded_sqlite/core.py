@@ -557,11 +557,19 @@ def check_aggregates(
         if limit <= 0:
             return _not_looked(sql, rows, kept.over_budget(limit, own, left))
         stopped: list[bool] = []
+        # Without a hazard, and with no application function replacing a built-in it names, the check
+        # calls only the engine's deterministic built-ins and cannot write: SQLite's query_only is then
+        # left alone, which keeps the connection's prepared statements (SQLite expires all of them when
+        # a flag PRAGMA changes; re-preparing cost about as much as running the check).
+        functions = user_functions(guard) if not found.hazard else None
+        writes_possible = functions is None or kept.names_function(check_sql or "", functions)
 
         def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
             began = _perf_ns()
             try:
-                checked = read_only_fetch(guard, new_sql, parameters, plain, max_rows, time_limit=limit)
+                checked = read_only_fetch(
+                    guard, new_sql, parameters, plain, max_rows, time_limit=limit, writes_possible=writes_possible
+                )
             except Exception:  # an interrupt at the budget: told apart by the time it took
                 if (_perf_ns() - began) / 1e9 >= limit * 0.9:
                     stopped.append(True)

@@ -562,6 +562,65 @@ def test_generated_aggregates_over_joins(case: tuple[Db, AggQuery]) -> None:
     check_risky(*case)
 
 
+def _check_rows(raw: sqlite3.Connection, q: AggQuery, *, window: bool) -> tuple[str, list[Any]] | None:
+    """The check query of ``q`` on ``raw`` and its rows: SQLite's grouped form, or (``window``) the
+    row-numbering form every engine gets."""
+    from unittest import mock
+
+    from guarded_sqlite import aggregates
+
+    if window:
+        with mock.patch.object(aggregates, "_grouped", lambda *args: None):
+            found = plan_of(raw, q.sql)
+    else:
+        found = plan_of(raw, q.sql)
+    if found.check_sql is None:
+        return None
+    return found.check_sql, raw.execute(found.check_sql, q.params).fetchall()
+
+
+def _close(left: Any, right: Any) -> bool:
+    if isinstance(left, float) or isinstance(right, float):
+        if left is None or right is None:
+            return left is right
+        return math.isclose(float(left), float(right), rel_tol=1e-9, abs_tol=1e-9)
+    return bool(left == right)
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=risky_cases())
+@example(case=ORDER_CASE)
+def test_grouped_check_computes_what_the_row_numbering_computes(case: tuple[Db, AggQuery]) -> None:
+    """SQLite's grouped check query (one row per group and row identity, ``aggregates._grouped``)
+    gives the numbering form's rows: the corrected values and counts exactly, the written value and
+    the magnitudes (computed as value x copies) up to rounding; GROUP_CONCATs compare by parts."""
+    db, q = case
+    describe(db, q)
+    raw = open_raw(db)
+    try:
+        numbered = _check_rows(raw, q, window=True)
+        grouped = _check_rows(raw, q, window=False)
+        assert (numbered is None) == (grouped is None)
+        if numbered is None or grouped is None:
+            return
+        event("grouped form" if grouped[0] != numbered[0] else "numbering kept")
+        note(f"grouped: {grouped[0]}")
+
+        def comparable(row: Any) -> tuple[Any, ...]:
+            return tuple(
+                tuple(sorted(value.split("|" if "|" in value else ","))) if isinstance(value, str) else value
+                for value in row
+            )
+
+        left = sorted(map(comparable, numbered[1]), key=repr)
+        right = sorted(map(comparable, grouped[1]), key=repr)
+        assert len(left) == len(right)
+        for a, b in zip(left, right, strict=True):
+            assert all(_close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
+    finally:
+        raw.close()
+
+
 # --------------------------------------------------------------------------------------------------
 # c: safe shapes are never flagged
 # --------------------------------------------------------------------------------------------------
@@ -1348,3 +1407,42 @@ def test_postgres_generated_corrections_are_the_oracles(pg_dsn: str, case: Engin
         raw.close()
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.mark.parametrize(
+    ("sql", "grouped"),
+    [
+        pytest.param(FANOUT, True, id="sum-at-risk"),
+        pytest.param(
+            "SELECT c.name, COUNT(*), SUM(o.total), TOTAL(i.qty) FROM customers c JOIN orders o "
+            "ON o.customer_id = c.id JOIN items i ON i.order_id = o.id GROUP BY c.id HAVING COUNT(*) > 1",
+            True,
+            id="counts-and-sums-beside-it",
+        ),
+        pytest.param(
+            "SELECT c.name, MAX(o.total), SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "JOIN items i ON i.order_id = o.id GROUP BY c.id",
+            False,
+            id="a-max-keeps-the-window",
+        ),
+        pytest.param(
+            "SELECT c.name, COUNT(DISTINCT i.qty), SUM(o.total) FROM customers c JOIN orders o "
+            "ON o.customer_id = c.id JOIN items i ON i.order_id = o.id GROUP BY c.id",
+            False,
+            id="a-distinct-count-keeps-the-window",
+        ),
+        pytest.param(
+            "SELECT c.name, fx(c.name), SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "JOIN items i ON i.order_id = o.id GROUP BY c.id",
+            False,
+            id="an-unknown-function-outside-the-aggregate-keeps-the-window",
+        ),
+    ],
+)
+def test_sqlite_check_query_form(shop: sqlite3.Connection, sql: str, grouped: bool) -> None:
+    found = plan_of(shop, sql)
+    assert found.check_sql is not None and found.corrected_sql is not None, found.note
+    for text in (found.check_sql, found.corrected_sql):
+        assert ("ROW_NUMBER" not in text.upper()) == grouped, text
+    # Other engines always number the rows.
+    assert "ROW_NUMBER" in plan_of(shop, sql, "duckdb").check_sql.upper()

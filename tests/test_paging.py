@@ -222,3 +222,59 @@ def test_reuse_is_in_feedback(tmp_path: Any) -> None:
     reports = [con.execute(sql).guard_report for _ in range(3)]
     assert "reused its check" in reports[-1].feedback()
     assert "reused its check" not in reports[0].feedback()
+
+
+def _statements(con: Any, sql: str) -> list[str]:
+    """The statements SQLite ran for one execution of ``sql`` through ``con``, the guard's own included."""
+    from guarded_sqlite.schema import _raw_sqlite
+
+    ran: list[str] = []
+    raw = _raw_sqlite(con)
+    raw.set_trace_callback(ran.append)
+    try:
+        con.execute(sql).fetchall()
+    finally:
+        raw.set_trace_callback(None)
+    return ran
+
+
+BUILT_INS_ONLY = "SELECT c.id, SUM(c.points) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.id"
+
+
+def test_a_check_calling_only_built_ins_leaves_query_only_alone() -> None:
+    # Switching query_only expires every prepared statement of the connection (SQLite does so on any
+    # flag PRAGMA): a check that cannot write skips it.
+    con = guarded_sqlite.connect(":memory:")
+    shop(con, customers=20)
+    ran = _statements(con, BUILT_INS_ONLY)
+    assert any("__gs_" in sql for sql in ran), ran  # the check ran
+    assert not any(sql.startswith("PRAGMA query_only") for sql in ran), ran
+    assert con.execute(BUILT_INS_ONLY).guard_report.trigger == "aggregate_fanout"
+
+
+def test_a_check_calling_an_application_function_runs_under_query_only() -> None:
+    con = guarded_sqlite.connect(":memory:")
+    shop(con, customers=20)
+    con.execute("CREATE TABLE audit(n INTEGER)")
+    con.commit()
+    inside: list[int] = []
+    failures: list[str] = []
+
+    def fx(value: Any) -> Any:
+        # An application function that writes through the connection it was registered on.
+        inside.append(con.execute("PRAGMA query_only").fetchone()[0])
+        try:
+            con.execute("INSERT INTO audit VALUES (1)")
+        except sqlite3.OperationalError as error:
+            failures.append(str(error))
+        return value
+
+    con.create_function("fx", 1, fx)
+    sql = PAGE.replace(" LIMIT 10", "")
+    ran = _statements(con, sql)
+    assert "PRAGMA query_only = ON" in ran, ran
+    # The caller's execution wrote; the guard's check could not.
+    assert 0 in inside and 1 in inside
+    assert failures and all("readonly" in f or "read-only" in f for f in failures), failures
+    con.rollback()
+    assert con.execute("PRAGMA query_only").fetchone()[0] == 0

@@ -220,11 +220,25 @@ def test_a_failed_query_names_the_model_s_sql_not_the_cursor_around_it(open_pg: 
         ("SELECT set_config('transaction_read_only', 'off', false)", "sql_error"),
     ],
 )
-def test_writes_are_refused_and_change_nothing(open_pg: OpenDb, pg_shop: PgShop, sql: str, kind: str) -> None:
+@pytest.mark.parametrize("opened", ["uri", "connection"])
+def test_writes_are_refused_and_change_nothing(
+    open_pg: OpenDb, pg_shop: PgShop, sql: str, kind: str, opened: str
+) -> None:
+    """On a URI, and on a caller's autocommit connection, where the session's
+    default_transaction_read_only is off: there the call's own READ ONLY transaction is what refuses."""
     before = pg_shop.checksum()
-    db = open_pg()
-    assert refusal(db, sql).kind == kind
-    assert db.query("SELECT count(*) FROM orders").rows == ((30,),)  # the tool keeps answering
+    if opened == "uri":
+        db = open_pg()
+    else:
+        raw = pg_shop.admin()
+        assert raw.execute("SHOW default_transaction_read_only").fetchone() == ("off",)
+        db = GuardedDatabase(wrap(raw, dialect="postgres"))
+    try:
+        assert refusal(db, sql).kind == kind
+        assert db.query("SELECT count(*) FROM orders").rows == ((30,),)  # the tool keeps answering
+    finally:
+        if opened == "connection":
+            db.close()
     assert pg_shop.checksum() == before
     assert pg_shop.rows("SELECT last_value, is_called FROM tickets") == [(1, False)]
 
@@ -365,6 +379,14 @@ def test_a_caller_s_connection_works_and_one_inside_a_transaction_is_refused(pg_
         assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
         assert refusal(db, "SELECT nextval('tickets')").kind == "write"
         assert raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        # The limit was the call's own (SET LOCAL): the caller's session keeps its setting.
+        assert raw.execute("SHOW statement_timeout").fetchone() == ("0",)
+        raw.rollback()
+        writer = GuardedDatabase(wrap(raw, dialect="postgres"), allow_writes=True, timeout=2)
+        assert writer.query("UPDATE customers SET points = points + 1 WHERE id = 1").rows_changed == 1
+        assert raw.execute("SHOW statement_timeout").fetchone() == ("0",)
+        raw.rollback()
+        assert pg_shop.rows("SELECT points FROM customers WHERE id = 1") == [(121,)]  # committed
         raw.execute("SELECT 1")  # psycopg opens a transaction
         with pytest.raises(ValueError, match="has a transaction open"):
             GuardedDatabase(wrap(raw, dialect="postgres"))
@@ -458,3 +480,44 @@ def test_agent_loop_revises_on_the_feedback_and_gets_the_right_rows(
         sql = revised if sql == first and FEEDBACK_MARKS[0] in shown and mark in shown else None
     assert sent == [first, revised]
     assert sorted(rows) == sorted(pg_shop.rows(right)) != sorted(pg_shop.rows(first))
+
+
+@pytest.mark.parametrize(("guard", "first", "revised", "right", "mark"), loop_cases(FAN_OUT_EXISTS))
+def test_langchain_agent_loop_on_a_postgres_uri(
+    pg_shop: PgShop, guard: str, first: str, revised: str, right: str, mark: str
+) -> None:
+    """tests/test_langchain_tools.py's scripted agent, on ``open_guarded_sql_tools(uri)``."""
+    pytest.importorskip("langchain_core")
+    from langchain_core.messages import ToolMessage
+
+    from guarded_sqlite.langchain_tools import open_guarded_sql_tools
+
+    from .test_langchain_tools import reviser, sql_of_calls
+    from .test_langchain_tools import run_agent as run_langchain
+
+    db, _tools = open_guarded_sql_tools(pg_shop.uri, guard=guard)
+    with db:
+        _model, messages = run_langchain(db, reviser(first, revised))
+    assert sql_of_calls(messages) == [first, revised]
+    tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
+    assert mark in str(tool_messages[0].content) and "Guard feedback:" not in str(tool_messages[-1].content)
+    assert sorted(tuple(row) for row in tool_messages[-1].artifact["rows"]) == sorted(pg_shop.rows(right))
+
+
+@pytest.mark.parametrize(("guard", "first", "revised", "right", "mark"), loop_cases(FAN_OUT_EXISTS))
+def test_llama_index_agent_loop_on_a_postgres_uri(
+    pg_shop: PgShop, guard: str, first: str, revised: str, right: str, mark: str
+) -> None:
+    """tests/test_llama_index_tools.py's scripted ReAct agent, on ``open_guarded_sql_tools(uri)``."""
+    pytest.importorskip("llama_index.core")
+    from guarded_sqlite.llama_index_tools import open_guarded_sql_tools
+
+    from .test_llama_index_tools import reviser
+    from .test_llama_index_tools import run_agent as run_llama
+
+    db, tools = open_guarded_sql_tools(pg_shop.uri, guard=guard)
+    with db:
+        _llm, results, _response = run_llama(tools, reviser(first, revised))
+    assert [r.tool_kwargs["sql"] for r in results] == [first, revised]
+    assert mark in results[0].tool_output.content and "Guard feedback:" not in results[-1].tool_output.content
+    assert sorted(results[-1].tool_output.raw_output.rows) == sorted(pg_shop.rows(right))

@@ -12,11 +12,15 @@ refuse, limit and report alike:
   are off, a result over the row or size limit, a statement that runs past the time limit, and SQL the
   database rejects. Writes are refused by reading the statement (``rewrite.is_read_only_query``) and
   by the engine (``lockdown``: SQLite's ``query_only`` and authorizer, DuckDB read-only and locked
-  configuration); rows and characters are counted while fetching.
+  configuration, PostgreSQL read-only transactions); rows and characters are counted while fetching.
 - ``GuardedDatabase.schema`` lists tables with their columns, keys, foreign keys with their cardinality
   (which join repeats which rows), and row counts: what a model needs to join without fanning out.
 
-SQLite files and DuckDB files (and connections) are supported.
+SQLite files and DuckDB files (and connections) are supported, and PostgreSQL through psycopg 3: a
+``postgresql://`` DSN for ``GuardedDatabase.open``, or a guarded ``psycopg.Connection``. There each call
+is a transaction of its own (``READ ONLY`` and rolled back unless writes are allowed) with
+``statement_timeout`` set ``LOCAL`` to the call's limit, a cancel request at the deadline as the
+backstop, and queries read through a server-side cursor, so rows past the limits never leave the server.
 """
 
 from __future__ import annotations
@@ -61,6 +65,29 @@ DEFAULT_TIMEOUT = 10.0
 """Seconds a statement may run before it is interrupted (a cross join can run for hours)."""
 
 _DUCKDB_SUFFIXES = (".duckdb", ".ddb")
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+"""How a PostgreSQL connection URI starts (libpq accepts both)."""
+
+
+def is_postgres_dsn(target: object) -> bool:
+    """Whether ``target`` (what ``GuardedDatabase.open`` and ``guarded-sqlite mcp`` take) is a PostgreSQL
+    connection URI rather than a file path.
+
+    >>> is_postgres_dsn("postgresql://reader@db.internal/shop"), is_postgres_dsn("shop.db")
+    (True, False)
+    """
+    return isinstance(target, str) and target.lower().startswith(_POSTGRES_SCHEMES)
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` with any password replaced by ``***``, for messages that reach a log or a terminal.
+
+    >>> redact_dsn("postgresql://reader:s3cret@db/shop?password=x&sslmode=require")
+    'postgresql://reader:***@db/shop?password=***&sslmode=require'
+    """
+    dsn = re.sub(r"(://[^:/@?#]*):[^@/?#]*@", r"\1:***@", dsn)
+    return re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", dsn)
 
 
 class QueryRefused(Exception):
@@ -184,10 +211,14 @@ class SchemaInfo:
     """The database's tables, as ``GuardedDatabase.schema()`` read them."""
 
     dialect: str
-    """``"sqlite"`` or ``"duckdb"``: the SQL the tables are queried in."""
+    """``"sqlite"``, ``"duckdb"`` or ``"postgres"``: the SQL the tables are queried in."""
 
     tables: tuple[TableInfo, ...]
     """Every table and view, by schema and name."""
+
+    default_schema: str = "main"
+    """The schema unqualified names resolve to (PostgreSQL: ``current_schema()``); ``text()`` names its
+    tables without it, every other table with its schema."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: ``dialect`` and ``tables`` with every field."""
@@ -205,7 +236,7 @@ class SchemaInfo:
         lines = [f"Dialect: {self.dialect}"]
         for table in self.tables:
             size = "" if table.row_count is None else f", {table.row_count} rows"
-            name = table.name if table.schema == "main" else f"{table.schema}.{table.name}"
+            name = table.name if table.schema == self.default_schema else f"{table.schema}.{table.name}"
             lines.append(f"{table.kind.capitalize()} {name}{size}")
             columns = ", ".join(f"{column} {kind}".rstrip() for column, kind in table.columns)
             lines.append(f"  columns: {columns}")
@@ -228,9 +259,14 @@ class GuardedDatabase:
     """A guarded connection with an agent tool's limits. Queries are serialised by a lock, so the MCP
     server's worker threads and an agent framework's threads can share one.
 
-    ``connection`` is a guarded connection (``guarded_sqlite.connect``'s, or ``wrap()``'s over SQLite or
-    DuckDB). With ``allow_writes=False`` (the default) any statement that is not a query is refused, and
-    on SQLite ``PRAGMA query_only`` is switched on as well."""
+    ``connection`` is a guarded connection (``guarded_sqlite.connect``'s, or ``wrap()``'s over SQLite,
+    DuckDB or psycopg 3). With ``allow_writes=False`` (the default) any statement that is not a query is
+    refused, and on SQLite ``PRAGMA query_only`` is switched on as well.
+
+    A PostgreSQL connection must have no transaction open: each call opens its own (``READ ONLY``
+    and rolled back unless ``allow_writes``; with writes, committed when the statement succeeds), so
+    autocommit on or off makes no difference to the tool. What the model can reach beyond that is what
+    the connection's role may do: connect as a role with SELECT privileges only (see the README)."""
 
     def __init__(
         self,
@@ -249,11 +285,10 @@ class GuardedDatabase:
             raise TypeError("GuardedDatabase needs a guarded connection: guarded_sqlite.connect() or wrap()")
         if max_rows < 0 or max_chars < 0 or not timeout > 0:
             raise ValueError("max_rows and max_chars must be at least 0, timeout positive")
-        raw = _raw_sqlite(connection) if isinstance(connection, sqlite3.Connection) else connection.__wrapped__
+        raw: Any = _raw_sqlite(connection) if isinstance(connection, sqlite3.Connection) else connection.__wrapped__
         self.dialect: str = engine_for(raw).dialect
-        if self.dialect not in ("sqlite", "duckdb"):
-            # The schema reader, the time limit (interrupt()) and the write backstop are SQLite's and DuckDB's.
-            raise TypeError(f"GuardedDatabase supports SQLite and DuckDB connections, not {self.dialect}")
+        if self.dialect not in ("sqlite", "duckdb", "postgres"):
+            raise TypeError(f"GuardedDatabase supports SQLite, DuckDB and PostgreSQL connections, not {self.dialect}")
         self.connection = connection
         self.allow_writes = allow_writes
         self.max_rows = max_rows
@@ -265,6 +300,13 @@ class GuardedDatabase:
             self.value_limit = lock_down_sqlite(
                 raw, allow_writes=allow_writes, value_bytes=value_length_limit(max_chars)
             )
+        elif self.dialect == "postgres":
+            from .lockdown import postgres_session_problem
+
+            problem = postgres_session_problem(raw)
+            if problem is not None:
+                raise ValueError(problem)
+            self.value_limit = "PostgreSQL's own limit (1 GB a value)"
         else:
             problem = duckdb_lockdown_problem(raw, allow_writes=allow_writes)
             if problem is not None:
@@ -282,22 +324,33 @@ class GuardedDatabase:
         isolated: bool = True,
         **limits: Any,
     ) -> GuardedDatabase:
-        """Open a SQLite file (or a DuckDB file: ``.duckdb``/``.ddb``) through the guard. The file must
-        exist; it is never created. ``read_only=True`` opens it read-only at the file level, so nothing
-        on this connection can write (it cannot be combined with ``allow_writes``). ``guard`` takes
-        what ``connect`` takes; ``limits`` are ``max_rows``, ``max_chars`` and ``timeout``.
+        """Open a SQLite file (or a DuckDB file: ``.duckdb``/``.ddb``, or a PostgreSQL database given as a
+        ``postgresql://`` or ``postgres://`` URI) through the guard. The file must exist; it is never
+        created. ``read_only=True`` opens it read-only at the file level, so nothing on this connection
+        can write (it cannot be combined with ``allow_writes``). ``guard`` takes what ``connect`` takes;
+        ``limits`` are ``max_rows``, ``max_chars`` and ``timeout``.
 
         ``isolated=True`` (the default) opens it in a worker process that is killed and restarted when a
         call outlasts ``timeout`` (``guarded_sqlite.worker``): a statement SQLite cannot interrupt (one
         long function call) is stopped too. ``isolated=False`` opens it in this process.
 
-        Raises ``ValueError`` for a path that is not a usable database, with the reason."""
+        PostgreSQL (needs psycopg 3): the connection is opened in autocommit mode and guarded like the
+        files; every call then runs in a transaction of its own, ``READ ONLY`` and rolled back unless
+        ``allow_writes``, with ``SET LOCAL statement_timeout`` and a cancel request at the deadline.
+        ``isolated`` does not apply: the server runs the statement, the server's timeout and the cancel
+        stop it, and a worker process would add nothing to that. ``read_only`` (like the default) also
+        sets the session's ``default_transaction_read_only``.
+
+        Raises ``ValueError`` for a path that is not a usable database (or a server that refuses the
+        connection), with the reason."""
         from .api import connect, wrap
         from .cli_query import _database_problem
 
-        path = Path(path)
         if read_only and allow_writes:
             raise ValueError("read_only and allow_writes exclude each other")
+        if is_postgres_dsn(path):
+            return cls._open_postgres(str(path), guard=guard, allow_writes=allow_writes, **limits)
+        path = Path(path)
         if isolated:
             from .worker import IsolatedDatabase
 
@@ -339,8 +392,33 @@ class GuardedDatabase:
                 raise
             raise ValueError(f"{path}: cannot be opened ({' '.join(str(failure).split())})") from None
 
+    @classmethod
+    def _open_postgres(cls, dsn: str, *, guard: Any, allow_writes: bool, **limits: Any) -> GuardedDatabase:
+        """``open`` for a PostgreSQL URI."""
+        import psycopg
+
+        from .api import wrap
+
+        try:
+            # Autocommit: each call's transaction is the tool's own (raw.transaction() begins and ends
+            # it); nothing is left open between calls, holding locks or a snapshot.
+            raw = psycopg.connect(dsn, autocommit=True)
+        except psycopg.Error as failure:
+            raise ValueError(f"{redact_dsn(dsn)}: cannot connect ({' '.join(str(failure).split())})") from None
+        try:
+            if not allow_writes:
+                # A second line behind each call's READ ONLY: any transaction this session starts is
+                # read-only unless it says otherwise (a model's change to it is rolled back with its call).
+                raw.execute("SET default_transaction_read_only = on")
+            connection = wrap(raw, guard=_agent_policy(guard, limits), dialect="postgres")
+            return cls(connection, allow_writes=allow_writes, **limits)
+        except BaseException:
+            raw.close()
+            raise
+
     def close(self) -> None:
         """Close the connection."""
+
         self.connection.close()
 
     def __enter__(self) -> GuardedDatabase:
@@ -381,26 +459,31 @@ class GuardedDatabase:
                     f"Refused: only one query (SELECT, or WITH ... SELECT) may run per call, and {problem}."
                     + (" Writes are off for this tool." if kind == "write" else ""),
                 )
-            # Re-sent until the call ends: SQLite drops an interrupt that falls between two statements
-            # (the guard's Python work), and call_deadline bounds the guard's own statements.
-            deadline = interrupt_after(self.timeout, self._raw.interrupt, every=_REINTERRUPT_EVERY)
-            try:
-                with deadline, call_deadline(self.timeout):
-                    cur = self.connection.execute(sql, tuple(parameters))
-                    description = cur.description
-                    rows, over = self._fetch_within_limits(cur, deadline)
-            except Exception as failure:
-                self._refuse_failure(failure, deadline.fired)
-                raise  # not reached: _refuse_failure raises
-            # Rows may come from guard statements cut short: none are served late. A write that ended
-            # has happened, so its answer says so rather than "stopped".
-            if deadline.fired and description is not None:
-                if over and self.dialect == "sqlite":
-                    cur.close()
-                self._refuse_failure(TimeoutError("time limit passed"), True)
-            report: GuardReport | None = cur.guard_report
-            if over and self.dialect == "sqlite":  # a DuckDB connection is its own cursor: never closed here
-                cur.close()  # lets go of the rest of the result now, not at the next statement
+            if self.dialect == "postgres":
+                description, rows, over, report, count = self._run_postgres(sql, tuple(parameters))
+            else:
+                # Re-sent until the call ends: SQLite drops an interrupt that falls between two statements
+                # (the guard's Python work), and call_deadline bounds the guard's own statements.
+                deadline = interrupt_after(self.timeout, self._raw.interrupt, every=_REINTERRUPT_EVERY)
+                try:
+                    with deadline, call_deadline(self.timeout):
+                        cur = self.connection.execute(sql, tuple(parameters))
+                        description = cur.description
+                        rows, over = self._fetch_within_limits(cur, deadline)
+                except Exception as failure:
+                    self._refuse_failure(failure, deadline.fired)
+                    raise  # not reached: _refuse_failure raises
+                # Rows may come from guard statements cut short: none are served late. A write that ended
+                # has happened, so its answer says so rather than "stopped".
+                if deadline.fired and description is not None:
+                    if over and self.dialect == "sqlite":
+                        cur.close()
+                    self._refuse_failure(TimeoutError("time limit passed"), True)
+                report = cur.guard_report
+                if over and self.dialect == "sqlite":  # a DuckDB connection is its own cursor: never closed here
+                    cur.close()  # lets go of the rest of the result now, not at the next statement
+                # sqlite3 gives -1 for DDL and queries: only a write's count is a count of changed rows.
+                count = getattr(cur, "rowcount", -1) if description is None else -1
         assert report is not None  # every guarded execute sets one
         columns = tuple(entry[0] for entry in description) if description is not None else ()
         feedback = report.feedback()
@@ -418,8 +501,6 @@ class GuardedDatabase:
                 "Select fewer or narrower columns, or add a LIMIT.",
                 feedback,
             )
-        # sqlite3 gives -1 for DDL and queries: only a write's count is a count of changed rows.
-        count = getattr(cur, "rowcount", -1) if description is None else -1
         changed = count if isinstance(count, int) and count >= 0 else None
         result = QueryResult(sql, columns, tuple(tuple(row) for row in rows), report, changed)
         text = len(result.observation())
@@ -432,6 +513,88 @@ class GuardedDatabase:
                 feedback,
             )
         return result
+
+    def _run_postgres(
+        self, sql: str, parameters: tuple[Any, ...]
+    ) -> tuple[Any, list[Any], str, GuardReport | None, int]:
+        """Run one statement on PostgreSQL in a transaction of its own: ``(description, rows, over,
+        report, rowcount)`` as ``query`` uses them, or ``QueryRefused``.
+
+        The transaction is ``READ ONLY`` and always rolled back unless writes are allowed (then
+        committed when the statement succeeded), with ``statement_timeout`` set ``LOCAL`` to the limit,
+        so nothing the model sets outlives its call. A query is declared as a server-side cursor the
+        guard probes (``probed_server_cursor``): rows are fetched 16 at a time and the rest of a result
+        over the limits stays on the server, and ``DECLARE`` takes exactly one query, so PostgreSQL's
+        own parser refuses a second statement as well. A cancel request at the deadline (repeated until
+        the call ends) stops what the server's timeout does not cover: fetches, and the guard's own
+        statements after a model's ``set_config('statement_timeout', ...)``."""
+        import psycopg
+
+        from .deadlines import call_deadline, interrupt_after
+        from .lockdown import start_postgres_call
+        from .proxy_psycopg import probed_server_cursor
+        from .rewrite import is_read_only_query
+
+        raw = self._raw
+        description: Any = None
+        rows: list[Any] = []
+        over, count = "", -1
+        report: GuardReport | None = None
+        server_cursor: Any = None
+        canceller = _Canceller(raw)
+        deadline = interrupt_after(self.timeout, canceller, every=_RECANCEL_EVERY)
+        try:
+            with raw.transaction(force_rollback=not self.allow_writes):
+                try:
+                    with deadline, call_deadline(self.timeout):
+                        start_postgres_call(raw, allow_writes=self.allow_writes, time_limit=self.timeout)
+                        if is_read_only_query(sql, "postgres"):
+                            cur = server_cursor = probed_server_cursor(self.connection, _CURSOR_NAME)
+                            options: dict[str, Any] = {}
+                        else:  # a write (writes are allowed): DECLARE takes queries only
+                            cur = self.connection.cursor()
+                            # Prepared: the extended protocol, which runs one statement, never several.
+                            options = {"prepare": True}
+                        if parameters:
+                            cur.execute(sql, parameters, **options)
+                        else:  # without parameters psycopg reads no placeholders: '%' stays a character
+                            cur.execute(sql, **options)
+                        description = cur.description
+                        if description is not None:
+                            rows, over = self._fetch_within_limits(cur, deadline)
+                        else:
+                            count = cur.rowcount
+                        report = cur.guard_report
+                finally:
+                    deadline.cancel()
+                    canceller.wait()  # no cancel request may arrive after the call
+                # Rows may come from guard statements cut short: none are served late. A write that
+                # ended has happened: it is committed and answered as done.
+                if deadline.fired and description is not None:
+                    raise TimeoutError("time limit passed")
+        except Exception as failure:
+            self._end_transaction()
+            timed_out = deadline.fired or isinstance(failure, psycopg.errors.QueryCanceled)
+            self._refuse_failure(failure, timed_out)
+            raise  # not reached: _refuse_failure raises
+        finally:
+            if server_cursor is not None:
+                server_cursor.close()  # the transaction has ended: nothing is sent
+        return description, rows, over, report, count
+
+    def _end_transaction(self) -> None:
+        """Roll back whatever a failed call left open (a cancel request that arrived during the
+        transaction's own ROLLBACK fails it), so that the next call starts from no transaction."""
+        from psycopg.pq import TransactionStatus
+
+        raw = self._raw
+        for _ in range(3):
+            if raw.closed or raw.info.transaction_status == TransactionStatus.IDLE:
+                return
+            try:
+                raw.rollback()
+            except Exception:  # a late cancel again: try once more
+                continue
 
     def _fetch_within_limits(self, cur: Any, deadline: Deadline) -> tuple[list[Any], str]:
         """The rows of ``cur``, fetched a few at a time and stopped as soon as they pass ``max_rows``
@@ -461,6 +624,8 @@ class GuardedDatabase:
         report = getattr(self.connection, "guard_report", None)
         feedback = report.feedback() if isinstance(report, GuardReport) else ""
         message = describe_error(failure)
+        if self.dialect == "postgres":  # the model wrote the query, not the DECLARE around it
+            feedback, message = _DECLARED.sub("", feedback), _DECLARED.sub("", message)
         if timed_out:
             raise QueryRefused(
                 "timeout",
@@ -474,6 +639,12 @@ class GuardedDatabase:
                 "too_large",
                 f"Refused: a value in the result is longer than this tool serves (values are capped at "
                 f"{self.value_limit}). Select a part of it (substr) or its length instead.",
+            ) from None
+        if _is_postgres_denial(failure):
+            raise QueryRefused(
+                "write" if not self.allow_writes else "sql_error",
+                f"Refused: the database denied this statement ({message}): this tool runs each call in a "
+                "read-only transaction (while writes are off) as a role that may only read.",
             ) from None
         if "not authorized" in message or "prohibited" in message:
             raise QueryRefused(
@@ -490,7 +661,32 @@ class GuardedDatabase:
         from .schema_description import describe
 
         with self._lock:
-            return describe(self._raw, self.dialect)
+            if self.dialect != "postgres":
+                return describe(self._raw, self.dialect)
+            return self._describe_postgres()
+
+    def _describe_postgres(self) -> SchemaInfo:
+        """``describe`` in a read-only transaction that is rolled back, under the call's time limit (the
+        row counts are what can take long: each gets what is left of it, then None)."""
+        from .deadlines import call_deadline, interrupt_after
+        from .lockdown import start_postgres_call
+        from .schema_description import describe
+
+        raw = self._raw
+        canceller = _Canceller(raw)
+        try:
+            with raw.transaction(force_rollback=True):
+                deadline = interrupt_after(self.timeout, canceller, every=_RECANCEL_EVERY)
+                try:
+                    with deadline, call_deadline(self.timeout):
+                        start_postgres_call(raw, allow_writes=False, time_limit=self.timeout)
+                        return describe(raw, "postgres")
+                finally:
+                    deadline.cancel()
+                    canceller.wait()
+        except Exception:
+            self._end_transaction()
+            raise
 
 
 _FETCH_BATCH = 16
@@ -498,6 +694,49 @@ _FETCH_BATCH = 16
 
 _REINTERRUPT_EVERY = 0.02
 """Seconds between the interrupts re-sent once a call's time limit has passed, until the call ends."""
+
+_RECANCEL_EVERY = 0.1
+"""PostgreSQL: seconds between cancel requests once a call's time limit has passed. A request that
+reaches the server between two statements is dropped, like SQLite's interrupt; each one costs a
+connection to the server, hence the longer interval."""
+
+_CANCEL_TIMEOUT = 5.0
+"""Seconds a cancel request may take to reach the server before it is given up."""
+
+_CURSOR_NAME = "guarded_sqlite_agent"
+"""The server-side cursor a PostgreSQL call's query is declared as (one per call, closed with its
+transaction)."""
+
+_DECLARED = re.compile(r'(?:\.\.\.)?[A-Za-z]*\s*"' + _CURSOR_NAME + r'" CURSOR FOR ')
+"""The ``DECLARE`` in PostgreSQL's excerpt of a failed query (``LINE 1: DECLARE "..." CURSOR FOR SELECT
+nme``, or ``...ECLARE`` when cut): removed from what the model reads."""
+
+
+class _Canceller:
+    """Sends psycopg's cancel request for ``raw`` on a thread of its own, one at a time. The watchdog
+    thread serves every deadline in the process and must not wait on a round trip to a server; ``wait``
+    lets the call finish only once no request is on its way, so none can cancel a later statement."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._thread: threading.Thread | None = None
+
+    def __call__(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return  # the previous request is still on its way
+        self._thread = threading.Thread(target=self._send, name="guarded-sqlite-pg-cancel", daemon=True)
+        self._thread.start()
+
+    def _send(self) -> None:
+        try:
+            self._raw.cancel_safe(timeout=_CANCEL_TIMEOUT)
+        except Exception:  # a closed connection, an unreachable server: the statement timeout remains
+            pass
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join(_CANCEL_TIMEOUT)
+
 
 _QUERY_WORDS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
 """First words of statements that read as queries (DuckDB's ``FROM t`` among them): refused only for a
@@ -556,4 +795,15 @@ def _is_database_error(failure: Exception) -> bool:
     if isinstance(failure, sqlite3.Error):
         return True
     duckdb = sys.modules.get("duckdb")
-    return duckdb is not None and isinstance(failure, duckdb.Error)
+    if duckdb is not None and isinstance(failure, duckdb.Error):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(failure, psycopg.Error)
+
+
+def _is_postgres_denial(failure: Exception) -> bool:
+    """A write in a read-only transaction (SQLSTATE 25006) or a privilege the role lacks (42501)."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(failure, psycopg.Error):
+        return False
+    return isinstance(failure, (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege))

@@ -1,8 +1,9 @@
 """The ``guarded-sqlite`` command line: ``demo``, ``query``, ``mcp``, ``eval`` and ``sweep`` (and ``--version``).
 
 ``query DB SQL`` runs one statement through the guard on a SQLite file opened read-only and prints the
-rows and the guard report (``cli_query``). ``mcp DB`` serves a SQLite or DuckDB file to an LLM agent as
-an MCP server over stdio (``mcp_server``; it needs the ``mcp`` extra and exits 2 naming it without).
+rows and the guard report (``cli_query``). ``mcp DB`` serves a SQLite or DuckDB file (or a PostgreSQL
+``postgresql://`` URI) to an LLM agent as an MCP server over stdio (``mcp_server``; it needs the
+``mcp`` extra and exits 2 naming it without).
 ``eval`` and ``sweep`` run on the SQLite files, or with ``--engine duckdb|postgres`` on copies of them
 (made on first use, reused while the files are unchanged) with every query transpiled from SQLite;
 ``--sample`` runs them on the small evaluation sample shipped in the package (``evaluation.sample``)

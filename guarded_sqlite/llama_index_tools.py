@@ -117,8 +117,10 @@ def open_guarded_sql_tools(
     max_chars: int = DEFAULT_MAX_CHARS,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> tuple[GuardedDatabase, list[FunctionTool]]:
-    """``GuardedDatabase.open(path, ...)`` (same arguments) and ``guarded_sql_tools`` over it. The
-    database is returned too, to be closed when the agent is done (``with db:`` works)."""
+    """``GuardedDatabase.open(path, ...)`` (same arguments) and ``guarded_sql_tools`` over it. ``path``
+    is a SQLite or DuckDB file, or a ``postgresql://`` URI (each call then runs in a read-only
+    transaction of its own, unless ``allow_writes``). The database is returned too, to be closed when
+    the agent is done (``with db:`` works)."""
     db = GuardedDatabase.open(
         path,
         guard=guard,

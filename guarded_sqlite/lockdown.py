@@ -1,8 +1,7 @@
 """Engine-side lockdown for a connection a model drives: what the engine itself refuses, per engine.
 
 Reading a statement can be fooled; the engine cannot. Each supported engine gets one "agent session"
-setup, so that a further engine (PostgreSQL: read-only transactions, ``SET LOCAL statement_timeout``)
-slots in as one more function here:
+setup:
 
 - SQLite (``lock_down_sqlite``): ``PRAGMA query_only``, an authorizer (``sqlite_decision``, a pure
   function) that denies ATTACH/DETACH (VACUUM INTO attaches its target, so it is denied too), every
@@ -15,8 +14,13 @@ slots in as one more function here:
   autoinstall/autoload off, Python replacement scans off, ``memory_limit`` set, then
   ``lock_configuration=true`` so no later statement can change any of it. A connection the caller
   opened is checked, not changed: its settings belong to the caller's whole database instance.
-- ``single_statement_problem``: more than one statement is refused (DuckDB's ``execute`` runs them all);
-  DuckDB's own parser also names each statement's type.
+- PostgreSQL (``postgres_session_problem``, ``start_postgres_call``): every call runs in a transaction
+  of its own, ``READ ONLY`` unless writes are allowed and rolled back, with ``statement_timeout`` set
+  ``LOCAL`` to the call's limit: a ``set_config(..., false)`` by the model is undone with the
+  transaction and cannot lift the next call's limit. What the role may do (superuser, server file
+  access) is the operator's to withhold; see the README.
+- ``single_statement_problem``: more than one statement is refused (DuckDB's ``execute`` and psycopg's
+  simple query protocol run them all); DuckDB's own parser also names each statement's type.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ __all__ = [
     "SQLITE_DENIED_FUNCTIONS",
     "duckdb_lockdown_problem",
     "lock_down_sqlite",
+    "postgres_session_problem",
     "single_statement_problem",
     "sqlite_decision",
+    "start_postgres_call",
     "value_length_limit",
 ]
 
@@ -230,7 +236,14 @@ def single_statement_problem(sql: str, dialect: str, raw: Any, *, allow_writes: 
     """Why ``sql`` is not one statement the tool may run, as the engine's own parser reads it, or None.
 
     SQLite's ``execute`` itself refuses a second statement; DuckDB's runs every one, so its parser
-    (``extract_statements``) splits the text and names each statement's type."""
+    (``extract_statements``) splits the text and names each statement's type. psycopg sends a statement
+    without parameters by the simple query protocol, which runs every statement in the text (a
+    ``COMMIT`` among them would end the read-only transaction), so on PostgreSQL the text is split on
+    sqlglot's tokens, which know PostgreSQL's strings, dollar quotes and comments; a text that does not
+    tokenize is refused too. The agent also sends a query as a server-side cursor's ``DECLARE``, which
+    PostgreSQL's own parser refuses with more than one statement in it."""
+    if dialect == "postgres":
+        return _postgres_statements_problem(sql)
     if dialect != "duckdb":
         return None
     duckdb = sys.modules["duckdb"]
@@ -243,3 +256,69 @@ def single_statement_problem(sql: str, dialect: str, raw: Any, *, allow_writes: 
     if not allow_writes and statements and statements[0].type != duckdb.StatementType.SELECT:
         return f"DuckDB reads it as a {statements[0].type.name} statement, not a query"
     return None
+
+
+def _postgres_statements_problem(sql: str) -> str | None:
+    """Why ``sql`` is not one PostgreSQL statement by sqlglot's tokens, or None. Empty statements
+    (``SELECT 1;;``) are not counted: PostgreSQL skips them.
+
+    >>> _postgres_statements_problem("SELECT ';' AS a; -- trailing")
+    >>> _postgres_statements_problem("SELECT 1; COMMIT")
+    'it holds 2 statements; send one statement per call'
+    >>> _postgres_statements_problem("SELECT $$; DELETE FROM t$$")
+    """
+    import sqlglot
+    from sqlglot.errors import SqlglotError
+    from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re-exports it
+
+    try:
+        tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
+    except SqlglotError:
+        return "it cannot be split into statements (an unterminated string or comment?)"
+    statements, open_statement = 0, False
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            open_statement = False
+        elif not open_statement:
+            open_statement = True
+            statements += 1
+    if statements > 1:
+        return f"it holds {statements} statements; send one statement per call"
+    return None
+
+
+def postgres_session_problem(raw: Any) -> str | None:
+    """Why a psycopg connection cannot serve a model's statements, or None: each call opens and ends
+    its own transaction, so none may be open (or failed, or in flight) when the tool starts, and
+    pipeline mode would defer the errors a call must see."""
+    from psycopg.pq import TransactionStatus
+
+    if raw.closed:
+        return "the PostgreSQL connection is closed"
+    if getattr(raw, "_pipeline", None) is not None:
+        return "the PostgreSQL connection is in pipeline mode; leave it before handing it to the tool"
+    status = raw.info.transaction_status
+    if status != TransactionStatus.IDLE:
+        return (
+            f"the PostgreSQL connection has a transaction open ({status.name}): commit or roll it back first; "
+            "the tool runs each call in a transaction of its own"
+        )
+    return None
+
+
+def start_postgres_call(raw: Any, *, allow_writes: bool, time_limit: float | None) -> None:
+    """The first statements of a call's transaction (``raw.transaction()`` just began it): ``READ
+    ONLY`` unless writes are allowed, then ``statement_timeout`` for this transaction only, so that
+    whatever the model sets for the session is undone at the call's end (a read-only call is rolled
+    back) or overridden by the next call's own setting. ``time_limit`` None or infinite leaves the
+    session's timeout."""
+    from .engines import pg_statement_timeout
+
+    with raw.cursor() as cursor:
+        if not allow_writes:
+            # The first statement of the transaction: afterwards PostgreSQL refuses to switch it back
+            # ("transaction read-write mode must be set before any query"), set_config included.
+            cursor.execute("SET TRANSACTION READ ONLY")
+        timeout = pg_statement_timeout(time_limit)
+        if timeout is not None:
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", (timeout,))

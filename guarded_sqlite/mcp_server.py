@@ -1,7 +1,8 @@
-"""An MCP server that lets an LLM agent query a SQLite or DuckDB file through the guard.
+"""An MCP server that lets an LLM agent query a SQLite or DuckDB file, or a PostgreSQL database, through
+the guard.
 
-Any MCP client (Claude Desktop, an IDE, an agent framework) can start ``guarded-sqlite mcp DB`` and
-give its model two tools:
+Any MCP client (Claude Desktop, an IDE, an agent framework) can start ``guarded-sqlite mcp DB`` (or
+``guarded-sqlite mcp postgresql://reader@host/db``) and give its model two tools:
 
 - ``schema``: the tables with their columns, keys, foreign keys and what a join along each repeats,
   and row counts, so the model can write joins that do not fan out;
@@ -35,7 +36,16 @@ try:
 except ImportError:  # without the extra no server is built and these shapes are only documentation
     from typing import TypedDict
 
-from .agent import AGENT_GUARD, DEFAULT_MAX_CHARS, DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, GuardedDatabase, QueryRefused
+from .agent import (
+    AGENT_GUARD,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT,
+    GuardedDatabase,
+    QueryRefused,
+    is_postgres_dsn,
+    redact_dsn,
+)
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -113,10 +123,12 @@ class TableOutput(TypedDict):
 
 
 class SchemaOutput(TypedDict):
-    """Every table and view of the database (SchemaInfo.as_dict())."""
+    """Every table and view of the database (SchemaInfo.as_dict()); tables in default_schema are named
+    without it in SQL."""
 
     dialect: str
     tables: list[TableOutput]
+    default_schema: str
 
 
 def query_description(db: GuardedDatabase) -> str:
@@ -236,14 +248,20 @@ def add_mcp_parser(commands: Any) -> None:
 
     command = commands.add_parser(
         "mcp",
-        help="serve a SQLite or DuckDB file to an LLM agent as an MCP server over stdio (tools: query, schema)",
+        help="serve a SQLite or DuckDB file, or a PostgreSQL database, to an LLM agent as an MCP server over "
+        "stdio (tools: query, schema)",
         description="Run an MCP server over stdio with two tools: schema (tables, keys, foreign keys with "
         "their cardinality, row counts) and query (one statement through the guard; rows plus the guard's "
         "feedback on repeated rows and aggregate fan-out). Writes are refused unless --allow-writes is given. "
         "Needs the mcp extra: pip install 'guarded-sqlite[mcp]'. Exit status: 0 when the client "
-        "disconnects, 2 for an unusable DB path, bad options, or the mcp package missing.",
+        "disconnects, 2 for an unusable DB path or server, bad options, or the mcp package missing.",
     )
-    command.add_argument("db", type=Path, metavar="DB", help="a SQLite file, or a DuckDB file (.duckdb, .ddb)")
+    command.add_argument(
+        "db",
+        metavar="DB",
+        help="a SQLite file, a DuckDB file (.duckdb, .ddb), or a PostgreSQL URI (postgresql://user@host/db; "
+        "connect as a role that may only SELECT)",
+    )
     command.add_argument(
         "--guard",
         choices=PRESETS,
@@ -256,7 +274,8 @@ def add_mcp_parser(commands: Any) -> None:
         "--read-only",
         action="store_true",
         help="open DB read-only at the file level, so nothing can write to it (writes are refused anyway "
-        "unless --allow-writes)",
+        "unless --allow-writes); PostgreSQL: read-only transactions and default_transaction_read_only, "
+        "as without --allow-writes",
     )
     access.add_argument(
         "--allow-writes",
@@ -314,8 +333,11 @@ def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
     except ValueError as problem:
         error(str(problem))
         return 2
-    except ImportError:  # a .duckdb path without duckdb installed
-        error(f"{args.db}: a DuckDB file needs the duckdb package: pip install 'guarded-sqlite[duckdb]'")
+    except ImportError:  # a .duckdb path without duckdb installed, a URI without psycopg
+        if is_postgres_dsn(args.db):
+            error(f"{redact_dsn(args.db)}: PostgreSQL needs psycopg 3: pip install 'guarded-sqlite[postgres]'")
+        else:
+            error(f"{args.db}: a DuckDB file needs the duckdb package: pip install 'guarded-sqlite[duckdb]'")
         return 2
     audit = None
     if args.audit_log is not None:

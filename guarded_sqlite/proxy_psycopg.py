@@ -114,6 +114,21 @@ def cursor_class(raw_cursor: Any) -> type[CursorProxy]:
     return StreamingCursor if isinstance(raw_cursor, psycopg.ServerCursor) else ContextCursor
 
 
+def probed_server_cursor(connection: Any, name: str) -> ContextCursor:
+    """A cursor of the guarded ``connection`` over a new psycopg server-side cursor ``name`` that the
+    guard probes like a client-side one (``conn.cursor(name=...)`` streams unprobed instead).
+
+    For a caller that reads a bounded prefix of a query's rows, such as an agent tool: a client-side
+    psycopg cursor receives the whole result before ``execute`` returns (ten million rows for a
+    ``generate_series`` the model asked for), while here the guard fetches what it probes (its
+    ``row_cap`` and ``byte_cap``) and the caller the rows it serves; the rest never leaves the server.
+    The statement runs as ``DECLARE ... CURSOR FOR``, so it must be a query, inside a transaction."""
+    raw = connection.__wrapped__.cursor(name=name)
+    cursor = ContextCursor(raw)
+    cursor._self_guard = connection._self_guard
+    return cursor
+
+
 # Former names.
 _ContextCursor = ContextCursor
 _StreamingCursor = StreamingCursor

@@ -1,5 +1,5 @@
 """The schema as an agent tool shows it: tables, typed columns, keys, foreign keys with their cardinality,
-and row counts (``agent.SchemaInfo``), read from SQLite's or DuckDB's catalog.
+and row counts (``agent.SchemaInfo``), read from SQLite's, DuckDB's or PostgreSQL's catalog.
 
 Keys and foreign keys come from the same readers the guard's analysis uses (``schema``,
 ``schema_servers``), so what the model is told about keys is what the guard reasons with. Column types
@@ -26,8 +26,20 @@ __all__ = ["describe", "foreign_key_cardinality"]
 
 
 def describe(raw: Any, dialect: str) -> SchemaInfo:
-    """Read the schema of ``raw`` (an unguarded ``sqlite3`` or ``duckdb`` connection)."""
-    if dialect == "duckdb":
+    """Read the schema of ``raw`` (an unguarded ``sqlite3``, ``duckdb`` or ``psycopg`` connection).
+
+    PostgreSQL: ``raw`` must be in a transaction (the agent's read-only one); each row count runs in a
+    savepoint limited to what the enclosing ``call_deadline`` has left, and is None once that is spent
+    or the count fails (a table the role may not read)."""
+    default_schema = "main"
+    primary_keys: dict[tuple[str, str], tuple[str, ...]] = {}
+    if dialect == "postgres":
+        from .schema_servers import read_postgres_schema
+
+        facts = read_postgres_schema(raw)
+        types, primary_keys, default_schema = _postgres_columns(raw)
+        reader = raw
+    elif dialect == "duckdb":
         from .schema_servers import read_duckdb_schema
 
         facts = read_duckdb_schema(raw)
@@ -40,14 +52,18 @@ def describe(raw: Any, dialect: str) -> SchemaInfo:
         reader = plain_cursor(raw)
     try:
         tables = []
-        for table in sorted(facts.tables, key=lambda t: (t.schema != "main", t.schema, t.name.lower())):
+        for table in sorted(facts.tables, key=lambda t: (t.schema != default_schema, t.schema, t.name.lower())):
             if dialect == "sqlite" and table.name.lower().startswith("sqlite_"):
                 continue  # SQLite's own bookkeeping (sqlite_sequence, sqlite_stat1)
-            primary_key: tuple[str, ...] = ()
+            primary_key: tuple[str, ...] = primary_keys.get((table.schema, table.name), ())
             if dialect == "sqlite":
                 columns, primary_key = _sqlite_columns(reader, table)
             else:
                 columns = types.get((table.schema, table.name)) or tuple((c, "") for c in table.columns)
+            if dialect == "postgres":
+                count = None if table.is_view else _postgres_row_count(raw, table)
+            else:
+                count = None if table.is_view else _row_count(reader, table)
             keys = _declared_keys(table)
             # The primary key first: it is the one a model should join through.
             keys = tuple(sorted(keys, key=lambda key: set(key) != set(primary_key)))
@@ -59,13 +75,13 @@ def describe(raw: Any, dialect: str) -> SchemaInfo:
                     columns=columns,
                     keys=keys,
                     foreign_keys=tuple(_foreign_key(table, fk, facts) for fk in table.foreign_keys),
-                    row_count=None if table.is_view else _row_count(reader, table),
+                    row_count=count,
                 )
             )
     finally:
         if reader is not raw:
             reader.close()
-    return SchemaInfo(dialect, tuple(tables))
+    return SchemaInfo(dialect, tuple(tables), default_schema)
 
 
 def _declared_keys(table: TableFacts) -> tuple[tuple[str, ...], ...]:
@@ -146,6 +162,73 @@ def _duckdb_types(raw: Any) -> dict[tuple[str, str], tuple[tuple[str, str], ...]
     for schema, name, column, kind in rows:
         types.setdefault((str(schema), str(name)), []).append((str(column), str(kind)))
     return {key: tuple(value) for key, value in types.items()}
+
+
+_PG_COLUMN_TYPES = """
+SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
+ORDER BY n.nspname, c.relname, a.attnum
+"""
+_PG_PRIMARY_KEYS = """
+SELECT n.nspname, c.relname, a.attname
+FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, position) ON true
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indisprimary ORDER BY n.nspname, c.relname, k.position
+"""
+
+
+def _postgres_columns(
+    raw: Any,
+) -> tuple[dict[tuple[str, str], tuple[tuple[str, str], ...]], dict[tuple[str, str], tuple[str, ...]], str]:
+    """Column types (``format_type``: ``integer``, ``character varying(20)``), primary keys in key order,
+    and ``current_schema()``. Keys themselves come from ``read_postgres_schema``, as the guard's do; a
+    failed read leaves types empty (a courtesy) rather than failing the schema."""
+    from psycopg.rows import tuple_row
+
+    types: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    primary: dict[tuple[str, str], list[str]] = {}
+    default_schema = "public"
+    try:
+        with raw.transaction(), raw.cursor(row_factory=tuple_row) as cur:
+            for schema, name, column, kind in cur.execute(_PG_COLUMN_TYPES).fetchall():
+                types.setdefault((str(schema), str(name)), []).append((str(column), str(kind)))
+            for schema, name, column in cur.execute(_PG_PRIMARY_KEYS).fetchall():
+                primary.setdefault((str(schema), str(name)), []).append(str(column))
+            row = cur.execute("SELECT current_schema()").fetchone()
+            if row is not None and row[0] is not None:
+                default_schema = str(row[0])
+    except Exception:  # psycopg's errors; the savepoint keeps the transaction usable
+        pass
+    return (
+        {key: tuple(value) for key, value in types.items()},
+        {key: tuple(value) for key, value in primary.items()},
+        default_schema,
+    )
+
+
+def _postgres_row_count(raw: Any, table: TableFacts) -> int | None:
+    """``COUNT(*)`` in a savepoint, limited to what the call has left; None when nothing is left or the
+    count fails. A full count of a large table is what can take long on a server."""
+    from psycopg.rows import tuple_row
+
+    from .deadlines import time_left
+    from .engines import pg_statement_timeout
+
+    left = time_left(None)
+    if left is not None and left <= 0:
+        return None
+    try:
+        with raw.transaction(), raw.cursor(row_factory=tuple_row) as cur:
+            timeout = pg_statement_timeout(left)
+            if timeout is not None:
+                cur.execute("SELECT set_config('statement_timeout', %s, true)", (timeout,))
+            row = cur.execute(f"SELECT COUNT(*) FROM {_qualified(table)}").fetchone()
+    except Exception:  # a table the role may not read, or out of time
+        return None
+    return int(row[0]) if row is not None else None
 
 
 def _row_count(reader: Any, table: TableFacts) -> int | None:

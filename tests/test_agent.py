@@ -305,8 +305,10 @@ def test_a_duckdb_path_that_is_not_duckdb_is_a_value_error(tmp_path: Path) -> No
         GuardedDatabase.open(path)
 
 
-def test_postgres_is_refused_clearly(pg_dsn: str) -> None:
+def test_a_postgres_connection_is_served(pg_dsn: str) -> None:
+    """Formerly a TypeError; tests/test_agent_postgres.py holds the PostgreSQL tool to the rest."""
     psycopg = pytest.importorskip("psycopg")
     with psycopg.connect(pg_dsn) as raw:
-        with pytest.raises(TypeError, match="SQLite and DuckDB connections, not postgres"):
-            GuardedDatabase(guarded_sqlite.wrap(raw))
+        db = GuardedDatabase(guarded_sqlite.wrap(raw))
+        assert db.dialect == "postgres"
+        assert db.query("SELECT 1 AS one").rows == ((1,),)

@@ -134,7 +134,11 @@ async def test_list_tools_describes_the_guard_limits_and_writes(open_db: OpenDb,
         "rows_changed",
     }
     assert "rows_changed" not in query.output_schema["required"]  # only a write's answer has it
-    assert schema.output_schema is not None and set(schema.output_schema["properties"]) == {"dialect", "tables"}
+    assert schema.output_schema is not None and set(schema.output_schema["properties"]) == {
+        "dialect",
+        "tables",
+        "default_schema",
+    }
     assert query.annotations is not None and query.annotations.read_only_hint is True
     assert instructions is not None
     assert "Call the schema tool first" in instructions and "'Guard feedback:'" in instructions

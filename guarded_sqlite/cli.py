@@ -69,16 +69,33 @@ def _tau_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
 
 
+PRESET_RULE = (
+    "Which preset a command starts from follows who reads its rows: a person or an application gets "
+    "patch, the library's default (query, eval, connect()); a model gets text_to_sql, whose answers are "
+    "sets (mcp, the agent tools); sweep tunes the paper's own thresholds, so it starts from paper. "
+    "--guard overrides it everywhere."
+)
+"""The one rule for each command's default ``--guard``, printed by ``guarded-sqlite --help``."""
+
+
+def _presets_among(allowed: Sequence[str], text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in allowed]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(allowed)}, comma-separated, not {text!r}")
+    return list(dict.fromkeys(names))
+
+
 def _preset_list(text: str) -> list[str]:
     from .evaluation.options import EVAL_GUARDS
 
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [name for name in names if name not in EVAL_GUARDS]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"expected one or more of {', '.join(EVAL_GUARDS)}, comma-separated, not {text!r}"
-        )
-    return list(dict.fromkeys(names))
+    return _presets_among(EVAL_GUARDS, text)
+
+
+def _sweep_preset_list(text: str) -> list[str]:
+    from .evaluation.options import SWEEP_GUARDS
+
+    return _presets_among(SWEEP_GUARDS, text)
 
 
 def _add_inputs(command: argparse.ArgumentParser) -> None:
@@ -158,7 +175,9 @@ def _parser() -> argparse.ArgumentParser:
     from .mcp_server import add_mcp_parser
 
     parser = argparse.ArgumentParser(
-        prog="guarded-sqlite", description="Runtime guardrail for machine-written SQL on SQLite."
+        prog="guarded-sqlite",
+        description="Runtime guardrail for machine-written SQL on SQLite.",
+        epilog=PRESET_RULE,
     )
     parser.add_argument("--version", action="version", version=f"guarded-sqlite {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -184,8 +203,9 @@ def _parser() -> argparse.ArgumentParser:
         type=_preset_list,
         default=["patch"],
         metavar="NAME[,NAME...]",
-        help="guard preset: patch (default), text_to_sql, paper or observe (probe only); several, "
-        "comma-separated (e.g. patch,text_to_sql,paper), print one table with a row per preset",
+        help="guard preset: patch (default: the library's, which the system under test would run), "
+        "text_to_sql, paper or observe (probe only); several, comma-separated (e.g. patch,text_to_sql,paper), "
+        "print one table with a row per preset",
     )
     rescue = evaluate.add_argument_group(
         "rescue",
@@ -226,10 +246,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_inputs(sweep)
     sweep.add_argument(
         "--guard",
-        choices=SWEEP_GUARDS,
-        default="paper",
-        help="base preset of the grids: paper (default, the paper's tables), patch or text_to_sql "
-        "(adds the tau_amplified grid and its CV)",
+        type=_sweep_preset_list,
+        default=["paper"],
+        metavar="NAME[,NAME...]",
+        help=f"base preset of the grids, among {', '.join(SWEEP_GUARDS)}: paper (default: the thresholds "
+        "swept are the paper's, P1's and P2's), patch or text_to_sql (adds the tau_amplified grid and its CV); "
+        "several, comma-separated, run one sweep per preset",
     )
     sweep.add_argument(
         "--plot", type=Path, metavar="OUT.png", help="write a PNG of net gain against tau (needs matplotlib)"
@@ -339,10 +361,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.options import RescueOptions
     from .evaluation.render import format_comparison, format_eval, format_sweep
     from .evaluation.report import EvalReport
-    from .evaluation.sweep_report import SweepReport
+    from .evaluation.sweep_report import SweepComparison, SweepReport
     from .evaluation.thresholds import DEFAULT_P1_TAUS, DEFAULT_P2_TAUS, PlotUnavailable, sweep
 
-    report: EvalReport | SweepReport | PresetComparison
+    report: EvalReport | SweepReport | PresetComparison | SweepComparison
     engine = {
         "engine": args.engine,
         "pg_dsn": args.pg_dsn,
@@ -379,21 +401,33 @@ def _evaluate(args: argparse.Namespace) -> int:
                 report = evaluate(args.db_root, args.gold, args.pred, guard=args.guard[0], **options)
                 text = format_eval(report)
         else:
-            report = sweep(
-                args.db_root,
-                args.gold,
-                args.pred,
-                timeout=args.timeout,
-                workers=args.workers,
-                exclude_db=args.exclude_db,
-                p1_taus=args.p1_taus or DEFAULT_P1_TAUS,
-                p2_taus=args.p2_taus or DEFAULT_P2_TAUS,
-                plot=args.plot,
-                **engine,
-                guard=args.guard,
-                amplified_taus=args.amplified_taus,
-            )
-            text = format_eval(report.evaluation) + "\n\n" + format_sweep(report)
+            if args.plot is not None and len(args.guard) > 1:
+                raise InputError("--plot draws one sweep: give --guard one preset")
+            sweeps = {
+                name: sweep(
+                    args.db_root,
+                    args.gold,
+                    args.pred,
+                    timeout=args.timeout,
+                    workers=args.workers,
+                    exclude_db=args.exclude_db,
+                    p1_taus=args.p1_taus or DEFAULT_P1_TAUS,
+                    p2_taus=args.p2_taus or DEFAULT_P2_TAUS,
+                    plot=args.plot,
+                    **engine,
+                    guard=name,
+                    # With several presets the tau_amplified grid is text_to_sql's (the others have none).
+                    amplified_taus=args.amplified_taus if len(args.guard) == 1 or name == "text_to_sql" else None,
+                )
+                for name in args.guard
+            }
+            texts = {name: format_eval(one.evaluation) + "\n\n" + format_sweep(one) for name, one in sweeps.items()}
+            if len(sweeps) == 1:
+                (report,) = sweeps.values()
+                (text,) = texts.values()
+            else:
+                report = SweepComparison(sweeps)
+                text = "\n\n".join(f"== sweep from the {name} preset ==\n\n{one}" for name, one in texts.items())
     except InputError as error:
         _print_error(args.command, str(error))
         return 2

@@ -54,7 +54,8 @@ def add_query_parser(commands: Any) -> None:
         "--guard",
         choices=PRESETS,
         default="patch",
-        help="guard preset: patch (default), text_to_sql, paper, observe (probe only) or off",
+        help="guard preset: patch (default: the rows are a person's to read), text_to_sql, paper, observe "
+        "(probe only) or off",
     )
     query.add_argument(
         "--param",

@@ -266,7 +266,7 @@ def add_mcp_parser(commands: Any) -> None:
         "--guard",
         choices=PRESETS,
         default=AGENT_GUARD,
-        help=f"guard preset: {AGENT_GUARD} (default: the preset for generated SQL), patch, paper, observe "
+        help=f"guard preset: {AGENT_GUARD} (default: the rows are a model's to read), patch, paper, observe "
         "(probe only) or off",
     )
     access = command.add_mutually_exclusive_group()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from guarded_sqlite import GuardPolicy
 from guarded_sqlite.cli import main
 from guarded_sqlite.evaluation import EvalReport, evaluate
 from guarded_sqlite.evaluation.sample import DB_IDS, SampleInputs, kinds, materialise, sample_inputs
@@ -258,3 +259,70 @@ def test_predictions_in_another_order_than_the_gold_are_called_out(
     with pytest.warns(UserWarning):
         code = main(["eval", "--db-root", str(sample.db_root), "--gold", str(sample.gold), "--pred", str(shuffled)])
     assert code == 0 and capsys.readouterr().out.splitlines()[1].startswith("WARNING: ")
+
+
+def _readme_sample_table() -> dict[str, list[str]]:
+    """The README's table of the sample under each preset: preset -> its cells."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("| preset | Set-EX | Multiset-EX | guarded Set-EX |")
+    rows: dict[str, list[str]] = {}
+    for line in readme[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
+def test_readme_sample_table_is_what_eval_sample_prints(reports: dict[str, EvalReport]) -> None:
+    table = _readme_sample_table()
+    assert list(table) == ["patch", "text_to_sql", "paper"]
+    for preset, cells in table.items():
+        report = reports[preset]
+        b, g = report.baseline, report.guarded
+        assert cells[:4] == [f"{value:.2f}" for value in (b.set_ex, b.multiset_ex, g.set_ex, g.multiset_ex)], preset
+        p1 = report.rules["P1"]
+        assert cells[4] == f"{p1.fired}/{p1.fix}/{p1.break_}", preset
+        aggregate, flagged = report.rules["aggregate"], report.flagged.aggregate_fanout
+        if cells[5] == "-":
+            assert flagged == 0 and aggregate.fired == 0, preset
+        elif cells[5].endswith("flagged, rows as written"):
+            assert int(cells[5].split()[0]) == flagged and aggregate.fired == 0, preset
+        else:
+            assert cells[5] == f"{aggregate.fired}/{aggregate.fix}/{aggregate.break_}", preset
+
+
+def test_cli_sweep_several_presets(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["sweep", "--sample", "--workers", "1", "--p1-taus", "0.8", "--p2-taus", "0.1"]
+    assert main([*argv, "--guard", "paper,text_to_sql", "--amplified-taus", "0.5", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data["reports"]) == ["paper", "text_to_sql"]
+    # The tau_amplified grid is text_to_sql's alone; each sweep keeps its own operating point.
+    assert data["reports"]["paper"]["amplified"] == []
+    assert [row["tau"] for row in data["reports"]["text_to_sql"]["amplified"]] == [0.5]
+    assert main([*argv, "--guard", "paper,text_to_sql"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("== sweep from the paper preset ==") < out.index("== sweep from the text_to_sql preset ==")
+    with pytest.raises(SystemExit):
+        main([*argv, "--guard", "paper,nonsense"])
+    assert "expected one or more of paper, patch, text_to_sql" in capsys.readouterr().err
+    assert main([*argv, "--guard", "paper,patch", "--plot", str(tmp_path / "x.png")]) == 2
+    assert "--plot draws one sweep" in capsys.readouterr().err
+
+
+def test_each_command_defaults_to_the_preset_the_rule_gives() -> None:
+    from guarded_sqlite.cli import PRESET_RULE, _parser
+
+    parser = _parser()
+    assert " ".join(PRESET_RULE.split()) in " ".join(parser.format_help().split())
+    defaults = {
+        command: parser.parse_args(argv).guard
+        for command, argv in {
+            "query": ["query", "x.db", "SELECT 1"],
+            "eval": ["eval", "--sample"],
+            "mcp": ["mcp", "x.db"],
+            "sweep": ["sweep", "--sample"],
+        }.items()
+    }
+    assert defaults == {"query": "patch", "eval": ["patch"], "mcp": "text_to_sql", "sweep": ["paper"]}
+    assert GuardPolicy().preset == "patch"  # connect()'s default, as the rule says

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .options import RescueOptions
     from .records import DatabaseCopy, PairRecord
     from .report import EvalReport, RescueStats
-    from .sweep_report import SweepReport
+    from .sweep_report import SweepComparison, SweepReport
     from .thresholds import PlotUnavailable, sweep
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "PresetComparison",
     "RescueOptions",
     "RescueStats",
+    "SweepComparison",
     "SweepReport",
     "compare",
     "evaluate",
@@ -146,6 +147,7 @@ _LAZY = {
     "PresetComparison": "compare",
     "PlotUnavailable": "thresholds",
     "EvalReport": "report",
+    "SweepComparison": "sweep_report",
     "SweepReport": "sweep_report",
     "PairRecord": "records",
     "DatabaseCopy": "records",

@@ -3,6 +3,7 @@ leave-one-database-out cross-validation of each threshold (``thresholds`` comput
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .records import JsonMixin, SweepOutcome
@@ -111,3 +112,11 @@ class SweepReport(JsonMixin):
 
     amplified_candidates: int = 0
     """Predictions replayed for the ``tau_amplified`` grid: results with duplicates at its smallest threshold."""
+
+
+@dataclass(frozen=True)
+class SweepComparison(JsonMixin):
+    """``sweep`` from each of several base presets, on the same inputs (``sweep --guard paper,text_to_sql``)."""
+
+    reports: Mapping[str, SweepReport]
+    """The sweep from each preset, in the order asked for."""

@@ -78,6 +78,11 @@ def skip_reason(block: Block) -> str | None:
             "README's two top commands set up the environment this test runs in; .ci/run runs both as "
             "written (read by .ci/readme_commands.py; test_ci_runs_readme_two_commands checks that)"
         )
+    if block.section == "Installing":
+        return (
+            "installs the package from a clone or a wheel it builds (needs the build tool and a writable "
+            "site); .ci/run builds the wheel, installs it into a fresh venv and runs the demo from it"
+        )
     if "shared/data" in block.code:
         return "needs the Spider/BIRD data in shared/data, which is not part of the repository"
     return None

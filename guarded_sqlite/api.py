@@ -159,6 +159,10 @@ def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -
         from .proxy_duckdb import GuardedDuckDBConnection
 
         return GuardedDuckDBConnection(connection, policy)
+    if engine.name == "postgres":
+        from .proxy_psycopg import PsycopgConnectionProxy
+
+        return PsycopgConnectionProxy(connection, policy, engine, single_thread=single_thread)
     from .proxy import ConnectionProxy
 
     return ConnectionProxy(connection, policy, engine, single_thread=single_thread)

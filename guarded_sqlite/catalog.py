@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
 
 from sqlglot import exp
 
@@ -73,7 +73,7 @@ from .schema import (
 from .schema_servers import read_duckdb_schema, read_postgres_schema
 
 if TYPE_CHECKING:
-    from .core import ConnectionState
+    from .connection_state import ConnectionState
 
 __all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "explain", "plan"]
 
@@ -130,7 +130,7 @@ def _view(guard: ConnectionState) -> SqliteSchemaView | SnapshotSchemaView:
     view = guard.catalog
     if view is None:
         view = guard.catalog = SqliteSchemaView(guard.raw) if guard.engine is SQLITE else SnapshotSchemaView(guard)
-    return view
+    return cast("SqliteSchemaView | SnapshotSchemaView", view)  # only this module makes the views
 
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .policy import GuardPolicy
 from .probe import AGGREGATE_SCREEN
@@ -20,10 +20,14 @@ from .serving import FIRST_ROWS
 from .sinks import deliver
 
 if TYPE_CHECKING:
-    from .catalog import SnapshotSchemaView, SqliteSchemaView
     from .engines import Engine
 
-    SchemaView = SqliteSchemaView | SnapshotSchemaView
+
+class SchemaView(Protocol):
+    """A connection's schema view (``catalog.SqliteSchemaView`` or ``SnapshotSchemaView``), typed by the
+    one call every view answers: ``catalog``, which imports sqlglot, builds on this module, not the reverse."""
+
+    def explain(self, sql: str, analyser: Any) -> Any: ...
 
 SMALL_RESULT = 2048
 """Below this many rows one set() is cheaper than the early-stopping scan's bookkeeping."""

@@ -62,11 +62,8 @@ from .serving import (  # re-exported: the I/O layers take everything they share
 from .sinks import built, log_statement
 
 if TYPE_CHECKING:
-    from .catalog import SnapshotSchemaView, SqliteSchemaView
     from .fanout import FanoutOutcome
     from .patching import PatchOutcome
-
-    SchemaView = SqliteSchemaView | SnapshotSchemaView
 
 _SMALL_RESULT = SMALL_RESULT
 

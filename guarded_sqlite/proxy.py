@@ -137,9 +137,13 @@ class ConnectionProxy(_Proxy, GuardedConnection):
             raw = sqlite3.Connection.cursor(raw_connection, *args, **kwargs)  # type: ignore[call-overload]
         else:
             raw = raw_connection.cursor(*args, **kwargs)
-        cursor = _cursor_class(self._self_guard.engine, raw)(raw)
+        cursor = self._cursor_proxy(raw)(raw)
         cursor._self_guard = self._self_guard
         return cursor
+
+    def _cursor_proxy(self, raw_cursor: Any) -> type[CursorProxy]:
+        """The proxy class for one of the driver's cursors (``proxy_psycopg`` has its own)."""
+        return CursorProxy
 
     def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **rescue_inputs: Any) -> CursorProxy:
         return self.cursor().execute(sql, parameters, **rescue_inputs)
@@ -444,14 +448,6 @@ def _execute_and_probe(
             raise
         return rescued
     return after_fetch(cursor, raw, guard, sql, parameters, rows, rescue_inputs, _itself)
-
-
-def _cursor_class(engine: Engine, raw_cursor: Any) -> type[CursorProxy]:
-    if engine.name != "postgres":
-        return CursorProxy
-    from .proxy_psycopg import cursor_class
-
-    return cursor_class(raw_cursor)
 
 
 def _subclass_aware_getattr(proxy: Any, name: str) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 from .core import settle, unprobed
 from .engines import NO_PARAMETERS
-from .proxy import CursorProxy
+from .proxy import ConnectionProxy, CursorProxy
 
 _SERVER_SIDE = "server-side cursor: rows stream from the server unbuffered and unprobed"
 _STREAMED = "stream(): rows stream from the server unbuffered and unprobed"
@@ -112,6 +112,13 @@ def cursor_class(raw_cursor: Any) -> type[CursorProxy]:
     import psycopg
 
     return StreamingCursor if isinstance(raw_cursor, psycopg.ServerCursor) else ContextCursor
+
+
+class PsycopgConnectionProxy(ConnectionProxy):
+    """``wrap()``'s guarded psycopg connection: a ``ConnectionProxy`` whose cursors are this module's."""
+
+    def _cursor_proxy(self, raw_cursor: Any) -> type[CursorProxy]:
+        return cursor_class(raw_cursor)
 
 
 def probed_server_cursor(connection: Any, name: str) -> ContextCursor:

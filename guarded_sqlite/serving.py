@@ -12,12 +12,9 @@ import itertools
 import operator
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .probe import PartialCount
-
-if TYPE_CHECKING:
-    from .core import ConnectionState
 
 __all__ = [
     "FIRST_ROWS",
@@ -40,12 +37,21 @@ FIRST_ROWS = 16
 """Rows fetched before the byte budget is looked at: results this small cost one fetch call, as before."""
 
 
+class FetchLimits(Protocol):
+    """The connection's fetch settings ``fetch_rest`` reads (``ConnectionState`` has them; typed by what
+    is read, so this module, which the connection state builds on, imports nothing of it)."""
+
+    byte_cap: int | None
+    fetch_size: int
+    first_fetch: int
+
+
 class BytesCapped(list):  # type: ignore[type-arg]
     """The rows buffered before a result passed ``GuardPolicy.byte_cap``; the rest is still unfetched."""
 
 
 def fetch_rest(
-    fetchmany: Callable[[Any, int], list[Any]], cursor: Any, guard: ConnectionState, rows: list[Any]
+    fetchmany: Callable[[Any, int], list[Any]], cursor: Any, guard: FetchLimits, rows: list[Any]
 ) -> list[Any]:
     """After a first fetch of ``guard.first_fetch`` rows that came back full, the rest of the buffer: up
     to ``row_cap + 1`` rows in all, or a ``BytesCapped`` list once their estimated size passes

@@ -38,7 +38,7 @@ def check_guards(guards: Sequence[str]) -> tuple[str, ...]:
 
 def compare(db_root: Any, gold: Any, pred: Any, guards: Sequence[str], **options: Any) -> PresetComparison:
     """Run ``evaluate(db_root, gold, pred, guard=name, **options)`` for each preset name in ``guards``."""
-    from . import evaluate
+    from .api import evaluate
 
     if "guard" in options:
         raise TypeError("compare takes its presets as guards=, not guard=")

@@ -266,7 +266,7 @@ class GuardedDatabase:
     A PostgreSQL connection must have no transaction open: each call opens its own (``READ ONLY``
     and rolled back unless ``allow_writes``; with writes, committed when the statement succeeds), so
     autocommit on or off makes no difference to the tool. What the model can reach beyond that is what
-    the connection's role may do: connect as a role with SELECT privileges only (see the README)."""
+    the connection's role may do: connect as a role with SELECT privileges only (see docs/agents.md)."""
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ guard judges and de-duplicates the values sqlite3 returned *before* any row fact
 
 ``Shaped`` is the head of a ``core.Streaming`` (without a tail for a buffered result), so the serving
 machinery (fetch methods, ``iter(cur)`` handed out, re-executing inside a loop) works on it unchanged.
-DuckDB has no row factory; psycopg's ``row_factory`` is left to psycopg (see README).
+DuckDB has no row factory; psycopg's ``row_factory`` is left to psycopg (see docs/guide/engines.md).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ setup:
   of its own, ``READ ONLY`` unless writes are allowed and rolled back, with ``statement_timeout`` set
   ``LOCAL`` to the call's limit: a ``set_config(..., false)`` by the model is undone with the
   transaction and cannot lift the next call's limit. What the role may do (superuser, server file
-  access) is the operator's to withhold; see the README.
+  access) is the operator's to withhold; see docs/agents.md.
 - ``single_statement_problem``: more than one statement is refused (DuckDB's ``execute`` and psycopg's
   simple query protocol run them all); DuckDB's own parser also names each statement's type.
 """

@@ -1,13 +1,15 @@
-"""README.md's code, run as written.
+"""README.md's and the docs pages' code, run as written.
 
-Every ```python and ```sh (or ```bash, ```shell) block runs in a fresh subprocess (so ``install()``,
-logging or environment changes cannot leak into the test session or into the next block), in a fresh
-temporary folder, after the blocks before it in the same ``##`` section (a block may use what an
-earlier one in its section made: the Quick start's ``guarded-sqlite demo --db shop.db`` creates the
-``shop.db`` its Python blocks open). Python blocks share one namespace within that run and are compiled
-with README.md's own file name and line numbers, so a failure's traceback points at the README line;
-shell blocks run with bash ``-e`` with the interpreter's folder first on PATH (``guarded-sqlite`` is the
-installed one). Blocks fenced with any other language (```text for command synopses) are not run.
+Every ```python and ```sh (or ```bash, ```shell)
+block of README.md and of every page under docs/ runs in a fresh subprocess (so ``install()``, logging
+or environment changes cannot leak into the test session or into the next block), in a fresh temporary
+folder, after the blocks before it in the same ``##`` section of README.md, or the same page under docs/
+(a block may use what an earlier one in its section made: the Quick start's ``guarded-sqlite demo --db
+shop.db`` creates the ``shop.db`` its Python blocks open). Python blocks share one namespace within that
+run and are compiled with their file's own name and line numbers, so a failure's traceback points at
+the file's line; shell blocks run with bash ``-e`` with the interpreter's folder first on PATH
+(``guarded-sqlite`` is the installed one). Blocks fenced with any other language (```text for command
+synopses) are not run.
 
 Blocks that are not run are listed in ``skip_reason`` with the reason. The PostgreSQL block gets the
 session's throwaway server through ``PG_DSN`` and skips like the other PostgreSQL tests without one.
@@ -27,6 +29,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 SHELL_LANGUAGES = ("sh", "bash", "shell")
 RUN_LANGUAGES = frozenset({"python", *SHELL_LANGUAGES})
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,})(?P<lang>[\w+-]*)\s*$")
@@ -37,17 +41,21 @@ class Block:
     lang: str
     line: int  # README line of the block's first line of code (the one after the opening fence)
     code: str
-    section: str  # the ``##`` heading the block is under
+    section: str  # the ``##`` heading the block is under (a docs page: the page's path)
+    page: str = "README.md"  # the file, relative to the repository
+    heading: str = ""  # the nearest ``#`` or ``##`` heading above the block
 
     @property
     def id(self) -> str:
-        return f"README.md:{self.line}-{self.lang}"
+        return f"{self.page}:{self.line}-{self.lang}"
 
 
-def readme_blocks(text: str) -> list[Block]:
-    """Every fenced block of ``text`` in order, with its language, first code line and section."""
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
+    """Every fenced block of ``text`` in order, with its language, first code line and section. Blocks of
+    a docs page all share one section, the page: its headings split a README section's content."""
     blocks: list[Block] = []
-    section = ""
+    section = "" if page == "README.md" else page
+    heading = ""
     opening: re.Match[str] | None = None
     body: list[str] = []
     first = 0
@@ -57,28 +65,29 @@ def readme_blocks(text: str) -> list[Block]:
             if match:
                 opening, body, first = match, [], number + 1
             elif line.startswith("## ") or line.startswith("# "):
-                section = line.lstrip("#").strip()
+                heading = line.lstrip("#").strip()
+                section = heading if page == "README.md" else page
             continue
         if line.strip() == opening["fence"]:
             indent = len(opening["indent"])
             # A block inside a list item is indented with its fence: drop that much, and no more.
             code = "\n".join(part[indent:] if not indent or part[:indent].isspace() else part.lstrip() for part in body)
-            blocks.append(Block(opening["lang"].lower(), first, code + "\n", section))
+            blocks.append(Block(opening["lang"].lower(), first, code + "\n", section, page, heading))
             opening = None
         else:
             body.append(line)
-    assert opening is None, f"README.md: the block opened before line {first} is never closed"
+    assert opening is None, f"{page}: the block opened before line {first} is never closed"
     return blocks
 
 
 def skip_reason(block: Block) -> str | None:
     """Why a runnable-looking block is not run here, or None."""
-    if block.section == "Two commands":
+    if block.heading == "Two commands":
         return (
             "README's two top commands set up the environment this test runs in; .ci/run runs both as "
             "written (read by .ci/readme_commands.py; test_ci_runs_readme_two_commands checks that)"
         )
-    if block.section == "Installing":
+    if block.heading == "Installing":
         return (
             "installs the package from a clone or a wheel it builds (needs the build tool and a writable "
             "site); .ci/run builds the wheel, installs it into a fresh venv and runs the demo from it"
@@ -92,17 +101,21 @@ def needs_postgres(block: Block) -> bool:
     return "psycopg.connect" in block.code
 
 
-BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+BLOCKS = [
+    block
+    for path in PAGES
+    for block in readme_blocks(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())
+]
 RUNNABLE = [block for block in BLOCKS if block.lang in RUN_LANGUAGES]
 
 # Runs a JSON list of blocks in order: python ones in one namespace, compiled as README.md's lines;
 # shell ones with bash -e. Stops at the first failure, naming its README line, with exit status 1.
 DRIVER = r"""
 import json, subprocess, sys, traceback
-readme, blocks = sys.argv[1], json.load(sys.stdin)
+readme, shown, blocks = sys.argv[1], sys.argv[2], json.load(sys.stdin)
 namespace = {"__name__": "__main__"}
 for block in blocks:
-    where = f"README.md:{block['line']} ({block['lang']} block)"
+    where = f"{shown}:{block['line']} ({block['lang']} block)"
     sys.stdout.flush()
     if block["shell"]:
         done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block["code"]])
@@ -120,14 +133,15 @@ for block in blocks:
 
 
 def run_blocks(blocks: list[Block], readme: Path, cwd: Path, env: dict[str, str] | None = None) -> None:
-    """Run ``blocks`` in one fresh interpreter in ``cwd``; fail naming the README line that failed."""
+    """Run ``blocks`` (of the file ``readme``) in one fresh interpreter in ``cwd``; fail naming the line
+    that failed."""
     child_env = {**os.environ, **(env or {})}
     child_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), child_env.get("PATH", "")])
     payload = json.dumps(
         [{"lang": b.lang, "line": b.line, "code": b.code, "shell": b.lang in SHELL_LANGUAGES} for b in blocks]
     )
     done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", DRIVER, str(readme)],
+        [sys.executable, "-W", "error", "-c", DRIVER, str(readme), blocks[-1].page],
         input=payload,
         capture_output=True,
         text=True,
@@ -156,13 +170,19 @@ def test_readme_block_runs_as_written(block: Block, tmp_path: Path, request: pyt
     env = {}
     if any(needs_postgres(each) for each in sequence):
         env["PG_DSN"] = request.getfixturevalue("pg_dsn")  # skips (or fails under CI) without a server
-    run_blocks(sequence, README, tmp_path, env)
+    run_blocks(sequence, ROOT / block.page, tmp_path, env)
 
 
 def test_readme_has_the_blocks_this_file_expects() -> None:
-    """The parser sees the README's blocks: runnable ones in the sections that have them."""
+    """The parser sees the README's and the pages' blocks: runnable ones in the sections that have them."""
     sections = {block.section for block in RUNNABLE}
-    assert {"Two commands", "Quick start", "Rescue from candidates", "Beyond SQLite: DuckDB and PostgreSQL"} <= sections
+    assert {
+        "Two commands",
+        "Quick start",
+        "docs/guide/rescue.md",
+        "docs/guide/engines.md",
+        "docs/agents.md",
+    } <= sections
     assert [block.lang for block in BLOCKS if block.section == "Two commands"] == ["sh", "sh"]
     assert any(needs_postgres(block) for block in RUNNABLE)
 

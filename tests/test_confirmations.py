@@ -29,6 +29,15 @@ SCHEMA = (
 TRUTH = [("ann", 15), ("bob", 7)]
 
 
+@pytest.fixture(autouse=True)
+def generous_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about reuse, not the budget (``tests/test_paging.py`` tests that): the floor is
+    raised so that a loaded machine cannot stop a first check and leave rows as written."""
+    from guarded_sqlite import confirmations
+
+    monkeypatch.setattr(confirmations, "BUDGET_FLOOR", 60.0)
+
+
 def _fill(path: Path) -> None:
     raw = sqlite3.connect(path)
     raw.executescript(SCHEMA)

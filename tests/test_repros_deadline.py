@@ -99,6 +99,11 @@ def test_a12_duckdb_corrected_query_does_not_run_after_the_deadline(
         return real(self, raw, sql, parameters, row_factory, max_rows, time_limit, *args)
 
     monkeypatch.setattr(type(DUCKDB), "read_only_fetch", recording)
+    # The first statement of a process on DuckDB loads its sqlglot dialect and reads the catalog: on a
+    # loaded machine that alone can take the whole LIMIT, which is not what this test is about.
+    with GuardedDatabase.open(path, timeout=60, isolated=False) as warm:
+        assert warm.query(AGGREGATE).report.trigger is not None
+    ran.clear()
     with GuardedDatabase.open(path, timeout=LIMIT, isolated=False) as db:
         assert db.query(AGGREGATE).report.trigger is not None  # the corrected query runs in time
         assert ran and all(limit is not None and 0 < limit <= LIMIT for _, limit in ran)  # not rerun_timeout's 5 s

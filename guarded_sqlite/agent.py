@@ -46,6 +46,8 @@ __all__ = [
     "QueryResult",
     "SchemaInfo",
     "TableInfo",
+    "call_memory_bound",
+    "worker_memory_allowance",
 ]
 
 DEFAULT_MAX_ROWS = 200
@@ -63,6 +65,60 @@ the model hears nothing: on Spider dev's released predictions, 6-10 of the 10-14
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds a statement may run before it is interrupted (a cross join can run for hours)."""
+
+ENGINE_MEMORY = {"sqlite": 64 * 2**20, "duckdb": 512 * 2**20, "postgres": 64 * 2**20}
+"""Bytes the engine itself may take for one statement in the worker: DuckDB's ``memory_limit``
+(``lockdown.DUCKDB_MEMORY_LIMIT``, 512 MB); for SQLite (2 MB page cache, values capped at
+``lockdown.value_length_limit``, sorts and temporary tables spilled to ``TMPDIR``) and psycopg (rows
+fetched 16 at a time) a margin of 64 MiB."""
+
+_SLACK = 32 * 2**20
+"""Bytes of margin for the interpreter's own allocations during a call (arenas, thread stacks)."""
+
+
+def guard_byte_cap(max_chars: int = DEFAULT_MAX_CHARS, max_rows: int = DEFAULT_MAX_ROWS) -> int:
+    """The estimated bytes the guard may buffer for an agent tool: a served value costs the estimate 16
+    bytes plus its length, and at least two characters of JSON (``_agent_policy``).
+
+    >>> guard_byte_cap()
+    3213888
+    """
+    return 16 * max_chars + 64 * (max_rows + 1) + 1024
+
+
+def worker_memory_allowance(dialect: str, max_chars: int = DEFAULT_MAX_CHARS, max_rows: int = DEFAULT_MAX_ROWS) -> int:
+    """Bytes of data the worker process (``guarded_sqlite.worker``) may allocate past what it holds once
+    the database is open: its ``RLIMIT_DATA`` is set that far above. The engine's share
+    (``ENGINE_MEMORY``), 16 times what the guard buffers (rows as Python objects, their JSON while
+    counted, the pickled answer), and 32 MiB of margin. An allocation past it fails inside the worker and
+    the call is refused as ``too_large``; the worker lives on.
+
+    >>> worker_memory_allowance("sqlite") // 2**20, worker_memory_allowance("duckdb") // 2**20
+    (145, 593)
+    """
+    return ENGINE_MEMORY[dialect] + 16 * guard_byte_cap(max_chars, max_rows) + _SLACK
+
+
+def call_memory_bound(
+    dialect: str, max_chars: int = DEFAULT_MAX_CHARS, max_rows: int = DEFAULT_MAX_ROWS, sql_chars: int = 0
+) -> int:
+    """Bytes one call of an agent tool opened by ``GuardedDatabase.open`` (the MCP server, the
+    LangChain and LlamaIndex helpers) may add to the peak memory of its processes, the server and its
+    worker together, whatever the statement does, refused or served (issue 25).
+
+    The worker's share is ``worker_memory_allowance``, enforced by ``RLIMIT_DATA``. The server's is what
+    it holds of the request and the answer: 32 bytes per character of the statement (the JSON-RPC
+    line, the decoded text, the SDK's copies, the pickle to the worker) and 8 times what the guard
+    buffers (the answer unpickled, its structured content and text, the JSON-RPC reply), since the
+    answer's rows are within ``max_chars``.
+
+    >>> call_memory_bound("sqlite") // 2**20, call_memory_bound("duckdb", sql_chars=2_000_000) // 2**20
+    (169, 678)
+    """
+    return (
+        worker_memory_allowance(dialect, max_chars, max_rows) + 8 * guard_byte_cap(max_chars, max_rows) + 32 * sql_chars
+    )
+
 
 _DUCKDB_SUFFIXES = (".duckdb", ".ddb")
 
@@ -337,9 +393,11 @@ class GuardedDatabase:
         PostgreSQL (needs psycopg 3): the connection is opened in autocommit mode and guarded like the
         files; every call then runs in a transaction of its own, ``READ ONLY`` and rolled back unless
         ``allow_writes``, with ``SET LOCAL statement_timeout`` and a cancel request at the deadline.
-        ``isolated`` does not apply: the server runs the statement, the server's timeout and the cancel
-        stop it, and a worker process would add nothing to that. ``read_only`` (like the default) also
-        sets the session's ``default_transaction_read_only``.
+        ``isolated=True`` runs the connection in a worker process here too: the server's timeout and the
+        cancel stop the statement, but not the client receiving a value of hundreds of megabytes (a
+        ``repeat('x', 100000000)``), which only the worker's memory cap and its kill bound
+        (``call_memory_bound``). ``read_only`` (like the default) also sets the session's
+        ``default_transaction_read_only``.
 
         Raises ``ValueError`` for a path that is not a usable database (or a server that refuses the
         connection), with the reason."""
@@ -348,13 +406,14 @@ class GuardedDatabase:
 
         if read_only and allow_writes:
             raise ValueError("read_only and allow_writes exclude each other")
-        if is_postgres_dsn(path):
-            return cls._open_postgres(str(path), guard=guard, allow_writes=allow_writes, **limits)
-        path = Path(path)
         if isolated:
             from .worker import IsolatedDatabase
 
-            return IsolatedDatabase(path, guard=guard, read_only=read_only, allow_writes=allow_writes, **limits)
+            target = str(path) if is_postgres_dsn(path) else Path(path)
+            return IsolatedDatabase(target, guard=guard, read_only=read_only, allow_writes=allow_writes, **limits)
+        if is_postgres_dsn(path):
+            return cls._open_postgres(str(path), guard=guard, allow_writes=allow_writes, **limits)
+        path = Path(path)
         duck = path.suffix.lower() in _DUCKDB_SUFFIXES
         problem = (None if path.is_file() else f"{path}: no such file") if duck else _database_problem(path)
         if problem is not None:
@@ -640,6 +699,12 @@ class GuardedDatabase:
                 f"Refused: a value in the result is longer than this tool serves (values are capped at "
                 f"{self.value_limit}). Select a part of it (substr) or its length instead.",
             ) from None
+        if "out of memory" in message.lower():  # DuckDB's memory_limit, the worker's RLIMIT_DATA, libpq
+            raise QueryRefused(
+                "too_large",
+                f"Refused: the statement needed more memory than this tool allows a call ({message}). Select "
+                "fewer or smaller values (substr, length, aggregates), or add a LIMIT.",
+            ) from None
         if _is_postgres_denial(failure):
             raise QueryRefused(
                 "write" if not self.allow_writes else "sql_error",
@@ -780,8 +845,7 @@ def _agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
     policy = resolve_policy(guard)
     max_rows = int(limits.get("max_rows", DEFAULT_MAX_ROWS))
     max_chars = int(limits.get("max_chars", DEFAULT_MAX_CHARS))
-    # A served value costs the estimate 16 bytes plus its length, and at least two characters of JSON.
-    byte_cap = 16 * max_chars + 64 * (max_rows + 1) + 1024
+    byte_cap = guard_byte_cap(max_chars, max_rows)
     if policy.byte_cap is not None:
         byte_cap = min(byte_cap, policy.byte_cap)
     row_cap = max(1, min(policy.row_cap, max(10 * max_rows, 10_000)))

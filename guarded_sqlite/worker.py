@@ -32,7 +32,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from .agent import AGENT_GUARD, GuardedDatabase, QueryRefused, QueryResult, SchemaInfo
+from .agent import (
+    AGENT_GUARD,
+    GuardedDatabase,
+    QueryRefused,
+    QueryResult,
+    SchemaInfo,
+    worker_memory_allowance,
+)
 
 __all__ = ["KILL_GRACE", "READY_TIMEOUT", "IsolatedDatabase", "WorkerError"]
 
@@ -269,6 +276,8 @@ def _serve(requests: Connection, answers: Connection) -> None:
         )
     )
     with db:
+        allowance = worker_memory_allowance(db.dialect, db.max_chars, db.max_rows)
+        _limit_memory(allowance)
         while True:
             try:
                 request = requests.recv()
@@ -276,6 +285,7 @@ def _serve(requests: Connection, answers: Connection) -> None:
                 return
             if request[0] == "close":
                 return
+            out_of_memory = False
             try:
                 if request[0] == "query":
                     answers.send(("ok", db.query(request[1], request[2])))
@@ -283,8 +293,51 @@ def _serve(requests: Connection, answers: Connection) -> None:
                     answers.send(("ok", db.schema()))
             except QueryRefused as refused:
                 answers.send(("refused", *_refused_parts(refused)))
+            except MemoryError:
+                out_of_memory = True  # answered below, once the traceback's frames (and their rows) are gone
             except Exception:  # the parent reports it as the tool's own fault, with this traceback
                 answers.send(("error", traceback.format_exc()))
+            if out_of_memory:
+                answers.send(("refused", "too_large", _memory_refusal(allowance), ""))
+
+
+def _memory_refusal(allowance: int) -> str:
+    return (
+        f"Refused: the statement needed more memory than this tool allows a call ({allowance // 2**20} MiB "
+        "in the database process), and was stopped. Select fewer or smaller values (substr, length, "
+        "aggregates), or add a LIMIT."
+    )
+
+
+def _limit_memory(allowance: int) -> None:
+    """Cap this process's data (``RLIMIT_DATA``: heap and private writable mappings) at what it holds
+    now plus ``allowance`` bytes, so that one call cannot take more: past it an allocation fails
+    (``MemoryError``, or the engine's own out-of-memory error) and the call is refused."""
+    try:
+        import resource
+    except ImportError:  # not on this platform: no cap
+        return
+    held = _data_bytes()
+    if held is None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    limit = held + allowance
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    if soft == resource.RLIM_INFINITY or limit < soft:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+
+
+def _data_bytes() -> int | None:
+    """This process's data segment in bytes (``VmData``), or None where /proc does not say."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def main(argv: list[str]) -> None:

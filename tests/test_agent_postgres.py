@@ -104,6 +104,7 @@ def open_pg(pg_shop: PgShop) -> Iterator[OpenDb]:
     opened: list[GuardedDatabase] = []
 
     def open_(**options: Any) -> GuardedDatabase:
+        options.setdefault("isolated", False)  # in process, so that tests can look at the connection
         db = GuardedDatabase.open(pg_shop.uri, **options)
         opened.append(db)
         return db

@@ -152,7 +152,8 @@ class QueryRefused(Exception):
 
     ``kind`` is one of ``"write"`` (writes are off), ``"not_a_query"`` (an unknown first word, most
     likely a typo, while writes are off), ``"too_large"`` (over ``max_rows`` or
-    ``max_chars``, or a value over the per-value cap), ``"timeout"``, ``"sql_error"`` (the database
+    ``max_chars``, a value over the per-value cap, or, with writes off, a statement longer than the
+    write check reads: ``rewrite.MAX_PARSED_CHARS``), ``"timeout"``, ``"sql_error"`` (the database
     rejected the statement), ``"multiple_statements"`` (more than one statement in one call) and
     ``"empty"`` (no SQL given). ``feedback`` is the guard's feedback on the statement, when it ran."""
 
@@ -491,10 +492,19 @@ class GuardedDatabase:
         every refusal. The limits apply to the rows the guard serves (after any repair)."""
         from .deadlines import call_deadline, interrupt_after
         from .lockdown import single_statement_problem
-        from .rewrite import is_read_only_query
+        from .rewrite import MAX_PARSED_CHARS, is_read_only_query
 
         if not isinstance(sql, str) or not sql.strip():
             raise QueryRefused("empty", "No SQL was given: pass one SELECT (or WITH ... SELECT) statement.")
+        if not self.allow_writes and len(sql) > MAX_PARSED_CHARS:
+            # Past this length the write check would not read it (its time is not bounded): a SELECT is
+            # refused too, and told why, not as a write.
+            raise QueryRefused(
+                "too_large",
+                f"Refused: the statement is {len(sql):,} characters long; with writes off this tool reads "
+                f"statements of up to {MAX_PARSED_CHARS:,} characters. Shorten it (fewer literals in IN "
+                "lists, no long comments).",
+            )
         if not self.allow_writes and not is_read_only_query(sql, self.dialect):
             first = _first_word(sql)
             if first in _QUERY_WORDS or first in _NOT_QUERY_WORDS:

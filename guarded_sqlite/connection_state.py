@@ -29,6 +29,7 @@ class SchemaView(Protocol):
 
     def explain(self, sql: str, analyser: Any) -> Any: ...
 
+
 SMALL_RESULT = 2048
 """Below this many rows one set() is cheaper than the early-stopping scan's bookkeeping."""
 

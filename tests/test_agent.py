@@ -312,3 +312,22 @@ def test_a_postgres_connection_is_served(pg_dsn: str) -> None:
         db = GuardedDatabase(guarded_sqlite.wrap(raw))
         assert db.dialect == "postgres"
         assert db.query("SELECT 1 AS one").rows == ((1,),)
+
+
+def test_a_long_select_with_writes_off_is_refused_as_too_long_not_as_a_write(tmp_path: Path) -> None:
+    from guarded_sqlite.rewrite import MAX_PARSED_CHARS
+
+    path = tmp_path / "t.db"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE t(x)")
+    raw.commit()
+    raw.close()
+    long_select = "SELECT x FROM t WHERE x IN (" + ", ".join(["1"] * (MAX_PARSED_CHARS // 3)) + ")"
+    assert len(long_select) > MAX_PARSED_CHARS
+    with GuardedDatabase.open(path, isolated=False) as db:
+        with pytest.raises(QueryRefused) as refused:
+            db.query(long_select)
+        assert refused.value.kind == "too_large"
+        assert f"{len(long_select):,} characters" in str(refused.value) and "not a query" not in str(refused.value)
+    with GuardedDatabase.open(path, isolated=False, allow_writes=True) as db:
+        assert db.query(long_select).rows == ()  # with writes on nothing needs the write check

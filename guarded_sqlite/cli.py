@@ -26,40 +26,16 @@ import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
+from .arguments import int_at_least, non_negative_int, positive_float
 from .engines import ENGINE_NAMES
 
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type=`` for integers of at least ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text!r}")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_non_negative_int = _int_at_least(0)
+_positive_float = positive_float
+_positive_int = int_at_least(1)
+_non_negative_int = non_negative_int
 
 
 def _tau_list(text: str) -> list[float]:

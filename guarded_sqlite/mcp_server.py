@@ -243,7 +243,7 @@ def _audit(audit: "AuditLog | None", tool: str, sql: str | None, dialect: str, s
 
 def add_mcp_parser(commands: Any) -> None:
     """Add the ``mcp`` subcommand to the CLI's subparsers."""
-    from .cli import _non_negative_int, _positive_float
+    from .arguments import non_negative_int, positive_float
     from .policy import PRESETS
 
     command = commands.add_parser(
@@ -284,21 +284,21 @@ def add_mcp_parser(commands: Any) -> None:
     )
     command.add_argument(
         "--max-rows",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_MAX_ROWS,
         metavar="N",
         help=f"refuse results of more than N rows, asking for a LIMIT or aggregates (default: {DEFAULT_MAX_ROWS})",
     )
     command.add_argument(
         "--max-chars",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_MAX_CHARS,
         metavar="N",
         help=f"refuse results whose rows take more than N characters as JSON (default: {DEFAULT_MAX_CHARS})",
     )
     command.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"stop a statement after this long and tell the model (default: {DEFAULT_TIMEOUT:g}; inf: no limit)",

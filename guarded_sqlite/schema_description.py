@@ -1,5 +1,5 @@
 """The schema as an agent tool shows it: tables, typed columns, keys, foreign keys with their cardinality,
-and row counts (``agent.SchemaInfo``), read from SQLite's, DuckDB's or PostgreSQL's catalog.
+and row counts (``schema_info.SchemaInfo``), read from the catalog of SQLite, DuckDB or PostgreSQL.
 
 Keys and foreign keys come from the same readers the guard's analysis uses (``schema``,
 ``schema_servers``), so what the model is told about keys is what the guard reasons with. Column types
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .agent import ForeignKeyInfo, SchemaInfo, TableInfo
 from .schema import (
     CatalogUnreadable,
     SchemaFacts,
@@ -21,6 +20,7 @@ from .schema import (
     plain_cursor,
     read_sqlite_schema,
 )
+from .schema_info import ForeignKeyInfo, SchemaInfo, TableInfo
 
 __all__ = ["describe", "foreign_key_cardinality"]
 

@@ -581,7 +581,7 @@ def check_aggregates(
             return _not_looked(sql, rows, kept.over_budget(limit, own, left))
         if token is not None and len(ran) == 1 and not found.hazard:
             checked = ran[0]
-            functions = user_functions(guard)
+            # ``functions`` was read before the check; a registration since moved the epoch in the token.
             if (
                 functions is not None
                 and (checked is None or len(checked) <= kept.KEPT_ROWS)

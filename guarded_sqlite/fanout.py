@@ -138,7 +138,7 @@ def _other_rows(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequ
     plain = [i for i in range(plan.width) if i not in aggregated]
     written: Counter[tuple[Any, ...]] = Counter()
     for row in rows:
-        values = _values(row)
+        values = row_values(row)
         if values is None or len(values) != plan.width:
             return True
         written[tuple(values[i] for i in plain)] += 1
@@ -146,7 +146,8 @@ def _other_rows(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequ
     return written != corrected
 
 
-def _values(row: Any) -> Sequence[Any] | None:
+def row_values(row: Any) -> Sequence[Any] | None:
+    """A served row as a sequence of its values (a tuple, a mapping's values, any iterable row), or None."""
     if isinstance(row, tuple):
         return row
     if isinstance(row, Mapping):

@@ -29,6 +29,7 @@ import sqlglot
 from sqlglot import exp
 
 from .aggregates import AggregatePlan
+from .fanout import row_values
 
 __all__ = ["MAX_KEYS", "bounded_check", "plan_bound"]
 
@@ -94,7 +95,7 @@ def bounded_check(plan: AggregatePlan, rows: Sequence[Any], dialect: str) -> str
         return plan.check_sql
     keys: dict[tuple[Any, ...], None] = {}
     for row in rows:
-        values = _values(row)
+        values = row_values(row)
         if values is None or len(values) != plan.width:
             raise ValueError("paging query whose rows cannot be read as columns: its groups cannot be told")
         keys[tuple(values[p] for p in plan.group_items)] = None
@@ -130,17 +131,6 @@ def _literal(value: Any, dialect: str) -> str:
     if kind is Decimal and dialect != "sqlite" and value.is_finite():
         return str(value)
     raise ValueError(f"paging query with a group key value of type {kind.__name__}: not written exactly as SQL")
-
-
-def _values(row: Any) -> Sequence[Any] | None:
-    if isinstance(row, tuple):
-        return row
-    if isinstance(row, Mapping):
-        return tuple(row.values())
-    try:
-        return tuple(row)
-    except TypeError:
-        return None
 
 
 def _groups(select: exp.Select) -> list[exp.Expression]:

@@ -104,10 +104,13 @@ def test_a12_duckdb_corrected_query_does_not_run_after_the_deadline(
     with GuardedDatabase.open(path, timeout=60, isolated=False) as warm:
         assert warm.query(AGGREGATE).report.trigger is not None
     ran.clear()
+    # 3 s, not LIMIT: a shared CI machine can spend half a second on this call; what is checked is that
+    # the guard's statements get the call's limit rather than rerun_timeout's 5 s.
+    with GuardedDatabase.open(path, timeout=3.0, isolated=False) as roomy:
+        assert roomy.query(AGGREGATE).report.trigger is not None  # the corrected query runs in time
+    assert ran and all(limit is not None and 0 < limit <= 3.0 for _, limit in ran)
+    ran.clear()
     with GuardedDatabase.open(path, timeout=LIMIT, isolated=False) as db:
-        assert db.query(AGGREGATE).report.trigger is not None  # the corrected query runs in time
-        assert ran and all(limit is not None and 0 < limit <= LIMIT for _, limit in ran)  # not rerun_timeout's 5 s
-        ran.clear()
         outlasting_plan(monkeypatch)
         with pytest.raises(QueryRefused) as refused:
             db.query(AGGREGATE)

@@ -36,6 +36,7 @@ exactly), so a kept confirmation could serve another snapshot's values.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -172,11 +173,20 @@ def _quoted(name: str) -> str:
 
 def names_function(sql: str, functions: frozenset[str]) -> bool:
     """Whether ``sql`` may call one of ``functions`` (a name followed by a parenthesis anywhere, in a
-    string literal too: a false alarm only keeps nothing)."""
+    string literal too, quoted or not: a false alarm only keeps nothing)."""
     if not functions:
         return False
-    pattern = r"(?<![\w$])(?:" + "|".join(re.escape(name) for name in sorted(functions)) + r")\s*\("
-    return re.search(pattern, sql, re.IGNORECASE) is not None
+    return not called_names(sql).isdisjoint(functions)
+
+
+_CALLED = re.compile(r"(?<![\w$])([^\W\d][\w$]*)[\"`\]]?\s*\(")
+
+
+@functools.lru_cache(maxsize=256)
+def called_names(sql: str) -> frozenset[str]:
+    """Every name in ``sql`` followed by a parenthesis, lower-cased; one scan per text (the guard asks
+    of the same check text several times, and of a repeated statement's on every execution)."""
+    return frozenset(name.lower() for name in _CALLED.findall(sql))
 
 
 def remember(kept: dict[Any, Kept], key: Any, entry: Kept) -> None:

@@ -33,6 +33,18 @@ class SchemaView(Protocol):
 SMALL_RESULT = 2048
 """Below this many rows one set() is cheaper than the early-stopping scan's bookkeeping."""
 
+QUERY_ONLY_RESTORE = 1
+"""``query_only_due``: switch SQLite's query_only back off; a guard statement could not (the caller's
+progress handler or ``interrupt()`` kept aborting it)."""
+QUERY_ONLY_FENCE = 2
+"""``query_only_due``: a guard check is calling functions the application registered through this
+connection, without query_only (switching it expires every prepared statement of the connection); a
+function that runs SQL through the connection gets it switched on first (``core.settle_query_only``)."""
+QUERY_ONLY_FENCED = 3
+"""``query_only_due``: the fence switched query_only on; the check switches it off when it ends."""
+QUERY_ONLY_KEPT = 4
+"""``query_only_due``: the fence found query_only on already (the caller's setting); it stays as it is."""
+
 
 class ConnectionState:
     """Per-connection facts the cursors need on every statement, in plain slots. The ones derived from
@@ -48,6 +60,7 @@ class ConnectionState:
         "driver_options",
         "engine",
         "epoch",
+        "extensions_loadable",
         "fetch_size",
         "first_fetch",
         "last",
@@ -57,12 +70,12 @@ class ConnectionState:
         "p2_rows",
         "policy",
         "proxy",
+        "query_only_due",
         "quick_below",
         "raw",
         "registered_functions",
         "rescue_spend",
         "rescues",
-        "restore_writable",
         "scopes",
         "serial",
         "sink",
@@ -86,9 +99,9 @@ class ConnectionState:
         self.configure(policy)
         self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
         self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
-        # Set when a guard statement could not switch SQLite's query_only back off (the caller's
-        # progress handler or interrupt() kept aborting it): done before the caller's next statement.
-        self.restore_writable = False
+        # What SQLite's query_only needs before the next statement through this connection's own
+        # methods (``core.settle_query_only``): nothing (0), or see QUERY_ONLY_RESTORE and QUERY_ONLY_FENCE.
+        self.query_only_due = 0
         # Provenance: the schema view (``catalog``), made by the first statement a rule asks about.
         self.catalog: SchemaView | None = None
         self.last: ReportState | None = None  # the last statement's state, for the connection's guard_report
@@ -99,6 +112,9 @@ class ConnectionState:
         # connection object since (create_function and its kin), which DuckDB cannot tell apart.
         self.listed_functions: frozenset[str] | None = None
         self.registered_functions: frozenset[str] = frozenset()
+        # Whether native code may have registered (or replaced) functions since: extension loading was
+        # enabled through the connection. The guard's checks then never run without query_only.
+        self.extensions_loadable = False
         # Aggregate confirmations kept while the data is unchanged (guarded_sqlite.confirmations), and the
         # count of what changes the data or the schema unseen by SQLite's version numbers.
         self.confirmations: dict[Any, Any] = {}
@@ -181,8 +197,8 @@ def _shared(name: str) -> property:
 
 
 # ``serial`` stays the scope's own: configure() sets it from the shared lock and the scope's mode.
-_SHARED = ("catalog", "confirmations", "epoch", "rescues", "rescue_spend", "restore_writable", "last", "scopes", "lock")
-for _name in (*_SHARED, "listed_functions", "registered_functions"):
+_SHARED = ("catalog", "confirmations", "epoch", "rescues", "rescue_spend", "query_only_due", "last", "scopes", "lock")
+for _name in (*_SHARED, "extensions_loadable", "listed_functions", "registered_functions"):
     setattr(_ScopedState, _name, _shared(_name))
 
 _SCOPES: contextvars.ContextVar[tuple[tuple[ConnectionState, ConnectionState], ...]] = contextvars.ContextVar(

@@ -25,11 +25,21 @@ import dataclasses
 import functools
 import math
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from .connection_state import SMALL_RESULT, ConnectionState, policy_scope, settle  # re-exported
+from .connection_state import (  # SMALL_RESULT, ConnectionState, policy_scope and settle re-exported
+    QUERY_ONLY_FENCE,
+    QUERY_ONLY_FENCED,
+    QUERY_ONLY_KEPT,
+    QUERY_ONLY_RESTORE,
+    SMALL_RESULT,
+    ConnectionState,
+    policy_scope,
+    settle,
+)
 from .deadlines import time_left
 from .engines import NO_PARAMETERS, SQLITE, RerunRefused, WritableNotRestored
 from .errors import TransactionLost, describe_error
@@ -177,8 +187,8 @@ def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: 
     if many and cursor._self_buffer is not None:
         redirect_outstanding(cursor, raw)
     cursor._self_rows = raw
-    if guard.restore_writable:
-        restore_writable(guard)
+    if guard.query_only_due:
+        settle_query_only(guard)
     try:
         lock = guard.lock
         if lock is None:
@@ -558,14 +568,32 @@ def check_aggregates(
         # calls only the engine's deterministic built-ins and cannot write: SQLite's query_only is then
         # left alone, which keeps the connection's prepared statements (SQLite expires all of them when
         # a flag PRAGMA changes; re-preparing cost about as much as running the check).
-        functions = user_functions(guard) if not found.hazard else None
-        writes_possible = functions is None or kept.names_function(check_sql or "", functions)
+        # A hazard (a name that may be a user function) makes the check able to write; on SQLite, where
+        # every function it may call that is not built in was registered through this connection's own
+        # methods (Python code, which reaches the connection through them), the check is fenced instead.
+        own_methods = guard.engine is SQLITE and guard.proxy is guard.raw and not guard.extensions_loadable
+        functions = user_functions(guard) if not found.hazard or own_methods else None
+        check_text = check_sql or ""
+        writes_possible = bool(found.hazard) or functions is None or kept.names_function(check_text, functions)
+        fenced = (
+            writes_possible
+            and own_methods
+            and functions is not None
+            and not kept.names_function(check_text, functions - guard.registered_functions)
+        )
 
         def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
             began = _perf_ns()
             try:
                 checked = read_only_fetch(
-                    guard, new_sql, parameters, plain, max_rows, time_limit=limit, writes_possible=writes_possible
+                    guard,
+                    new_sql,
+                    parameters,
+                    plain,
+                    max_rows,
+                    time_limit=limit,
+                    writes_possible=writes_possible,
+                    fenced=fenced,
                 )
             except Exception:  # an interrupt at the budget: told apart by the time it took
                 if (_perf_ns() - began) / 1e9 >= limit * 0.9:
@@ -652,25 +680,54 @@ def read_only_fetch(
     description: list[Any] | None = None,
     writes_possible: bool = True,
     time_limit: float | None = None,
+    fenced: bool = False,
 ) -> list[Any] | None:
     """One guard statement through the engine, under ``time_limit`` (default: ``rerun_timeout``) and
-    what the caller's ``deadlines.call_deadline`` has left; remembers when SQLite's query_only is still on."""
+    what the caller's ``deadlines.call_deadline`` has left; remembers when SQLite's query_only is still on.
+
+    ``fenced``: a statement that can write only through functions the application registered through
+    this connection's own methods runs without query_only; SQL such a function runs through the
+    connection switches it on first (``QUERY_ONLY_FENCE``), and this switches it off again after."""
     limit = time_left(guard.policy.rerun_timeout if time_limit is None else time_limit)
     if limit is not None and limit <= 0:
         raise RerunRefused(_CALL_TIME_PASSED)
+    if fenced and guard.query_only_due == 0:
+        guard.query_only_due = QUERY_ONLY_FENCE
+        try:
+            return guard.engine.read_only_fetch(
+                guard.raw, sql, parameters, row_factory, max_rows, limit, description, False
+            )
+        finally:
+            fence_tripped = guard.query_only_due == QUERY_ONLY_FENCED
+            guard.query_only_due = 0
+            if fence_tripped and not SQLITE.restore_writable(guard.raw):
+                guard.query_only_due = QUERY_ONLY_RESTORE
     try:
         return guard.engine.read_only_fetch(
             guard.raw, sql, parameters, row_factory, max_rows, limit, description, writes_possible
         )
     except WritableNotRestored:
-        guard.restore_writable = True
+        guard.query_only_due = QUERY_ONLY_RESTORE
         raise
 
 
-def restore_writable(guard: ConnectionState) -> None:
-    """Switch query_only off before the caller's next statement, after a guard statement could not."""
-    if SQLITE.restore_writable(guard.raw):
-        guard.restore_writable = False
+def settle_query_only(guard: ConnectionState) -> None:
+    """Before a statement through the connection's own methods, what ``guard.query_only_due`` says:
+    query_only switched back off after a guard statement could not, or switched on for a function a
+    fenced guard check calls (raising ``sqlite3.OperationalError`` if it cannot be)."""
+    due = guard.query_only_due
+    if due == QUERY_ONLY_RESTORE:
+        if SQLITE.restore_writable(guard.raw):
+            guard.query_only_due = 0
+    elif due == QUERY_ONLY_FENCE:
+        try:
+            switched = SQLITE.switch_query_only_on(guard.raw)
+        except sqlite3.Error as error:
+            raise sqlite3.OperationalError(
+                f"guarded_sqlite: a function its check called ran SQL, and query_only could not be set: {error}"
+            ) from error
+        # Already on (the caller's own setting): nothing to switch back, nothing more to do.
+        guard.query_only_due = QUERY_ONLY_FENCED if switched else QUERY_ONLY_KEPT
 
 
 class CandidateRunner:
@@ -751,11 +808,11 @@ __all__ = [
     "redirect_outstanding",
     "repair_statement",
     "report_of",
-    "restore_writable",
     "row_bytes",
     "run_unprobed",
     "serving",
     "settle",
+    "settle_query_only",
     "state",
     "unprobed",
 ]

@@ -37,6 +37,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
+
+_raw_signal: Any
+try:  # signal's functions without the enum conversions, which cost more than the rest of a check's setup
+    import _signal as _raw_signal  # type: ignore[import-not-found,no-redef]
+except ImportError:  # not CPython
+    _raw_signal = signal
 
 __all__ = ["Deadline", "call_deadline", "defer_keyboard_interrupt", "interrupt_after", "time_left"]
 
@@ -185,6 +192,9 @@ def time_left(limit: float | None) -> float | None:
     return left if limit is None else min(limit, left)
 
 
+_SIGINT = int(signal.SIGINT)
+
+
 @contextlib.contextmanager
 def defer_keyboard_interrupt(interrupt: Callable[[], None]) -> Iterator[None]:
     """Hold Ctrl-C back until the block has undone its state changes, then deliver it.
@@ -198,7 +208,7 @@ def defer_keyboard_interrupt(interrupt: Callable[[], None]) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGINT)
+    previous = _raw_signal.getsignal(_SIGINT)
     if not callable(previous):
         yield
         return
@@ -211,10 +221,10 @@ def defer_keyboard_interrupt(interrupt: Callable[[], None]) -> Iterator[None]:
         except Exception:  # a closed connection has nothing left to stop
             pass
 
-    signal.signal(signal.SIGINT, hold)
+    _raw_signal.signal(_SIGINT, hold)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _raw_signal.signal(_SIGINT, previous)
         if received:
             previous(signal.SIGINT, received[0])

@@ -222,6 +222,19 @@ class SQLiteEngine(Engine):
         finally:
             pragma.close()
 
+    def switch_query_only_on(self, raw: Any) -> bool:
+        """Switch ``PRAGMA query_only`` on; True if it was off (the caller switches it back). Raises
+        ``sqlite3.Error`` when it cannot be read or set: nothing may then run as if it were on."""
+        pragma = sqlite3.Cursor(raw)
+        pragma.row_factory = None
+        try:
+            if pragma.execute("PRAGMA query_only").fetchone()[0]:
+                return False
+            pragma.execute("PRAGMA query_only = ON")
+            return True
+        finally:
+            pragma.close()
+
     def may_collate_text(self, raw: Any) -> bool:
         # Only declared collations (NOCASE, RTRIM or the caller's own) make DISTINCT merge text that
         # Python keeps apart; a COLLATE written in the query itself is refused before this is asked.

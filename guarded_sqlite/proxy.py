@@ -49,10 +49,10 @@ from .core import (
     policy_scope,
     redirect_outstanding,
     report_of,
-    restore_writable,
     run_unprobed,
     serving,
     settle,
+    settle_query_only,
     unprobed,
 )
 from .engines import NO_PARAMETERS, SQLITE, Engine, execute_with
@@ -400,13 +400,13 @@ def _execute_and_probe(
     """
     mode = guard.policy.mode
     guard.started = time.perf_counter_ns()  # the statement's own time: what a confirmation's budget scales
+    if guard.query_only_due:  # whatever the mode: the guard's own setting, not the caller's
+        settle_query_only(guard)
     if mode == "off":
         off = unprobed(mode, sql, GUARD_OFF)
         cursor._self_state = off  # also stands if execute raises: the guard reports nothing either way
         execute_with(raw, sql, parameters)
         return raw, off
-    if guard.restore_writable:
-        restore_writable(guard)
     if guard.engine is SQLITE and not plain:
         factory = raw.row_factory
         if factory is not None and factory is not _Row:

@@ -52,9 +52,9 @@ from .core import (
     policy_scope,
     redirect_outstanding,
     report_of,
-    restore_writable,
     run_unprobed,
     serving,
+    settle_query_only,
     unprobed,
 )
 from .engines import NO_PARAMETERS, SQLITE
@@ -318,7 +318,7 @@ def _statement(
         serial.acquire()
     guard.started = _perf_counter_ns()  # the statement's own time: what a confirmation's budget scales
     try:
-        if guard.mode == "off" or guard.restore_writable or not (factory is None or factory is _Row):
+        if guard.mode == "off" or guard.query_only_due or not (factory is None or factory is _Row):
             rows, state = _run(cursor, guard, sql, parameters, rescue_inputs, factory)
         else:  # one statement's I/O, inline (_run has the rarer cases)
             try:
@@ -369,6 +369,8 @@ def _run(
     unchanged (unless a rescue replaced the failed statement with a candidate). ``factory``: the
     cursor's row factory; one other than None or sqlite3.Row is applied to the rows served."""
     mode = guard.mode
+    if guard.query_only_due:  # whatever the mode: the guard's own setting, not the caller's
+        settle_query_only(guard)
     if mode == "off":
         off = unprobed(mode, sql, GUARD_OFF)
         cursor._self_state = off  # also stands if execute raises: the guard reports nothing either way
@@ -377,8 +379,6 @@ def _run(
         else:
             _execute(cursor, sql, parameters)
         return cursor, off
-    if guard.restore_writable:
-        restore_writable(guard)
     if native(factory):
         return _probed(cursor, guard, sql, parameters, rescue_inputs)
     # sqlite3 fetches plain tuples, which the probe and the patches judge; the guard's re-executions
@@ -474,8 +474,9 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
             guard.set_threading(single_thread)
             forget_schema(guard)
             note_change(guard)
-            guard.restore_writable = False
+            guard.query_only_due = 0
             guard.listed_functions, guard.registered_functions = None, frozenset()  # none on the new handle
+            guard.extensions_loadable = False
 
     @property
     def guard_policy(self) -> GuardPolicy:
@@ -503,6 +504,13 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
         def create_window_function(self, name: str, *args: Any, **kwargs: Any) -> None:
             sqlite3.Connection.create_window_function(self, name, *args, **kwargs)
             note_function(self._self_guard, name)
+
+    if hasattr(sqlite3.Connection, "enable_load_extension"):  # absent where Python was built without it
+
+        def enable_load_extension(self, enabled: bool, /) -> None:
+            sqlite3.Connection.enable_load_extension(self, enabled)
+            if enabled:  # an extension's native functions may write without going through this object
+                self._self_guard.extensions_loadable = True
 
     def guard_scope(self, guard: GuardSpec) -> AbstractContextManager[None]:
         """A block in which this thread's statements through the connection follow ``guard`` (a
@@ -577,6 +585,12 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
             # A schema's content replaced: neither data_version nor total_changes moves.
             sqlite3.Connection.deserialize(self, data, **kwargs)
             note_change(self._self_guard)
+
+        def blobopen(self, *args: Any, **kwargs: Any) -> sqlite3.Blob:
+            # A blob opened from a function a guard check calls is as read-only as the check's SQL.
+            if self._self_guard.query_only_due:
+                settle_query_only(self._self_guard)
+            return sqlite3.Connection.blobopen(self, *args, **kwargs)
 
     def iterdump(self, *args: Any, **kwargs: Any) -> Generator[str, None, None]:
         """sqlite3's ``iterdump``, on plain cursors: the dump's statements never go through the guard."""

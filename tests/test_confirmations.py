@@ -279,3 +279,8 @@ def test_names_function() -> None:
     assert names_function("SELECT FX (a) FROM t", frozenset({"fx"}))
     assert not names_function("SELECT myfx(a), fx FROM t", frozenset({"fx"}))
     assert not names_function("SELECT fx(a)", frozenset())
+    for quoted in ('SELECT "fx"(a)', "SELECT [fx] (a)", "SELECT `FX`(a)", "SELECT 'fx(' AS text"):
+        assert names_function(quoted, frozenset({"fx"})), quoted
+    assert names_function("SELECT grüße(a)", frozenset({"grüße"}))
+    assert not names_function("SELECT 1fx(a), x_fx(b), $fx(c)", frozenset({"fx"}))
+    assert names_function("SELECT abs(a), fx(b)", frozenset({"fx", "other"}))

@@ -225,12 +225,13 @@ def test_reuse_is_in_feedback(tmp_path: Any) -> None:
 
 
 def _statements(con: Any, sql: str) -> list[str]:
-    """The statements SQLite ran for one execution of ``sql`` through ``con``, the guard's own included."""
+    """The statements SQLite ran for one execution of ``sql`` through ``con``, the guard's own included
+    (and those run inside a function call, which SQLite's trace marks with a leading ``-- ``)."""
     from guarded_sqlite.schema import _raw_sqlite
 
     ran: list[str] = []
     raw = _raw_sqlite(con)
-    raw.set_trace_callback(ran.append)
+    raw.set_trace_callback(lambda text: ran.append(text.removeprefix("-- ")))
     try:
         con.execute(sql).fetchall()
     finally:
@@ -278,3 +279,103 @@ def test_a_check_calling_an_application_function_runs_under_query_only() -> None
     assert failures and all("readonly" in f or "read-only" in f for f in failures), failures
     con.rollback()
     assert con.execute("PRAGMA query_only").fetchone()[0] == 0
+
+
+# A check calling functions the application registered through the guarded connection runs fenced: no
+# query_only switch (which expires every prepared statement) unless such a function runs SQL through
+# the connection, which switches it on first; the check then switches it back off.
+
+
+def test_a_fenced_check_switches_nothing_when_its_functions_run_no_sql() -> None:
+    con = guarded_sqlite.connect(":memory:")
+    shop(con, customers=20)
+    calls: list[Any] = []
+    con.create_function("fx", 1, lambda value: calls.append(value) or value, deterministic=True)
+    ran = _statements(con, PAGE)
+    assert any("__gs_" in sql for sql in ran), ran  # the check ran, calling fx
+    assert len(calls) == 2 * 10 * 3  # the statement's 30 calls, and the check's for the same groups
+    assert not any(sql.startswith("PRAGMA query_only") for sql in ran), ran
+    assert con.execute(PAGE).guard_report.trigger == "aggregate_fanout"
+
+
+def test_a_function_reading_through_the_connection_in_a_fenced_check() -> None:
+    con = guarded_sqlite.connect(":memory:")
+    shop(con, customers=20)
+    con.execute("CREATE TABLE rates(points INTEGER PRIMARY KEY, rate INTEGER)")
+    con.executemany("INSERT INTO rates VALUES (?, ?)", [(p, 10 * p + 1) for p in range(10)])
+    con.commit()
+    seen: list[int] = []
+
+    def fx(points: int) -> int:
+        seen.append(sqlite3.Cursor(con).execute("PRAGMA query_only").fetchone()[0])
+        return int(con.execute("SELECT rate FROM rates WHERE points = ?", (points,)).fetchone()[0])
+
+    con.create_function("fx", 1, fx)
+    ran = _statements(con, PAGE)
+    assert "PRAGMA query_only = ON" in ran and "PRAGMA query_only = 0" in ran, ran
+    assert 0 in seen and 1 in seen  # off for the caller's statement, on once the check's fx ran SQL
+    report = con.execute(PAGE).guard_report
+    assert report.trigger == "aggregate_fanout", report  # the lookups were answered under query_only
+    assert con.execute("PRAGMA query_only").fetchone()[0] == 0
+    con.execute("INSERT INTO rates VALUES (100, 1)")  # the caller's writes work again
+    assert con.execute("SELECT count(*) FROM rates").fetchone()[0] == 11
+
+
+def test_a_fenced_check_keeps_the_callers_own_query_only() -> None:
+    con = guarded_sqlite.connect(":memory:")
+    shop(con, customers=20)
+    con.create_function("fx", 1, lambda value: con.execute("SELECT ?", (value,)).fetchone()[0])
+    con.execute("PRAGMA query_only = ON")
+    ran = _statements(con, PAGE)
+    assert any("__gs_" in sql for sql in ran), ran
+    assert "PRAGMA query_only = 0" not in ran, ran
+    assert con.execute("PRAGMA query_only").fetchone()[0] == 1
+
+
+@pytest.mark.skipif(not hasattr(sqlite3.Connection, "blobopen"), reason="blobopen is new in Python 3.11")
+def test_a_blob_written_from_a_fenced_check_is_refused() -> None:
+    con = guarded_sqlite.connect(":memory:")
+    shop(con, customers=20)
+    con.execute("CREATE TABLE blobs(id INTEGER PRIMARY KEY, data BLOB)")
+    con.execute("INSERT INTO blobs VALUES (1, zeroblob(4))")
+    con.commit()
+    failures: list[str] = []
+    calls = [0]
+
+    def fx(value: Any) -> Any:
+        calls[0] += 1
+        try:
+            with con.blobopen("blobs", "data", 1) as blob:
+                blob.write(calls[0].to_bytes(4, "big"))
+        except sqlite3.Error as error:
+            failures.append(str(error))
+        return value
+
+    con.create_function("fx", 1, fx)
+    con.execute(PAGE).fetchall()
+    statement_calls = 10 * 3
+    assert calls[0] > statement_calls  # the check called fx too
+    assert len(failures) == calls[0] - statement_calls, failures  # each of the check's writes refused
+    con.commit()
+    # The last write that landed is the statement's own last call.
+    assert con.execute("SELECT data FROM blobs").fetchone()[0] == statement_calls.to_bytes(4, "big")
+
+
+def test_checks_are_not_fenced_where_functions_may_bypass_the_guarded_object() -> None:
+    pure = lambda value: value  # noqa: E731
+    wrapped = guarded_sqlite.wrap(sqlite3.connect(":memory:"))
+    shop(wrapped, customers=20)
+    wrapped.create_function("fx", 1, pure)  # a wrap() proxy: the function may hold the raw connection
+    assert "PRAGMA query_only = ON" in _statements(wrapped, PAGE)
+    con = guarded_sqlite.connect(":memory:")
+    shop(con, customers=20)
+    con.create_function("fx", 1, pure)
+    if hasattr(con, "enable_load_extension"):
+        con.enable_load_extension(True)  # native code may have registered or replaced functions
+    else:  # a Python built without extension loading: what enable_load_extension(True) records
+        con._self_guard.extensions_loadable = True
+    assert "PRAGMA query_only = ON" in _statements(con, PAGE)
+    fresh = guarded_sqlite.connect(":memory:")
+    shop(fresh, customers=20)
+    sqlite3.Connection.create_function(fresh, "fx", 1, pure)  # registered past the guarded methods
+    assert "PRAGMA query_only = ON" in _statements(fresh, PAGE)

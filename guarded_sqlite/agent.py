@@ -242,13 +242,13 @@ class GuardedDatabase:
     ) -> None:
         from .engines import engine_for
         from .lockdown import DUCKDB_MEMORY_LIMIT, duckdb_lockdown_problem, lock_down_sqlite, value_length_limit
-        from .schema import _raw_sqlite
+        from .schema import raw_sqlite
 
         if getattr(connection, "guard_policy", None) is None:
             raise TypeError("GuardedDatabase needs a guarded connection: guarded_sqlite.connect() or wrap()")
         if max_rows < 0 or max_chars < 0 or not timeout > 0:
             raise ValueError("max_rows and max_chars must be at least 0, timeout positive")
-        raw: Any = _raw_sqlite(connection) if isinstance(connection, sqlite3.Connection) else connection.__wrapped__
+        raw: Any = raw_sqlite(connection) if isinstance(connection, sqlite3.Connection) else connection.__wrapped__
         self.dialect: str = engine_for(raw).dialect
         if self.dialect not in ("sqlite", "duckdb", "postgres"):
             raise TypeError(f"GuardedDatabase supports SQLite, DuckDB and PostgreSQL connections, not {self.dialect}")

@@ -40,7 +40,7 @@ from typing import Any, cast
 from sqlglot import exp
 
 from .joins import Col, Unanalysable, outer_scope
-from .provenance import MAX_NODES, _Analysis
+from .provenance import MAX_NODES, Analysis
 from .schema import SchemaFacts, fold
 
 __all__ = ["AggregatePlan", "AggregateRisk", "plan_aggregates", "served_sql"]
@@ -191,7 +191,7 @@ Risk = tuple[exp.Expression, AggregateRisk, tuple[exp.Expression, ...]]
 table its argument reads (the row numbering's partition, after the groups)."""
 
 
-class _Planner(_Analysis):
+class _Planner(Analysis):
     def plan(self) -> AggregatePlan:
         select = self.root
         if not isinstance(select, exp.Select):

@@ -75,7 +75,7 @@ from .schema_servers import read_duckdb_schema, read_postgres_schema
 if TYPE_CHECKING:
     from .connection_state import ConnectionState
 
-__all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "explain", "plan"]
+__all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "explain", "plan", "schema_view"]
 
 VERDICTS = 256
 """Verdicts kept per connection (one per SQL text), oldest dropped first."""
@@ -94,7 +94,7 @@ def explain(guard: ConnectionState, sql: str) -> Provenance:
     on the order the FROM clause names its tables in (inner joins commute; a model may write them either
     way); elsewhere a fan-out must hold relative to the leading table too, as ORMs write their SQL."""
     analyser = _PROJECTED if guard.policy.provenance == "text_to_sql" else _PROVENANCE
-    return _view(guard).explain(sql, analyser)
+    return schema_view(guard).explain(sql, analyser)
 
 
 def plan(guard: ConnectionState, sql: str) -> AggregatePlan:
@@ -103,7 +103,7 @@ def plan(guard: ConnectionState, sql: str) -> AggregatePlan:
     again while ``PRAGMA schema_version`` is unchanged (one statement, not the lookups). That number can
     repeat after other DDL (see above), which can make the guard miss a fan-out, never invent one: a plan
     at risk, which leads to serving corrected values under ``"text_to_sql"``, is always checked."""
-    view = _view(guard)
+    view = schema_view(guard)
     if not isinstance(view, SqliteSchemaView):
         return view.explain(sql, _AGGREGATES)
     try:
@@ -126,7 +126,8 @@ def plan(guard: ConnectionState, sql: str) -> AggregatePlan:
 _SAFE = AggregatePlan(note="no value aggregate at risk (kept while the schema version is unchanged)")
 
 
-def _view(guard: ConnectionState) -> SqliteSchemaView | SnapshotSchemaView:
+def schema_view(guard: ConnectionState) -> SqliteSchemaView | SnapshotSchemaView:
+    """The connection's schema view, made on first use (a rule's first question)."""
     view = guard.catalog
     if view is None:
         view = guard.catalog = SqliteSchemaView(guard.raw) if guard.engine is SQLITE else SnapshotSchemaView(guard)

@@ -87,7 +87,7 @@ def run_query(args: argparse.Namespace, error: Callable[[str], None], out: Calla
     """Carry out ``guarded-sqlite query`` for parsed ``args``; ``error`` prints a one-line error."""
     from .api import connect
     from .lockdown import lock_down_sqlite
-    from .schema import _raw_sqlite
+    from .schema import raw_sqlite
 
     path: Path = args.db
     problem = database_problem(path)
@@ -99,7 +99,7 @@ def run_query(args: argparse.Namespace, error: Callable[[str], None], out: Calla
     try:
         con = connect(uri, uri=True, guard=args.guard)
         # mode=ro covers the main database only: ATTACH and VACUUM INTO would still create files.
-        lock_down_sqlite(_raw_sqlite(con), allow_writes=False, value_bytes=None)
+        lock_down_sqlite(raw_sqlite(con), allow_writes=False, value_bytes=None)
     except sqlite3.Error as failure:
         error(f"{path}: cannot be opened ({failure})")
         return 2

@@ -638,10 +638,10 @@ def _not_looked(sql: str, rows: list[Any], why: str) -> FanoutOutcome:
 
 def _plain_cursor(guard: ConnectionState) -> Any:
     """The schema view's plain cursor (made with the view): the guard's own reads on SQLite."""
-    from .catalog import _view
+    from .catalog import schema_view
     from .schema import plain_cursor
 
-    view = _view(guard)
+    view = schema_view(guard)
     cur = view.cursor  # type: ignore[union-attr]
     if cur is None:
         cur = view.cursor = plain_cursor(view.raw)  # type: ignore[union-attr]

@@ -59,7 +59,7 @@ if it holds with every such instance taken as determined; otherwise the verdict 
 ``=`` except that it proves nothing non-NULL. A LEFT JOIN's ON equalities let the left side determine
 the right side; the reverse holds only from a matched (real) row of the right side, so the reference
 closures read it backwards from a reference instance (the rows where it is NULL-extended are copies of
-none of its rows) and the identity closure never (see ``_Analysis._closure``).
+none of its rows) and the identity closure never (see ``Analysis._closure``).
 A parenthesised join group, ``a LEFT JOIN (b JOIN c ON c.id = b.c_id) ON b.a_id = a.id`` (how ORMs
 eager-load across a many-to-many), is read table by table: inside it, equalities work both ways; from
 outside a LEFT-joined group, into it (and backwards only as above).
@@ -106,6 +106,7 @@ from .schema import SchemaFacts, fold
 __all__ = [
     "MAX_NODES",
     "MAX_SQL_CHARS",
+    "Analysis",
     "Provenance",
     "Reference",
     "Verdict",
@@ -218,14 +219,14 @@ def analyse_tree(
 ) -> Provenance:
     """``analyse`` for a tree the caller already parsed (it is not modified). Never raises."""
     try:
-        return _Analysis(tree, schema, dialect).run(reference)
+        return Analysis(tree, schema, dialect).run(reference)
     except Unanalysable as why:
         return Provenance("unknown", str(why))
     except Exception as error:  # a tree shape we did not foresee must never break the caller
         return Provenance("unknown", f"analysis failed: {type(error).__name__}: {error}")
 
 
-class _Analysis(JoinGraph):
+class Analysis(JoinGraph):
     """The verdict over a ``JoinGraph``: closures of what the reference tables determine, and evidence."""
 
     # ------------------------------------------------------------------ driver

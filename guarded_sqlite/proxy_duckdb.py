@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from .connection_state import note_function
 from .core import ConnectionState, GuardedConnection, buffer_served, serving
 from .engines import DUCKDB, NO_PARAMETERS, execute_with
 from .policy import GuardPolicy
-from .proxy import CursorProxy, _fetchone
+from .proxy import CursorProxy
+
+_FETCH_ONE = operator.methodcaller("fetchone")
 
 
 class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
@@ -90,7 +93,7 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
             return getattr(raw, method)(*args, **kwargs)  # nothing buffered: DuckDB's own result
         from .rewrite import is_read_only_query
 
-        remaining = list(serving(self, raw, _fetchone))
+        remaining = list(serving(self, raw, _FETCH_ONE))
         buffer_served(self)
         served_sql = current.final_sql
         # Removed join copies are a choice among the rows of final_sql (the check), not its result.

@@ -51,6 +51,8 @@ __all__ = [
     "has_table_statement",
     "index_list_statement",
     "lookup_statement",
+    "quote_identifier",
+    "raw_sqlite",
     "read_index_list",
     "read_lookup",
     "read_schemas",
@@ -197,11 +199,12 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _quote(name: str) -> str:
+def quote_identifier(name: str) -> str:
+    """``name`` as a double-quoted SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
 
 
-def _raw_sqlite(con: Any) -> sqlite3.Connection:
+def raw_sqlite(con: Any) -> sqlite3.Connection:
     """The real ``sqlite3.Connection`` behind a proxy (wrapt proxies expose ``__wrapped__``)."""
     for _ in range(8):  # a proxy passes isinstance() checks, so unwrap whatever exposes __wrapped__
         inner = getattr(con, "__wrapped__", None)
@@ -216,7 +219,7 @@ def _raw_sqlite(con: Any) -> sqlite3.Connection:
 def plain_cursor(con: Any) -> sqlite3.Cursor:
     """A plain ``sqlite3.Cursor`` on ``con``'s real connection, without a row factory: the caller's
     ``row_factory`` and cursor classes never see or change a catalog read."""
-    cur = sqlite3.Cursor(_raw_sqlite(con))
+    cur = sqlite3.Cursor(raw_sqlite(con))
     cur.row_factory = None
     return cur
 
@@ -256,7 +259,7 @@ Declaration = tuple[int, str, str, str, str]
 
 
 def _master(schema: str) -> str:
-    return "sqlite_temp_master" if schema == "temp" else f"{_quote(schema)}.sqlite_master"
+    return "sqlite_temp_master" if schema == "temp" else f"{quote_identifier(schema)}.sqlite_master"
 
 
 def _declaration(row: tuple[Any, ...]) -> Declaration:
@@ -316,7 +319,7 @@ def read_lookup(rows: Iterable[tuple[Any, ...]]) -> tuple[frozenset[str], dict[i
 
 def index_list_statement(schema: str, table: str) -> str:
     """``PRAGMA index_list`` of a table (read back with ``read_index_list``)."""
-    return f"PRAGMA {_quote(schema)}.index_list({_quote(table)})"
+    return f"PRAGMA {quote_identifier(schema)}.index_list({quote_identifier(table)})"
 
 
 def read_index_list(rows: Iterable[tuple[Any, ...]]) -> tuple[tuple[str, int, str, int], ...]:
@@ -331,7 +334,7 @@ def sqlite_index_list(cur: sqlite3.Cursor, schema: str, table: str) -> tuple[tup
 
 def has_table_statement(schema: str, table: str) -> str:
     """A statement with rows if and only if ``schema`` holds a table or view named ``table``."""
-    return f"PRAGMA {_quote(schema)}.table_xinfo({_quote(table)})"
+    return f"PRAGMA {quote_identifier(schema)}.table_xinfo({quote_identifier(table)})"
 
 
 def sqlite_has_table(cur: sqlite3.Cursor, schema: str, table: str) -> bool:
@@ -363,8 +366,8 @@ def sqlite_table_facts(cur: sqlite3.Cursor, schema: str, name: str, kind: str, s
     documented legacy of SQLite) unless it is declared NOT NULL or is the rowid itself (a lone
     ``INTEGER PRIMARY KEY``, which has no index of its own); a WITHOUT ROWID table's key cannot.
     """
-    prefix = f"PRAGMA {_quote(schema)}."
-    info = catalog_rows(cur, f"{prefix}table_xinfo({_quote(name)})")
+    prefix = f"PRAGMA {quote_identifier(schema)}."
+    info = catalog_rows(cur, f"{prefix}table_xinfo({quote_identifier(name)})")
     if not info:
         raise CatalogUnreadable(f"no columns listed for {schema}.{name}")
     columns = tuple(_text(row[1]) for row in info)
@@ -380,13 +383,13 @@ def sqlite_table_facts(cur: sqlite3.Cursor, schema: str, name: str, kind: str, s
         return TableFacts(name, schema, columns, tuple(frozenset({a}) for a in sorted(aliases)), aliases)
     not_null = {fold(_text(row[1])) for row in info if row[3]}
     pk = [fold(_text(row[1])) for row in sorted((row for row in info if row[5]), key=lambda r: int(r[5]))]
-    indexes = catalog_rows(cur, f"{prefix}index_list({_quote(name)})")
+    indexes = catalog_rows(cur, f"{prefix}index_list({quote_identifier(name)})")
     keys: list[frozenset[str]] = []
     rowid_table = True
     pk_index = next((row for row in indexes if _text(row[3]) == "pk"), None)
     if pk_index is not None:
         # A WITHOUT ROWID table's primary key index carries the whole row; a rowid table's ends in the rowid.
-        entries = _index_entries(cur, f"{prefix}index_xinfo({_quote(_text(pk_index[1]))})")
+        entries = _index_entries(cur, f"{prefix}index_xinfo({quote_identifier(_text(pk_index[1]))})")
         rowid_table = any(int(entry[1]) == -1 for entry in entries)
     elif len(pk) == 1:
         # A lone INTEGER PRIMARY KEY without an index is the rowid under another name: never NULL.
@@ -404,7 +407,7 @@ def sqlite_table_facts(cur: sqlite3.Cursor, schema: str, name: str, kind: str, s
         partial = bool(row[4]) if len(row) > 4 else False
         if not unique or _text(row[3]) == "pk":
             continue
-        entries = _index_entries(cur, f"{prefix}index_info({_quote(_text(row[1]))})")
+        entries = _index_entries(cur, f"{prefix}index_info({quote_identifier(_text(row[1]))})")
         names = [fold(_text(entry[2])) if entry[2] is not None else "" for entry in entries]
         if not names or not all(names):  # an expression column (name NULL) is not a column key
             continue
@@ -456,7 +459,7 @@ def _index_entries(cur: sqlite3.Cursor, pragma: str) -> list[tuple[Any, ...]]:
 
 def _sqlite_foreign_keys(cur: sqlite3.Cursor, schema: str, name: str) -> tuple[ForeignKey, ...]:
     foreign: dict[int, list[tuple[Any, ...]]] = {}
-    for row in catalog_rows(cur, f"PRAGMA {_quote(schema)}.foreign_key_list({_quote(name)})"):
+    for row in catalog_rows(cur, f"PRAGMA {quote_identifier(schema)}.foreign_key_list({quote_identifier(name)})"):
         foreign.setdefault(int(row[0]), []).append(row)
     return tuple(
         ForeignKey(
@@ -491,7 +494,7 @@ def read_sqlite_schema(con: Any) -> SchemaFacts:
         order = sqlite_schemas(cur)
         tables: list[TableFacts] = []
         for schema in order:
-            master = "sqlite_temp_master" if schema == "temp" else f"{_quote(schema)}.sqlite_master"
+            master = "sqlite_temp_master" if schema == "temp" else f"{quote_identifier(schema)}.sqlite_master"
             listed = catalog_rows(cur, f"SELECT type, name, sql FROM {master} WHERE type IN ('table', 'view')")
             for kind, name, sql in listed:
                 try:

@@ -14,10 +14,10 @@ from .schema import (
     CatalogUnreadable,
     SchemaFacts,
     TableFacts,
-    _quote,
     catalog_rows,
     fold,
     plain_cursor,
+    quote_identifier,
     read_sqlite_schema,
 )
 from .schema_info import ForeignKeyInfo, SchemaInfo, TableInfo
@@ -134,13 +134,13 @@ def _foreign_key(table: TableFacts, fk: Any, facts: SchemaFacts) -> ForeignKeyIn
 
 
 def _qualified(table: TableFacts) -> str:
-    return ".".join(_quote(part) for part in table.schema.split(".")) + "." + _quote(table.name)
+    return ".".join(quote_identifier(part) for part in table.schema.split(".")) + "." + quote_identifier(table.name)
 
 
 def _sqlite_columns(cur: Any, table: TableFacts) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
     """``(name, declared type)`` of each column, and the primary key's columns in key order."""
     try:
-        rows = catalog_rows(cur, f"PRAGMA {_quote(table.schema)}.table_xinfo({_quote(table.name)})")
+        rows = catalog_rows(cur, f"PRAGMA {quote_identifier(table.schema)}.table_xinfo({quote_identifier(table.name)})")
     except CatalogUnreadable:
         return tuple((column, "") for column in table.columns), ()
     # table_xinfo's hidden column: 0 for ordinary columns, 2/3 for generated ones (shown), 1 for a

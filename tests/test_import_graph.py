@@ -104,3 +104,16 @@ def test_the_cycle_finder_finds_cycles() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
     assert cycles(graph) == [{"a", "b", "c"}]
     assert cycles({"x": {"y"}, "y": set()}) == []
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    private: list[str] = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("guarded_sqlite")):
+                private += [
+                    f"{name}: from {'.' * node.level}{node.module or ''} import {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+    assert private == []

@@ -227,10 +227,10 @@ def test_reuse_is_in_feedback(tmp_path: Any) -> None:
 def _statements(con: Any, sql: str) -> list[str]:
     """The statements SQLite ran for one execution of ``sql`` through ``con``, the guard's own included
     (and those run inside a function call, which SQLite's trace marks with a leading ``-- ``)."""
-    from guarded_sqlite.schema import _raw_sqlite
+    from guarded_sqlite.schema import raw_sqlite
 
     ran: list[str] = []
-    raw = _raw_sqlite(con)
+    raw = raw_sqlite(con)
     raw.set_trace_callback(lambda text: ran.append(text.removeprefix("-- ")))
     try:
         con.execute(sql).fetchall()

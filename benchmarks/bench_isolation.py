@@ -1,4 +1,4 @@
-"""The cost of running an agent tool's statements in a worker process (``guarded_sqlite.worker``).
+"""The cost of running an agent tool's statements in a worker process (``guarded_sqlite.agent.isolation``).
 
 ``GuardedDatabase.open`` runs the database in a child process by default (``isolated=True``), so that a
 statement past the time limit can be stopped even inside one SQLite function call. This measures what

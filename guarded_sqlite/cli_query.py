@@ -85,8 +85,8 @@ def _report_lines(report: GuardReport) -> list[str]:
 
 def run_query(args: argparse.Namespace, error: Callable[[str], None], out: Callable[[str], None] = print) -> int:
     """Carry out ``guarded-sqlite query`` for parsed ``args``; ``error`` prints a one-line error."""
+    from .agent.lockdown import lock_down_sqlite
     from .api import connect
-    from .lockdown import lock_down_sqlite
     from .schema import raw_sqlite
 
     path: Path = args.db

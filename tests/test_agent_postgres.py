@@ -408,7 +408,7 @@ async def test_the_mcp_server_lists_describes_and_queries(open_pg: OpenDb) -> No
     pytest.importorskip("mcp")
     from mcp import Client
 
-    from guarded_sqlite.mcp_server import build_server
+    from guarded_sqlite.agent.mcp_server import build_server
 
     db = open_pg(guard="observe")
     async with Client(build_server(db)) as client:
@@ -491,7 +491,7 @@ def test_langchain_agent_loop_on_a_postgres_uri(
     pytest.importorskip("langchain_core")
     from langchain_core.messages import ToolMessage
 
-    from guarded_sqlite.langchain_tools import open_guarded_sql_tools
+    from guarded_sqlite.agent.langchain_tools import open_guarded_sql_tools
 
     from .test_langchain_tools import reviser, sql_of_calls
     from .test_langchain_tools import run_agent as run_langchain
@@ -511,7 +511,7 @@ def test_llama_index_agent_loop_on_a_postgres_uri(
 ) -> None:
     """tests/test_llama_index_tools.py's scripted ReAct agent, on ``open_guarded_sql_tools(uri)``."""
     pytest.importorskip("llama_index.core")
-    from guarded_sqlite.llama_index_tools import open_guarded_sql_tools
+    from guarded_sqlite.agent.llama_index_tools import open_guarded_sql_tools
 
     from .test_llama_index_tools import reviser
     from .test_llama_index_tools import run_agent as run_llama

@@ -1,4 +1,4 @@
-"""The MCP server's audit log (``guarded_sqlite.audit``, ``guarded-sqlite mcp --audit-log``): one JSON line
+"""The MCP server's audit log (``guarded_sqlite.agent.audit``, ``guarded-sqlite mcp --audit-log``): one JSON line
 per call with the SQL's literals replaced, the outcome, rows and the guard's verdict; statements cut
 before they are normalised; and a write's answer with the rows it changed."""
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guarded_sqlite.audit import MAX_LOGGED_SQL, AuditLog, audit_record, logged_sql
+from guarded_sqlite.agent.audit import MAX_LOGGED_SQL, AuditLog, audit_record, logged_sql
 from guarded_sqlite.demo import build_shop
 
 from .agent_cases import AGGREGATE, FAN_OUT
@@ -25,7 +25,7 @@ import anyio  # after the skip: anyio comes with the mcp extra
 from mcp import Client, StdioServerParameters
 
 from guarded_sqlite.agent import GuardedDatabase
-from guarded_sqlite.mcp_server import build_server
+from guarded_sqlite.agent.mcp_server import build_server
 
 
 @pytest.fixture

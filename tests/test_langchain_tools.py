@@ -1,4 +1,4 @@
-"""``guarded_sqlite.langchain_tools`` in LangChain's own agent loop (``langchain.agents.create_agent``, on
+"""``guarded_sqlite.agent.langchain_tools`` in LangChain's own agent loop (``langchain.agents.create_agent``, on
 langgraph), offline: a scripted chat model decides each message from the messages it receives.
 
 The point of the tools is the closed loop: the guard's feedback reaches the model as the tool's
@@ -25,13 +25,13 @@ from langchain_core.runnables import Runnable
 from pydantic import Field
 
 from guarded_sqlite.agent import GuardedDatabase
-from guarded_sqlite.demo import build_shop
-from guarded_sqlite.langchain_tools import (
+from guarded_sqlite.agent.langchain_tools import (
     GuardedSQLQueryTool,
     GuardedSQLSchemaTool,
     guarded_sql_tools,
     open_guarded_sql_tools,
 )
+from guarded_sqlite.demo import build_shop
 
 from .agent_cases import (
     FAN_OUT_EXISTS,
@@ -205,15 +205,15 @@ def test_the_tools_describe_themselves_for_the_model(shop: Path) -> None:
 def test_importing_the_package_does_not_import_langchain() -> None:
     code = (
         "import sys, guarded_sqlite, guarded_sqlite.agent; "
-        "assert 'guarded_sqlite.langchain_tools' not in sys.modules; assert 'langchain_core' not in sys.modules"
+        "assert 'guarded_sqlite.agent.langchain_tools' not in sys.modules; assert 'langchain_core' not in sys.modules"
     )
     subprocess.run([sys.executable, "-W", "error", "-c", code], check=True)
 
 
 def test_without_langchain_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "guarded_sqlite.langchain_tools")
+    monkeypatch.delitem(sys.modules, "guarded_sqlite.agent.langchain_tools")
     # None in sys.modules makes an import of that name fail; submodules already loaded count too.
     for name in [name for name in sys.modules if name.partition(".")[0] == "langchain_core"]:
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match=r"pip install 'guarded-sqlite\[langchain\]'"):
-        import guarded_sqlite.langchain_tools  # noqa: F401
+        import guarded_sqlite.agent.langchain_tools  # noqa: F401

@@ -1,4 +1,4 @@
-"""``guarded_sqlite.llama_index_tools`` in LlamaIndex's own agent loop (the workflow ``ReActAgent``), offline:
+"""``guarded_sqlite.agent.llama_index_tools`` in LlamaIndex's own agent loop (the workflow ``ReActAgent``), offline:
 a scripted ``CustomLLM`` writes ReAct text decided from the prompt the agent built for it.
 
 As for LangChain: the guard's feedback reaches the model as the tool's observation, the model revises
@@ -24,8 +24,8 @@ from llama_index.core.tools import FunctionTool
 from pydantic import Field
 
 from guarded_sqlite.agent import GuardedDatabase, QueryResult
+from guarded_sqlite.agent.llama_index_tools import guarded_sql_tools, open_guarded_sql_tools
 from guarded_sqlite.demo import build_shop
-from guarded_sqlite.llama_index_tools import guarded_sql_tools, open_guarded_sql_tools
 
 from .agent_cases import (
     FAN_OUT_DISTINCT,
@@ -192,15 +192,15 @@ def test_the_schema_tool_shows_keys_and_foreign_key_cardinality(shop: Path) -> N
 def test_importing_the_package_does_not_import_llama_index() -> None:
     code = (
         "import sys, guarded_sqlite, guarded_sqlite.agent; "
-        "assert 'guarded_sqlite.llama_index_tools' not in sys.modules; assert 'llama_index' not in sys.modules"
+        "assert 'guarded_sqlite.agent.llama_index_tools' not in sys.modules; assert 'llama_index' not in sys.modules"
     )
     subprocess.run([sys.executable, "-W", "error", "-c", code], check=True)
 
 
 def test_without_llama_index_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "guarded_sqlite.llama_index_tools")
+    monkeypatch.delitem(sys.modules, "guarded_sqlite.agent.llama_index_tools")
     # None in sys.modules makes an import of that name fail; submodules already loaded count too.
     for name in [name for name in sys.modules if name.partition(".")[0] == "llama_index"]:
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match=r"pip install 'guarded-sqlite\[llama-index\]'"):
-        import guarded_sqlite.llama_index_tools  # noqa: F401
+        import guarded_sqlite.agent.llama_index_tools  # noqa: F401

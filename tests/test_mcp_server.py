@@ -1,4 +1,4 @@
-"""``guarded_sqlite.mcp_server``: the MCP tools ``query`` and ``schema``, seen through the SDK's own client.
+"""``guarded_sqlite.agent.mcp_server``: the MCP tools ``query`` and ``schema``, seen through the SDK's own client.
 
 The server runs in-process (``mcp.Client(server)``; one test also through the JSON-RPC framing of the
 in-memory transport) on the demo's SQLite shop and on a small DuckDB file, and once as the real
@@ -28,9 +28,9 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
 from guarded_sqlite.agent import GuardedDatabase
+from guarded_sqlite.agent.mcp_server import INSTALL_HINT, build_server
 from guarded_sqlite.cli import main
 from guarded_sqlite.demo import build_shop
-from guarded_sqlite.mcp_server import INSTALL_HINT, build_server
 
 from .agent_cases import AGGREGATE, FAN_OUT
 
@@ -513,7 +513,7 @@ class NoMcp(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, NoMcp())
-import guarded_sqlite, guarded_sqlite.cli, guarded_sqlite.mcp_server
+import guarded_sqlite, guarded_sqlite.cli, guarded_sqlite.agent.mcp_server
 from guarded_sqlite.cli import main
 try:
     main(["--help"])
@@ -535,7 +535,7 @@ def test_without_the_mcp_package_the_command_names_the_extra(shop: Path) -> None
 
 def test_importing_the_package_does_not_import_mcp() -> None:
     check = (
-        "import sys, guarded_sqlite, guarded_sqlite.cli, guarded_sqlite.mcp_server, guarded_sqlite.agent\n"
+        "import sys, guarded_sqlite, guarded_sqlite.cli, guarded_sqlite.agent.mcp_server, guarded_sqlite.agent\n"
         "loaded = sorted(m for m in sys.modules if m.partition('.')[0] in ('mcp', 'mcp_types'))\n"
         "assert not loaded, loaded\n"
     )

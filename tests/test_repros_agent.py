@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guarded_sqlite.agent import GuardedDatabase, QueryRefused, _first_word
-from guarded_sqlite.lockdown import sqlite_decision, value_length_limit
+from guarded_sqlite.agent import GuardedDatabase, QueryRefused
+from guarded_sqlite.agent._database import _first_word
+from guarded_sqlite.agent.lockdown import sqlite_decision, value_length_limit
 
 
 def sql_string(path: Path | str) -> str:
@@ -209,7 +210,7 @@ def test_sqlite_decision(action: int, arg1: str | None, arg2: str | None, allow_
 def test_a_callers_duckdb_connection_that_is_not_locked_down_is_refused(duck: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     from guarded_sqlite import wrap
-    from guarded_sqlite.lockdown import DUCKDB_AGENT_CONFIG
+    from guarded_sqlite.agent.lockdown import DUCKDB_AGENT_CONFIG
 
     raw = duckdb.connect(str(duck), read_only=True)
     with pytest.raises(ValueError, match="enable_external_access=true"):

@@ -183,7 +183,7 @@ UNINTERRUPTIBLE = "SELECT instr(printf('%.*c', 999000, 'a'), printf('%.*c', 2500
 
 
 def test_a08_a_statement_inside_one_function_call_is_stopped_by_the_worker(shop: Path) -> None:
-    from guarded_sqlite.worker import IsolatedDatabase
+    from guarded_sqlite.agent.isolation import IsolatedDatabase
 
     with GuardedDatabase.open(shop, timeout=LIMIT) as db:
         assert isinstance(db, IsolatedDatabase)

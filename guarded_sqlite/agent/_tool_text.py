@@ -7,7 +7,7 @@ writes better SQL when it knows them before its first call rather than from a re
 
 from __future__ import annotations
 
-from .agent import GuardedDatabase
+from ._database import GuardedDatabase
 
 __all__ = [
     "QUERY_TOOL_NAME",

@@ -1,27 +1,7 @@
-"""The guard for agents: run a model's SQL with limits, hand back rows plus feedback, describe the schema.
-
-Text-to-SQL agents read a tool's answer and write their next query from it. This module is the one
-place that decides what such a tool does, so the MCP server (``guarded_sqlite.mcp_server``) and the
-LangChain and LlamaIndex tools (``guarded_sqlite.langchain_tools``, ``guarded_sqlite.llama_index_tools``)
-refuse, limit and report alike:
-
-- ``GuardedDatabase.query`` runs one statement through a guarded connection and returns a
-  ``QueryResult``: the rows served, the ``GuardReport`` and its ``feedback()`` text, which tells the
-  model when its rows repeat or an aggregate counts rows several times, and what to change.
-- It raises ``QueryRefused`` (a clear message for the model, never a crash) for a write while writes
-  are off, a result over the row or size limit, a statement that runs past the time limit, and SQL the
-  database rejects. Writes are refused by reading the statement (``rewrite.is_read_only_query``) and
-  by the engine (``lockdown``: SQLite's ``query_only`` and authorizer, DuckDB read-only and locked
-  configuration, PostgreSQL read-only transactions); rows and characters are counted while fetching.
-- ``GuardedDatabase.schema`` lists tables with their columns, keys, foreign keys with their cardinality
-  (which join repeats which rows), and row counts: what a model needs to join without fanning out.
-
-SQLite files and DuckDB files (and connections) are supported, and PostgreSQL through psycopg 3: a
-``postgresql://`` DSN for ``GuardedDatabase.open``, or a guarded ``psycopg.Connection``. There each call
-is a transaction of its own (``READ ONLY`` and rolled back unless writes are allowed) with
-``statement_timeout`` set ``LOCAL`` to the call's limit, a cancel request at the deadline as the
-backstop, and queries read through a server-side cursor, so rows past the limits never leave the server.
-"""
+"""``GuardedDatabase``: a guarded connection with an agent tool's limits, run in this process. The
+refusals, the lockdown it applies (``lockdown``), the limits while fetching, the PostgreSQL transaction
+per call and the schema text (``schema_description``) are decided here; ``isolation`` runs the same
+object in a worker process, which ``GuardedDatabase.open`` uses by default."""
 
 from __future__ import annotations
 
@@ -30,192 +10,29 @@ import re
 import sqlite3
 import sys
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from .deadlines import Deadline
-from .presenting import format_table, json_safe, report_dict
-from .report import GuardReport
-from .schema_info import ForeignKeyInfo, SchemaInfo, TableInfo
+from ..deadlines import Deadline
+from ..presenting import json_safe
+from ..report import GuardReport
+from ..schema_info import SchemaInfo
+from ._calls import (
+    AGENT_GUARD,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT,
+    QueryRefused,
+    QueryResult,
+    guard_byte_cap,
+    is_postgres_dsn,
+    redact_dsn,
+)
 
-__all__ = [
-    "ForeignKeyInfo",
-    "GuardedDatabase",
-    "QueryRefused",
-    "QueryResult",
-    "SchemaInfo",
-    "TableInfo",
-    "call_memory_bound",
-    "worker_memory_allowance",
-]
-
-DEFAULT_MAX_ROWS = 200
-"""Rows a query may return before it is refused (the model is asked to add LIMIT or aggregate)."""
-
-DEFAULT_MAX_CHARS = 200_000
-"""Characters the rows may take as JSON before the result is refused: a few wide rows can be as big as
-many narrow ones, and a model's context is the limit that matters."""
-
-AGENT_GUARD = "text_to_sql"
-"""The preset agent tools open databases with: the one meant for generated SQL. Under ``"patch"`` (the
-applications' default) a join that repeats rows below ``tau_inject`` is neither flagged nor repaired, so
-the model hears nothing: on Spider dev's released predictions, 6-10 of the 10-14 results per system that
-``"text_to_sql"`` gives feedback on get none under ``"patch"`` (``benchmarks/closed_loop_results.md``)."""
-
-DEFAULT_TIMEOUT = 10.0
-"""Seconds a statement may run before it is interrupted (a cross join can run for hours)."""
-
-ENGINE_MEMORY = {"sqlite": 64 * 2**20, "duckdb": 512 * 2**20, "postgres": 64 * 2**20}
-"""Bytes the engine itself may take for one statement in the worker: DuckDB's ``memory_limit``
-(``lockdown.DUCKDB_MEMORY_LIMIT``, 512 MB); for SQLite (2 MB page cache, values capped at
-``lockdown.value_length_limit``, sorts and temporary tables spilled to ``TMPDIR``) and psycopg (rows
-fetched 16 at a time) a margin of 64 MiB."""
-
-_SLACK = 32 * 2**20
-"""Bytes of margin for the interpreter's own allocations during a call (arenas, thread stacks)."""
-
-
-def guard_byte_cap(max_chars: int = DEFAULT_MAX_CHARS, max_rows: int = DEFAULT_MAX_ROWS) -> int:
-    """The estimated bytes the guard may buffer for an agent tool: a served value costs the estimate 16
-    bytes plus its length, and at least two characters of JSON (``_agent_policy``).
-
-    >>> guard_byte_cap()
-    3213888
-    """
-    return 16 * max_chars + 64 * (max_rows + 1) + 1024
-
-
-def worker_memory_allowance(dialect: str, max_chars: int = DEFAULT_MAX_CHARS, max_rows: int = DEFAULT_MAX_ROWS) -> int:
-    """Bytes of data the worker process (``guarded_sqlite.worker``) may allocate past what it holds once
-    the database is open: its ``RLIMIT_DATA`` is set that far above. The engine's share
-    (``ENGINE_MEMORY``), 16 times what the guard buffers (rows as Python objects, their JSON while
-    counted, the pickled answer), and 32 MiB of margin. An allocation past it fails inside the worker and
-    the call is refused as ``too_large``; the worker lives on.
-
-    >>> worker_memory_allowance("sqlite") // 2**20, worker_memory_allowance("duckdb") // 2**20
-    (145, 593)
-    """
-    return ENGINE_MEMORY[dialect] + 16 * guard_byte_cap(max_chars, max_rows) + _SLACK
-
-
-def call_memory_bound(
-    dialect: str, max_chars: int = DEFAULT_MAX_CHARS, max_rows: int = DEFAULT_MAX_ROWS, sql_chars: int = 0
-) -> int:
-    """Bytes one call of an agent tool opened by ``GuardedDatabase.open`` (the MCP server, the
-    LangChain and LlamaIndex helpers) may add to the peak memory of its processes, the server and its
-    worker together, whatever the statement does, refused or served (issue 25).
-
-    The worker's share is ``worker_memory_allowance``, enforced by ``RLIMIT_DATA``. The server's is what
-    it holds of the request and the answer: 32 bytes per character of the statement (the JSON-RPC
-    line, the decoded text, the SDK's copies, the pickle to the worker) and 8 times what the guard
-    buffers (the answer unpickled, its structured content and text, the JSON-RPC reply), since the
-    answer's rows are within ``max_chars``.
-
-    >>> call_memory_bound("sqlite") // 2**20, call_memory_bound("duckdb", sql_chars=2_000_000) // 2**20
-    (169, 678)
-    """
-    return (
-        worker_memory_allowance(dialect, max_chars, max_rows) + 8 * guard_byte_cap(max_chars, max_rows) + 32 * sql_chars
-    )
-
+__all__ = ["GuardedDatabase"]
 
 _DUCKDB_SUFFIXES = (".duckdb", ".ddb")
-
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-"""How a PostgreSQL connection URI starts (libpq accepts both)."""
-
-
-def is_postgres_dsn(target: object) -> bool:
-    """Whether ``target`` (what ``GuardedDatabase.open`` and ``guarded-sqlite mcp`` take) is a PostgreSQL
-    connection URI rather than a file path.
-
-    >>> is_postgres_dsn("postgresql://reader@db.internal/shop"), is_postgres_dsn("shop.db")
-    (True, False)
-    """
-    return isinstance(target, str) and target.lower().startswith(_POSTGRES_SCHEMES)
-
-
-def redact_dsn(dsn: str) -> str:
-    """``dsn`` with any password replaced by ``***``, for messages that reach a log or a terminal.
-
-    >>> redact_dsn("postgresql://reader:s3cret@db/shop?password=x&sslmode=require")
-    'postgresql://reader:***@db/shop?password=***&sslmode=require'
-    """
-    dsn = re.sub(r"(://[^:/@?#]*):[^@/?#]*@", r"\1:***@", dsn)
-    return re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", dsn)
-
-
-class QueryRefused(Exception):
-    """A statement the tool does not run, or whose result it does not return. ``str(error)`` is a
-    message written for the model: what happened and what to do instead.
-
-    ``kind`` is one of ``"write"`` (writes are off), ``"not_a_query"`` (an unknown first word, most
-    likely a typo, while writes are off), ``"too_large"`` (over ``max_rows`` or
-    ``max_chars``, a value over the per-value cap, or, with writes off, a statement longer than the
-    write check reads: ``rewrite.MAX_PARSED_CHARS``), ``"timeout"``, ``"sql_error"`` (the database
-    rejected the statement), ``"multiple_statements"`` (more than one statement in one call) and
-    ``"empty"`` (no SQL given). ``feedback`` is the guard's feedback on the statement, when it ran."""
-
-    def __init__(self, kind: str, message: str, feedback: str = "") -> None:
-        super().__init__(message if not feedback else f"{message}\n{feedback}")
-        self.kind = kind
-        self.feedback = feedback
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    """What one query returned through the guard."""
-
-    sql: str
-    """The statement as the model wrote it."""
-
-    columns: tuple[str, ...]
-    """Column names of the result, in order (empty for a statement that returns no rows)."""
-
-    rows: tuple[tuple[Any, ...], ...]
-    """The rows the guarded cursor served (after any repair the guard's preset makes)."""
-
-    report: GuardReport
-    """The guard's report on the statement (``cursor.guard_report``)."""
-
-    rows_changed: int | None = None
-    """Rows a write (INSERT, UPDATE, DELETE) changed, as SQLite's ``rowcount`` gives it; None for a
-    query, DDL, or when the database does not say (DuckDB answers a write with a ``Count`` row)."""
-
-    @property
-    def feedback(self) -> str:
-        """``report.feedback()``: empty when nothing was found or done."""
-        return self.report.feedback()
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``columns``, ``rows`` (BLOBs as ``{"hex": ...}``), ``row_count``, ``feedback`` and
-        ``report`` (every field of the report)."""
-        document = {
-            "columns": list(self.columns),
-            "rows": json_safe(self.rows),
-            "row_count": len(self.rows),
-            "feedback": self.feedback,
-            "report": report_dict(self.report),
-        }
-        if self.rows_changed is not None:
-            document["rows_changed"] = self.rows_changed
-        return document
-
-    def observation(self) -> str:
-        """The result as text for a model: a table of the rows, their count, and the guard's feedback
-        under ``Guard feedback:`` when there is any."""
-        if not self.columns and self.rows_changed is not None:
-            plural = "row" if self.rows_changed == 1 else "rows"
-            text = f"The statement ran and changed {self.rows_changed} {plural}."
-        elif not self.columns:
-            text = "The statement ran and returns no rows."
-        else:
-            plural = "row" if len(self.rows) == 1 else "rows"
-            text = "\n".join([*format_table(self.columns, self.rows), f"({len(self.rows)} {plural})"])
-        feedback = self.feedback
-        return f"{text}\n\nGuard feedback:\n{feedback}" if feedback else text
 
 
 class GuardedDatabase:
@@ -231,6 +48,10 @@ class GuardedDatabase:
     autocommit on or off makes no difference to the tool. What the model can reach beyond that is what
     the connection's role may do: connect as a role with SELECT privileges only (see docs/agents.md)."""
 
+    _isolated: ClassVar[Callable[..., GuardedDatabase] | None] = None
+    """What ``open`` makes by default: ``isolation.IsolatedDatabase``, a subclass in the module that runs
+    this class in a worker process, which registers it on import (so this module never imports it)."""
+
     def __init__(
         self,
         connection: Any,
@@ -240,9 +61,9 @@ class GuardedDatabase:
         max_chars: int = DEFAULT_MAX_CHARS,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        from .engines import engine_for
+        from ..engines import engine_for
+        from ..schema import raw_sqlite
         from .lockdown import DUCKDB_MEMORY_LIMIT, duckdb_lockdown_problem, lock_down_sqlite, value_length_limit
-        from .schema import raw_sqlite
 
         if getattr(connection, "guard_policy", None) is None:
             raise TypeError("GuardedDatabase needs a guarded connection: guarded_sqlite.connect() or wrap()")
@@ -294,7 +115,7 @@ class GuardedDatabase:
         ``limits`` are ``max_rows``, ``max_chars`` and ``timeout``.
 
         ``isolated=True`` (the default) opens it in a worker process that is killed and restarted when a
-        call outlasts ``timeout`` (``guarded_sqlite.worker``): a statement SQLite cannot interrupt (one
+        call outlasts ``timeout`` (``guarded_sqlite.agent.isolation``): a statement SQLite cannot interrupt (one
         long function call) is stopped too. ``isolated=False`` opens it in this process.
 
         PostgreSQL (needs psycopg 3): the connection is opened in autocommit mode and guarded like the
@@ -308,16 +129,17 @@ class GuardedDatabase:
 
         Raises ``ValueError`` for a path that is not a usable database (or a server that refuses the
         connection), with the reason."""
-        from .api import connect, wrap
-        from .presenting import database_problem
+        from ..api import connect, wrap
+        from ..presenting import database_problem
 
         if read_only and allow_writes:
             raise ValueError("read_only and allow_writes exclude each other")
         if isolated:
-            from .worker import IsolatedDatabase
-
             target = str(path) if is_postgres_dsn(path) else Path(path)
-            return IsolatedDatabase(target, guard=guard, read_only=read_only, allow_writes=allow_writes, **limits)
+            isolated_class = GuardedDatabase._isolated
+            if isolated_class is None:  # set when the package imports isolation, which a submodule import runs
+                raise RuntimeError("guarded_sqlite.agent.isolation has not registered the worker-process database")
+            return isolated_class(target, guard=guard, read_only=read_only, allow_writes=allow_writes, **limits)
         if is_postgres_dsn(path):
             return cls._open_postgres(str(path), guard=guard, allow_writes=allow_writes, **limits)
         path = Path(path)
@@ -363,7 +185,7 @@ class GuardedDatabase:
         """``open`` for a PostgreSQL URI."""
         import psycopg
 
-        from .api import wrap
+        from ..api import wrap
 
         try:
             # Autocommit: each call's transaction is the tool's own (raw.transaction() begins and ends
@@ -396,9 +218,9 @@ class GuardedDatabase:
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> QueryResult:
         """Run one statement through the guard and return what it served; see ``QueryRefused`` for
         every refusal. The limits apply to the rows the guard serves (after any repair)."""
-        from .deadlines import call_deadline, interrupt_after
+        from ..deadlines import call_deadline, interrupt_after
+        from ..rewrite import MAX_PARSED_CHARS, is_read_only_query
         from .lockdown import single_statement_problem
-        from .rewrite import MAX_PARSED_CHARS, is_read_only_query
 
         if not isinstance(sql, str) or not sql.strip():
             raise QueryRefused("empty", "No SQL was given: pass one SELECT (or WITH ... SELECT) statement.")
@@ -505,10 +327,10 @@ class GuardedDatabase:
         statements after a model's ``set_config('statement_timeout', ...)``."""
         import psycopg
 
-        from .deadlines import call_deadline, interrupt_after
+        from ..deadlines import call_deadline, interrupt_after
+        from ..proxy_psycopg import probed_server_cursor
+        from ..rewrite import is_read_only_query
         from .lockdown import start_postgres_call
-        from .proxy_psycopg import probed_server_cursor
-        from .rewrite import is_read_only_query
 
         raw = self._raw
         description: Any = None
@@ -594,7 +416,7 @@ class GuardedDatabase:
 
     def _refuse_failure(self, failure: Exception, timed_out: bool) -> None:
         """Turn a failed statement into ``QueryRefused``; errors that are not the database's own pass."""
-        from .errors import describe_error
+        from ..errors import describe_error
 
         report = getattr(self.connection, "guard_report", None)
         feedback = report.feedback() if isinstance(report, GuardReport) else ""
@@ -649,7 +471,7 @@ class GuardedDatabase:
     def _describe_postgres(self) -> SchemaInfo:
         """``describe`` in a read-only transaction that is rolled back, under the call's time limit (the
         row counts are what can take long: each gets what is left of it, then None)."""
-        from .deadlines import call_deadline, interrupt_after
+        from ..deadlines import call_deadline, interrupt_after
         from .lockdown import start_postgres_call
         from .schema_description import describe
 
@@ -756,7 +578,7 @@ def _agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
     probed, so that its refusal carries the guard's feedback (rows a join repeats)."""
     import dataclasses
 
-    from .policy import resolve_policy
+    from ..policy import resolve_policy
 
     policy = resolve_policy(guard)
     max_rows = int(limits.get("max_rows", DEFAULT_MAX_ROWS))

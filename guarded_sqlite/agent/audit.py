@@ -1,0 +1,141 @@
+"""An audit log of an agent tool's calls: one JSON line per call, for the operator who lets a model run SQL.
+
+``guarded-sqlite mcp DB --audit-log PATH`` appends a line for every tool call: when it ended (UTC,
+ISO 8601), which tool, the SQL with its literals replaced by ``?`` (``rewrite.normalise_literals``:
+literals can be secrets the model read), the outcome (``served``, ``refused`` with the refusal's kind,
+or ``failed``), how many rows were served or changed, and what the guard found and did (its report's
+``trigger`` and ``action``), plus the call's duration. So an operator can see what the model ran and
+what the guard said, without the data.
+
+Logging never costs more than the call: a statement is cut to ``MAX_LOGGED_SQL`` characters before it
+is normalised (a cut inside a string literal hides the whole text rather than show part of it), and a
+line is written and flushed once per call. ``audit_record`` is the pure part (what a line holds);
+``AuditLog`` only appends lines to a file, under a lock, since tool calls arrive on several threads.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["MAX_LOGGED_SQL", "AuditLog", "AuditRecord", "audit_record", "logged_sql"]
+
+MAX_LOGGED_SQL = 4000
+"""Characters of a statement kept for the log, cut before normalising (longer ones end in a note)."""
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One tool call, as one line of the audit log."""
+
+    time: str
+    """When the call ended, UTC, ISO 8601 with milliseconds."""
+
+    tool: str
+    """The tool called (``query`` or ``schema``)."""
+
+    sql: str | None
+    """The statement with literals replaced by ``?``, cut to ``MAX_LOGGED_SQL`` characters first; None
+    for a tool that takes no SQL."""
+
+    outcome: str
+    """``"served"``, ``"refused"`` (the tool's refusal: see ``refusal``) or ``"failed"`` (a fault in the tool)."""
+
+    refusal: str | None
+    """The refusal's kind (``QueryRefused.kind``: ``write``, ``timeout``, ``too_large``, ...), else None."""
+
+    rows: int | None
+    """Rows served (None when nothing was served)."""
+
+    rows_changed: int | None
+    """Rows a write changed, when the database says (None otherwise)."""
+
+    trigger: str | None
+    """What the guard found (``GuardReport.trigger``), None when nothing or when it did not run."""
+
+    action: str | None
+    """What the guard did (``GuardReport.action``), None when it did not run."""
+
+    seconds: float
+    """How long the call took."""
+
+
+def logged_sql(sql: str, dialect: str, limit: int = MAX_LOGGED_SQL) -> str:
+    """``sql`` as the log keeps it: cut to ``limit`` characters, then literals replaced by ``?``.
+
+    >>> logged_sql("SELECT * FROM users WHERE email = 'ana@example.com'", "sqlite")
+    'SELECT * FROM users WHERE email = ?'
+    >>> logged_sql("SELECT 1 + 22222", "sqlite", limit=12)
+    'SELECT ? + ?… (16 characters, cut to 12)'
+    >>> logged_sql("SELECT 'a secret that is long'", "sqlite", limit=15)  # cut inside a literal: all hidden
+    '<SQL not shown: 15 characters>… (30 characters, cut to 15)'
+    """
+    from ..rewrite import normalise_literals
+
+    if len(sql) <= limit:
+        return normalise_literals(sql, dialect)
+    return f"{normalise_literals(sql[:limit], dialect)}… ({len(sql)} characters, cut to {limit})"
+
+
+def audit_record(
+    tool: str,
+    sql: str | None,
+    dialect: str,
+    *,
+    ended: datetime,
+    seconds: float,
+    result: Any = None,
+    refusal: str | None = None,
+    failed: bool = False,
+) -> AuditRecord:
+    """The record of one call: ``result`` is the ``QueryResult`` served (for ``query``), ``refusal`` the
+    kind of a ``QueryRefused``, ``failed`` a fault in the tool; a call with none of them was served
+    without rows to count (``schema``)."""
+    report = getattr(result, "report", None)
+    rows = getattr(result, "rows", None)
+    return AuditRecord(
+        time=ended.astimezone(timezone.utc).isoformat(timespec="milliseconds"),
+        tool=tool,
+        sql=None if sql is None else logged_sql(sql, dialect) if isinstance(sql, str) else repr(type(sql)),
+        outcome="failed" if failed else "refused" if refusal is not None else "served",
+        refusal=refusal,
+        rows=None if rows is None else len(rows),
+        rows_changed=getattr(result, "rows_changed", None),
+        trigger=getattr(report, "trigger", None),
+        action=getattr(report, "action", None),
+        seconds=round(seconds, 6),
+    )
+
+
+class AuditLog:
+    """Appends ``AuditRecord``s to ``path`` as JSON lines, one ``write`` and flush per record. The file
+    is created if missing and never truncated. Raises ``OSError`` when it cannot be opened."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # closed by close()
+        self._lock = threading.Lock()
+
+    def write(self, record: AuditRecord) -> None:
+        line = json.dumps(asdict(record), ensure_ascii=False) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def now(self) -> datetime:
+        """The current time, as records take it."""
+        return datetime.now(timezone.utc)
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

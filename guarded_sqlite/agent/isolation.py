@@ -1,0 +1,238 @@
+"""An agent tool's database in a worker process, so that a call past its time limit can always be stopped.
+
+SQLite sees ``interrupt()`` only between steps of its virtual machine: a single function call such as
+``instr()`` over two long strings (its cost is haystack x needle) runs to its end whatever the time
+limit, and holds the tool's lock all along. Bounding value sizes does not bound that time. What always
+stops a statement is ending the process that runs it.
+
+``IsolatedDatabase`` is a ``GuardedDatabase`` whose database lives in a child process
+(``python -m guarded_sqlite.agent._worker``). The child opens the file with ``GuardedDatabase.open`` and the
+same options, so everything that object enforces (the lockdown, the limits while fetching, the
+in-process deadline) applies there unchanged; it answers one request at a time. The parent waits at
+most ``timeout + KILL_GRACE`` seconds for an answer; past that it kills the child, starts a fresh one
+and refuses the call as a timeout. In the child the in-process limit acts first, so a statement that
+can be interrupted ends with a refusal and the child lives on; only the rest cost a restart.
+
+A child that dies on its own (a crash inside the database library) is restarted the same way and the
+call is refused with the reason; the server goes on serving.
+
+Messages are pickles over two pipes (``multiprocessing.connection.Connection``), written only by this
+module on both sides; the child's stdout is not used, so an MCP server's stdio stays its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..schema_info import SchemaInfo
+from ._calls import AGENT_GUARD, QueryRefused, QueryResult
+from ._database import GuardedDatabase
+
+__all__ = ["KILL_GRACE", "READY_TIMEOUT", "IsolatedDatabase", "WorkerError"]
+
+KILL_GRACE = 0.5
+"""Seconds past the time limit the parent waits before it kills the worker: time for the child's own
+interrupt to end the statement and answer with the usual refusal."""
+
+READY_TIMEOUT = 60.0
+"""Seconds a new worker may take to start and open the database before opening fails."""
+
+
+class WorkerError(RuntimeError):
+    """The worker failed in a way that is not a refusal: an unexpected exception in the child (its
+    traceback is the message), or a worker that could not be started."""
+
+
+class _Worker:
+    """One child process and its two pipe ends; ``options`` are sent first, the answer comes later."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        to_child_read, to_child_write = os.pipe()
+        from_child_read, from_child_write = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "guarded_sqlite.agent._worker", str(to_child_read), str(from_child_write)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=(to_child_read, from_child_write),
+                # Ctrl-C in a terminal reaches the whole process group; the parent decides when the child ends.
+                start_new_session=True,
+            )
+        finally:
+            os.close(to_child_read)
+            os.close(from_child_write)
+        from multiprocessing.connection import Connection  # here: the package is imported without it
+
+        self.requests = Connection(to_child_write, readable=False)
+        self.answers = Connection(from_child_read, writable=False)
+        self.ready: dict[str, Any] | None = None
+        try:
+            self.requests.send(options)
+        except Exception as failure:  # a guard policy whose rescuer cannot be pickled, say
+            self.kill()
+            raise ValueError(
+                f"these options cannot be sent to a worker process ({failure}); open with isolated=False"
+            ) from None
+
+    def wait_ready(self) -> dict[str, Any]:
+        """The child's description once it has opened the database; raises what opening raised."""
+        if self.ready is None:
+            if not self.answers.poll(READY_TIMEOUT):
+                self.kill()
+                raise WorkerError(f"the database worker did not start within {READY_TIMEOUT:g} seconds")
+            try:
+                kind, payload = self.answers.recv()
+            except EOFError:
+                self.kill()
+                raise WorkerError(f"the database worker ended while opening ({self.ended()})") from None
+            if kind != "ready":
+                self.kill()
+                raise _rebuild_error(payload)
+            self.ready = payload
+        return self.ready
+
+    def ended(self) -> str:
+        code = self.process.wait()
+        if code < 0:
+            try:
+                return f"signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"signal {-code}"
+        return f"exit status {code}"
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.requests.close()
+        self.answers.close()
+
+    def close(self) -> None:
+        try:
+            self.requests.send(("close",))
+            self.process.wait(5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+def _rebuild_error(payload: tuple[str, str]) -> Exception:
+    """The exception the child raised while opening, as the parent raises it."""
+    name, message = payload
+    if name == "ValueError":
+        return ValueError(message)
+    if name in ("ImportError", "ModuleNotFoundError"):
+        return ImportError(message)
+    if name == "TypeError":
+        return TypeError(message)
+    return WorkerError(message)
+
+
+class IsolatedDatabase(GuardedDatabase):
+    """``GuardedDatabase.open``'s object with the database in a worker process that is killed and
+    restarted when a call outlasts ``timeout`` (see the module docstring). Made by
+    ``GuardedDatabase.open(..., isolated=True)``, the default; ``query``, ``schema`` and ``close`` behave
+    as ``GuardedDatabase``'s. ``connection`` is None: the connection is the child's."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        guard: Any = AGENT_GUARD,
+        read_only: bool = False,
+        allow_writes: bool = False,
+        **limits: Any,
+    ) -> None:
+        self._options: dict[str, Any] = {
+            "path": str(path),
+            "guard": guard,
+            "read_only": read_only,
+            "allow_writes": allow_writes,
+            "limits": limits,
+        }
+        self._lock = threading.Lock()
+        self.restarts = 0
+        """How many times a worker was killed or died and another was started."""
+        self._worker: _Worker | None = _Worker(self._options)
+        description = self._worker.wait_ready()
+        self.connection = None
+        self.dialect = description["dialect"]
+        self.allow_writes = allow_writes
+        self.max_rows = description["max_rows"]
+        self.max_chars = description["max_chars"]
+        self.timeout = description["timeout"]
+        self.value_limit = description["value_limit"]
+
+    def close(self) -> None:
+        """End the worker (which closes its connection)."""
+        with self._lock:
+            if self._worker is not None:
+                self._worker.close()
+                self._worker = None
+
+    def query(self, sql: str, parameters: Any = ()) -> QueryResult:
+        """``GuardedDatabase.query`` in the worker; a call still running ``timeout + KILL_GRACE``
+        seconds after it was sent is refused as a timeout and the worker replaced."""
+        answer = self._call(("query", sql, tuple(parameters)), self.timeout + KILL_GRACE)
+        result: QueryResult = answer
+        return result
+
+    def schema(self) -> SchemaInfo:
+        """``GuardedDatabase.schema`` in the worker (no time limit, as in process)."""
+        info: SchemaInfo = self._call(("schema",), None)
+        return info
+
+    def _call(self, request: tuple[Any, ...], limit: float | None) -> Any:
+        with self._lock:
+            if self._worker is None:
+                raise WorkerError("the database is closed")
+            worker = self._worker
+            worker.wait_ready()
+            try:
+                worker.requests.send(request)
+                answered = worker.answers.poll(None if limit == float("inf") else limit)
+                reply = worker.answers.recv() if answered else None
+            except (EOFError, OSError):
+                reply, answered = None, True
+            if reply is None:
+                if answered:  # the pipe closed: the child died while running the statement
+                    why = worker.ended()
+                    self._restart()
+                    raise QueryRefused(
+                        "sql_error",
+                        f"Refused: the database process ended while running this statement ({why}); it was "
+                        "restarted. Avoid this statement or function.",
+                    )
+                self._restart()
+                raise _timeout_refusal(self.timeout)
+        kind = reply[0]
+        if kind == "ok":
+            return reply[1]
+        if kind == "refused":
+            raise QueryRefused(reply[1], reply[2], reply[3])
+        raise WorkerError(reply[1])
+
+    def _restart(self) -> None:
+        # The fresh worker starts now and opens the database while the next call is on its way.
+        assert self._worker is not None
+        self._worker.kill()
+        self.restarts += 1
+        self._worker = _Worker(self._options)
+
+
+GuardedDatabase._isolated = IsolatedDatabase
+
+
+def _timeout_refusal(timeout: float) -> QueryRefused:
+    return QueryRefused(
+        "timeout",
+        f"Refused: the query ran longer than {timeout:g} seconds and was stopped. A join without a condition, "
+        "or over many rows, or a function over very long values can run that long; add join conditions or a "
+        "LIMIT.",
+    )

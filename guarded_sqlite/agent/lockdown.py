@@ -1,0 +1,324 @@
+"""Engine-side lockdown for a connection a model drives: what the engine itself refuses, per engine.
+
+Reading a statement can be fooled; the engine cannot. Each supported engine gets one "agent session"
+setup:
+
+- SQLite (``lock_down_sqlite``): ``PRAGMA query_only``, an authorizer (``sqlite_decision``, a pure
+  function) that denies ATTACH/DETACH (VACUUM INTO attaches its target, so it is denied too), every
+  write action, PRAGMA assignments other than the guard's own, and functions that reach outside the
+  database or corrupt the process (``fts3_tokenizer``, ``load_extension``, ...); and on Python 3.11+
+  ``setlimit(SQLITE_LIMIT_LENGTH, ...)``, which caps any one string or blob a statement builds or reads.
+  The guard's own catalog reads (``PRAGMA table_xinfo``, ``index_list``, ...) stay allowed.
+- DuckDB (``DUCKDB_AGENT_CONFIG``, ``duckdb_lockdown_problem``): the file opened read-only unless writes
+  are allowed, ``enable_external_access=false`` (no file, URL or extension access), extension
+  autoinstall/autoload off, Python replacement scans off, ``memory_limit`` set, then
+  ``lock_configuration=true`` so no later statement can change any of it. A connection the caller
+  opened is checked, not changed: its settings belong to the caller's whole database instance.
+- PostgreSQL (``postgres_session_problem``, ``start_postgres_call``): every call runs in a transaction
+  of its own, ``READ ONLY`` unless writes are allowed and rolled back, with ``statement_timeout`` set
+  ``LOCAL`` to the call's limit: a ``set_config(..., false)`` by the model is undone with the
+  transaction and cannot lift the next call's limit. What the role may do (superuser, server file
+  access) is the operator's to withhold; see docs/agents.md.
+- ``single_statement_problem``: more than one statement is refused (DuckDB's ``execute`` and psycopg's
+  simple query protocol run them all); DuckDB's own parser also names each statement's type.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "DUCKDB_AGENT_CONFIG",
+    "SQLITE_DENIED_FUNCTIONS",
+    "duckdb_lockdown_problem",
+    "lock_down_sqlite",
+    "postgres_session_problem",
+    "single_statement_problem",
+    "sqlite_decision",
+    "start_postgres_call",
+    "value_length_limit",
+]
+
+SQLITE_DENIED_FUNCTIONS = frozenset(
+    {
+        "fts3_tokenizer",  # reads and replaces a C pointer: leaks an address, then SIGSEGV on MATCH
+        "load_extension",  # loads native code
+        "readfile",  # the sqlite3 shell's file functions, when an application registers them
+        "writefile",
+        "edit",
+        "fsdir",
+        "zipfile",
+        "sqlar_compress",
+        "sqlar_uncompress",
+    }
+)
+"""Functions the model's statements may not call on SQLite, by lower-case name."""
+
+_WRITE_ACTIONS = frozenset(
+    {
+        sqlite3.SQLITE_CREATE_INDEX,
+        sqlite3.SQLITE_CREATE_TABLE,
+        sqlite3.SQLITE_CREATE_TEMP_INDEX,
+        sqlite3.SQLITE_CREATE_TEMP_TABLE,
+        sqlite3.SQLITE_CREATE_TEMP_TRIGGER,
+        sqlite3.SQLITE_CREATE_TEMP_VIEW,
+        sqlite3.SQLITE_CREATE_TRIGGER,
+        sqlite3.SQLITE_CREATE_VIEW,
+        sqlite3.SQLITE_DELETE,
+        sqlite3.SQLITE_DROP_INDEX,
+        sqlite3.SQLITE_DROP_TABLE,
+        sqlite3.SQLITE_DROP_TEMP_INDEX,
+        sqlite3.SQLITE_DROP_TEMP_TABLE,
+        sqlite3.SQLITE_DROP_TEMP_TRIGGER,
+        sqlite3.SQLITE_DROP_TEMP_VIEW,
+        sqlite3.SQLITE_DROP_TRIGGER,
+        sqlite3.SQLITE_DROP_VIEW,
+        sqlite3.SQLITE_INSERT,
+        sqlite3.SQLITE_UPDATE,
+        sqlite3.SQLITE_ALTER_TABLE,
+        sqlite3.SQLITE_REINDEX,
+        sqlite3.SQLITE_ANALYZE,
+        sqlite3.SQLITE_CREATE_VTABLE,
+        sqlite3.SQLITE_DROP_VTABLE,
+    }
+)
+
+_ALWAYS_DENIED = frozenset({sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH})
+"""ATTACH creates or opens any file (``file:...?mode=rwc`` too), and VACUUM INTO attaches its target."""
+
+_READ_PRAGMAS = frozenset(
+    {
+        "database_list",
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_list",
+        "index_info",
+        "index_xinfo",
+        "foreign_key_list",
+        "function_list",
+        "collation_list",
+        "schema_version",
+        "page_size",  # FTS3/FTS4 read it when they connect to a table
+        "query_only",
+        "busy_timeout",
+    }
+)
+"""PRAGMAs the guard reads (catalog, settings it saves and restores); read without an argument, or with
+a table name for the table-shaped ones."""
+
+_SETTABLE_PRAGMAS = frozenset({"busy_timeout"})
+"""PRAGMAs the guard sets and restores around its own statements; harmless to the database."""
+
+
+def sqlite_decision(action: int, arg1: str | None, arg2: str | None, *, allow_writes: bool) -> int:
+    """The authorizer's answer (``SQLITE_OK`` or ``SQLITE_DENY``) for one action of a statement being
+    prepared on a locked-down SQLite connection.
+
+    >>> sqlite_decision(sqlite3.SQLITE_FUNCTION, None, "lower", allow_writes=False) == sqlite3.SQLITE_OK
+    True
+    >>> sqlite_decision(sqlite3.SQLITE_FUNCTION, None, "FTS3_TOKENIZER", allow_writes=True) == sqlite3.SQLITE_DENY
+    True
+    """
+    if action in _ALWAYS_DENIED:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION:
+        return sqlite3.SQLITE_DENY if (arg2 or "").lower() in SQLITE_DENIED_FUNCTIONS else sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA:
+        name = (arg1 or "").lower()
+        if name == "query_only":
+            # Switching it on is always fine; off only when writes are allowed.
+            on = arg2 is None or arg2.strip().lower() in ("1", "on", "true", "yes")
+            return sqlite3.SQLITE_OK if on or allow_writes else sqlite3.SQLITE_DENY
+        if name in _READ_PRAGMAS and (arg2 is None or name in _SETTABLE_PRAGMAS or "_list" in name or "info" in name):
+            return sqlite3.SQLITE_OK
+        return sqlite3.SQLITE_OK if allow_writes else sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_UPDATE and (arg1 or "").lower() == "sqlite_master":
+        # SQLite's own statement when a virtual table (FTS4) connects; query_only still stops any
+        # real write, and writable_schema (the only way to change it from SQL) is a denied PRAGMA.
+        return sqlite3.SQLITE_OK
+    if action in _WRITE_ACTIONS and not allow_writes:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+MIN_VALUE_BYTES = 1_000_000
+"""The smallest per-value cap set on SQLite: the guard's catalog reads (a wide table's CREATE text)
+must still fit."""
+
+
+def value_length_limit(max_chars: int) -> int:
+    """``SQLITE_LIMIT_LENGTH`` for a tool that serves at most ``max_chars`` characters: a value too long
+    for it (text of up to 4 UTF-8 bytes a character) can never be served, so SQLite stops building it.
+
+    >>> value_length_limit(200_000)
+    1000000
+    >>> value_length_limit(1_000_000)
+    4000064
+    >>> value_length_limit(10**10)  # setlimit takes a C int; SQLite caps it at its own maximum anyway
+    2147483647
+    """
+    return min(max(MIN_VALUE_BYTES, 4 * max_chars + 64), 2**31 - 1)
+
+
+def lock_down_sqlite(raw: sqlite3.Connection, *, allow_writes: bool, value_bytes: int | None) -> str:
+    """Set up ``raw`` for a model's statements: ``query_only`` (unless writes are allowed), the
+    authorizer, and the per-value length cap. Replaces any authorizer the caller set (sqlite3 cannot
+    read one back). Returns what ``value_bytes`` became, for the documentation of the limits."""
+    if not allow_writes:
+        raw.execute("PRAGMA query_only = ON")
+
+    def authorizer(action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None) -> int:
+        return sqlite_decision(action, arg1, arg2, allow_writes=allow_writes)
+
+    raw.set_authorizer(authorizer)
+    if value_bytes is None:
+        return "no per-value cap"
+    setlimit: Callable[[int, int], int] | None = getattr(raw, "setlimit", None)
+    if setlimit is None:  # Python 3.10: sqlite3 has no setlimit; values stay capped by SQLite's default 1e9
+        return "SQLite's default (1,000,000,000 bytes): Python 3.10's sqlite3 cannot set it"
+    setlimit(sqlite3.SQLITE_LIMIT_LENGTH, value_bytes)  # type: ignore[attr-defined]
+    return f"{value_bytes} bytes"
+
+
+DUCKDB_MEMORY_LIMIT = "512MB"
+"""DuckDB's ``memory_limit`` for the agent tools: one statement cannot take the machine's memory."""
+
+DUCKDB_AGENT_CONFIG: dict[str, Any] = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "python_enable_replacements": False,
+    "memory_limit": DUCKDB_MEMORY_LIMIT,
+    "lock_configuration": True,
+}
+"""``duckdb.connect(path, read_only=True, config=DUCKDB_AGENT_CONFIG)`` opens a file the way the agent
+tools do: no file system, network or extension access, no Python variables as tables, bounded memory,
+and no statement can change these settings."""
+
+_DUCKDB_REQUIRED = {
+    "enable_external_access": "false",
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "python_enable_replacements": "false",
+    "lock_configuration": "true",
+}
+
+
+def duckdb_lockdown_problem(raw: Any, *, allow_writes: bool) -> str | None:
+    """Why a DuckDB connection the caller opened cannot serve a model's statements, or None. Its
+    settings are read, never changed: they belong to the caller's whole database instance."""
+    names = ", ".join(f"'{name}'" for name in _DUCKDB_REQUIRED)
+    rows = raw.execute(f"SELECT name, lower(CAST(value AS VARCHAR)) FROM duckdb_settings() WHERE name IN ({names})")
+    settings = dict(rows.fetchall())
+    wrong = [
+        f"{name}={settings.get(name)}" for name, wanted in _DUCKDB_REQUIRED.items() if settings.get(name) != wanted
+    ]
+    if not allow_writes:
+        read_only = raw.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()")
+        row = read_only.fetchone()
+        if not row or not row[0]:
+            wrong.insert(0, "the database is not opened read_only")
+    if not wrong:
+        return None
+    return (
+        "this DuckDB connection is not locked down for a model's statements ("
+        + ", ".join(wrong)
+        + "): open the file with GuardedDatabase.open(path), or with duckdb.connect(path, read_only=True, "
+        "config=guarded_sqlite.agent.lockdown.DUCKDB_AGENT_CONFIG) and wrap() that"
+    )
+
+
+def single_statement_problem(sql: str, dialect: str, raw: Any, *, allow_writes: bool) -> str | None:
+    """Why ``sql`` is not one statement the tool may run, as the engine's own parser reads it, or None.
+
+    SQLite's ``execute`` itself refuses a second statement; DuckDB's runs every one, so its parser
+    (``extract_statements``) splits the text and names each statement's type. psycopg sends a statement
+    without parameters by the simple query protocol, which runs every statement in the text (a
+    ``COMMIT`` among them would end the read-only transaction), so on PostgreSQL the text is split on
+    sqlglot's tokens, which know PostgreSQL's strings, dollar quotes and comments; a text that does not
+    tokenize is refused too. The agent also sends a query as a server-side cursor's ``DECLARE``, which
+    PostgreSQL's own parser refuses with more than one statement in it."""
+    if dialect == "postgres":
+        return _postgres_statements_problem(sql)
+    if dialect != "duckdb":
+        return None
+    duckdb = sys.modules["duckdb"]
+    try:
+        statements = raw.extract_statements(sql)
+    except duckdb.Error:
+        return None  # a syntax error: the database's own message says it when the statement runs
+    if len(statements) > 1:
+        return f"it holds {len(statements)} statements; send one statement per call"
+    if not allow_writes and statements and statements[0].type != duckdb.StatementType.SELECT:
+        return f"DuckDB reads it as a {statements[0].type.name} statement, not a query"
+    return None
+
+
+def _postgres_statements_problem(sql: str) -> str | None:
+    """Why ``sql`` is not one PostgreSQL statement by sqlglot's tokens, or None. Empty statements
+    (``SELECT 1;;``) are not counted: PostgreSQL skips them.
+
+    >>> _postgres_statements_problem("SELECT ';' AS a; -- trailing")
+    >>> _postgres_statements_problem("SELECT 1; COMMIT")
+    'it holds 2 statements; send one statement per call'
+    >>> _postgres_statements_problem("SELECT $$; DELETE FROM t$$")
+    """
+    import sqlglot
+    from sqlglot.errors import SqlglotError
+    from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re-exports it
+
+    try:
+        tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
+    except SqlglotError:
+        return "it cannot be split into statements (an unterminated string or comment?)"
+    statements, open_statement = 0, False
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            open_statement = False
+        elif not open_statement:
+            open_statement = True
+            statements += 1
+    if statements > 1:
+        return f"it holds {statements} statements; send one statement per call"
+    return None
+
+
+def postgres_session_problem(raw: Any) -> str | None:
+    """Why a psycopg connection cannot serve a model's statements, or None: each call opens and ends
+    its own transaction, so none may be open (or failed, or in flight) when the tool starts, and
+    pipeline mode would defer the errors a call must see."""
+    from psycopg.pq import TransactionStatus
+
+    if raw.closed:
+        return "the PostgreSQL connection is closed"
+    if getattr(raw, "_pipeline", None) is not None:
+        return "the PostgreSQL connection is in pipeline mode; leave it before handing it to the tool"
+    status = raw.info.transaction_status
+    if status != TransactionStatus.IDLE:
+        return (
+            f"the PostgreSQL connection has a transaction open ({status.name}): commit or roll it back first; "
+            "the tool runs each call in a transaction of its own"
+        )
+    return None
+
+
+def start_postgres_call(raw: Any, *, allow_writes: bool, time_limit: float | None) -> None:
+    """The first statements of a call's transaction (``raw.transaction()`` just began it): ``READ
+    ONLY`` unless writes are allowed, then ``statement_timeout`` for this transaction only, so that
+    whatever the model sets for the session is undone at the call's end (a read-only call is rolled
+    back) or overridden by the next call's own setting. ``time_limit`` None or infinite leaves the
+    session's timeout."""
+    from ..engines import pg_statement_timeout
+
+    with raw.cursor() as cursor:
+        if not allow_writes:
+            # The first statement of the transaction: afterwards PostgreSQL refuses to switch it back
+            # ("transaction read-write mode must be set before any query"), set_config included.
+            cursor.execute("SET TRANSACTION READ ONLY")
+        timeout = pg_statement_timeout(time_limit)
+        if timeout is not None:
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", (timeout,))

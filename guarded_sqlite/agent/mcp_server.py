@@ -1,0 +1,360 @@
+"""An MCP server that lets an LLM agent query a SQLite or DuckDB file, or a PostgreSQL database, through
+the guard.
+
+Any MCP client (Claude Desktop, an IDE, an agent framework) can start ``guarded-sqlite mcp DB`` (or
+``guarded-sqlite mcp postgresql://reader@host/db``) and give its model two tools:
+
+- ``schema``: the tables with their columns, keys, foreign keys and what a join along each repeats,
+  and row counts, so the model can write joins that do not fan out;
+- ``query``: runs one statement through the guard and returns the rows with the guard's feedback,
+  which tells the model when its rows repeat or an aggregate counts rows several times, and what to
+  change. The model reads it and revises its query: the guard's findings reach the one who can fix
+  the SQL.
+
+Everything a tool does is ``agent.GuardedDatabase``'s (limits, refusals, feedback, the schema); this
+module only maps it onto the MCP Python SDK (the optional extra ``guarded-sqlite[mcp]``): structured
+content with a text rendering, and every refusal or failure as a tool error result (``isError``) the
+model can read and act on, never a protocol error. The SDK is imported when a server is built, so
+``guarded_sqlite`` and the CLI import without it.
+"""
+
+# No ``from __future__ import annotations`` here: the SDK reads the tool functions' annotations to
+# build their schemas, and it resolves string annotations in this module's globals, where the SDK's
+# types (imported inside build_server, since the SDK is optional) are not.
+
+import argparse
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+try:
+    # Before Python 3.12 pydantic (which the SDK builds output schemas with) takes nested TypedDicts only
+    # from typing_extensions, which the mcp extra brings along.
+    from typing_extensions import TypedDict
+except ImportError:  # without the extra no server is built and these shapes are only documentation
+    from typing import TypedDict
+
+from ._calls import (
+    AGENT_GUARD,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT,
+    QueryRefused,
+    is_postgres_dsn,
+    redact_dsn,
+)
+from ._database import GuardedDatabase
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import CallToolResult
+
+    from .audit import AuditLog
+
+__all__ = ["INSTALL_HINT", "INSTRUCTIONS", "add_mcp_parser", "build_server", "run_mcp"]
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "guarded-sqlite"
+
+INSTALL_HINT = "the MCP server needs the mcp package: pip install 'guarded-sqlite[mcp]'"
+
+INSTRUCTIONS = (
+    "This server answers questions from a SQL database through guarded_sqlite, a guard that checks "
+    "every query result for rows repeated by a join and for aggregates (SUM, AVG, ...) that count rows "
+    "several times. Call the schema tool first: it lists the tables, their keys, and which joins repeat "
+    "which rows. Then call the query tool with one SELECT statement. When its result has a "
+    "'Guard feedback:' section, read it: it says what went wrong and gives a next step; revise the "
+    "query accordingly before you answer. A result without 'Guard feedback:' needs no revision."
+)
+
+_FEEDBACK_NOTE = (
+    "The guard checks every result: when a join repeats rows, or an aggregate (SUM, AVG, ...) counts "
+    "rows several times, the result carries 'Guard feedback:' (in the text, and as `feedback` in the "
+    "structured result) saying what it found, what it did, and a next step: revise the query and run it "
+    "again before answering."
+)
+
+SCHEMA_DESCRIPTION = (
+    "Describe the database: every table and view with its columns and types, its keys (the columns "
+    "that identify one row), its foreign keys with their cardinality (many-to-one: joining the "
+    "referencing table repeats each referenced row once per match), and row counts. Call it before "
+    "writing queries, and join along keys so that rows do not repeat. The query tool's guard reports "
+    "repeated rows and aggregates that count rows several times, with a next step."
+)
+
+
+class _QueryRows(TypedDict):
+    columns: list[str]
+    rows: list[list[Any]]
+    row_count: int
+    feedback: str
+    report: dict[str, Any]
+
+
+class QueryOutput(_QueryRows, total=False):
+    """The rows of one statement, with the guard's feedback (empty when it found nothing) and its full
+    report (QueryResult.as_dict()); ``rows_changed`` only for a write that changed rows."""
+
+    rows_changed: int
+
+
+class ForeignKeyOutput(TypedDict):
+    """A foreign key; cardinality is many-to-one, one-to-one or unknown."""
+
+    columns: list[str]
+    table: str
+    ref_columns: list[str]
+    cardinality: str
+
+
+class TableOutput(TypedDict):
+    """A table or view: columns as [name, type] pairs, keys as lists of column names."""
+
+    name: str
+    schema: str
+    kind: str
+    columns: list[list[str]]
+    keys: list[list[str]]
+    foreign_keys: list[ForeignKeyOutput]
+    row_count: int | None
+
+
+class SchemaOutput(TypedDict):
+    """Every table and view of the database (SchemaInfo.as_dict()); tables in default_schema are named
+    without it in SQL."""
+
+    dialect: str
+    tables: list[TableOutput]
+    default_schema: str
+
+
+def query_description(db: GuardedDatabase) -> str:
+    """The query tool's description, with this server's limits and whether writes run."""
+    if db.allow_writes:
+        access = (
+            "Writes are enabled: INSERT, UPDATE, DELETE and DDL run and are committed, so only write when "
+            "the user asked for it."
+        )
+    else:
+        access = "Read-only: only SELECT (or WITH ... SELECT) runs; writes are refused."
+    timing = "no time limit" if db.timeout == float("inf") else f"{db.timeout:g} seconds per statement"
+    return (
+        f"Run one SQL statement ({db.dialect} dialect) on the database and return its rows, as a text "
+        "table and as structured columns/rows. "
+        f"{_FEEDBACK_NOTE} "
+        f"Limits: at most {db.max_rows} rows and {db.max_chars} characters of rows (add LIMIT or aggregate "
+        f"for more), {timing}. {access} "
+        "A refused or failed statement comes back as a tool error whose text says why and what to do."
+    )
+
+
+def _text_result(text: str, *, error: bool = False, structured: dict[str, Any] | None = None) -> "CallToolResult":
+    from mcp.types import CallToolResult, TextContent
+
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured, is_error=error)
+
+
+def _unexpected(tool: str, failure: Exception) -> "CallToolResult":
+    """A tool error for a failure that is not a refusal: the model learns it was the tool's fault, the
+    server's log (stderr) gets the traceback. Call from inside the ``except`` block."""
+    logger.exception("guarded-sqlite MCP tool %r failed unexpectedly", tool)
+    reason = " ".join(str(failure).split()) or "no message"
+    return _text_result(
+        f"The {tool} tool failed unexpectedly ({type(failure).__name__}: {reason}). This is a fault in the "
+        "tool, not a verdict on the SQL: try a simpler statement, or tell the user.",
+        error=True,
+    )
+
+
+def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditLog | None" = None) -> "MCPServer[Any]":
+    """An MCP server (the SDK's ``MCPServer``) with the tools ``query`` and ``schema`` over ``db``.
+
+    Run it with ``.run("stdio")`` (what ``guarded-sqlite mcp`` does), or connect to it in-process with
+    ``mcp.Client(server)``. The server does not own ``db``: close it when the server is done. With
+    ``audit``, every call is appended to that log (``guarded_sqlite.agent.audit``); the server does not own it
+    either."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import CallToolResult, ToolAnnotations
+    from pydantic import Field
+
+    from .. import __version__
+
+    # WARNING: the SDK logs every tool call at INFO to stderr, which an MCP client shows as noise.
+    server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+
+    sql_help = f"One SQL statement in {db.dialect}'s dialect, e.g. SELECT ... FROM ... WHERE ..."
+
+    @server.tool(
+        name="query",
+        title="Run SQL through the guard",
+        description=query_description(db),
+        # destructive_hint only means something for a tool that writes.
+        annotations=ToolAnnotations(
+            read_only_hint=not db.allow_writes, destructive_hint=db.allow_writes or None, open_world_hint=False
+        ),
+    )
+    def query(sql: Annotated[str, Field(description=sql_help)]) -> Annotated[CallToolResult, QueryOutput]:
+        started = time.monotonic()
+        try:
+            result = db.query(sql)
+        except QueryRefused as refusal:
+            _audit(audit, "query", sql, db.dialect, started, refusal=refusal.kind)
+            # A refusal is the model's to act on: its message says why and what to do instead.
+            return _text_result(str(refusal), error=True)
+        except Exception as failure:
+            _audit(audit, "query", sql, db.dialect, started, failed=True)
+            return _unexpected("query", failure)
+        _audit(audit, "query", sql, db.dialect, started, result=result)
+        return _text_result(result.observation(), structured=result.as_dict())
+
+    @server.tool(
+        name="schema",
+        title="Describe the tables",
+        description=SCHEMA_DESCRIPTION,
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+    def schema() -> Annotated[CallToolResult, SchemaOutput]:
+        started = time.monotonic()
+        try:
+            info = db.schema()
+        except Exception as failure:
+            _audit(audit, "schema", None, db.dialect, started, failed=True)
+            return _unexpected("schema", failure)
+        _audit(audit, "schema", None, db.dialect, started)
+        return _text_result(info.text(), structured=info.as_dict())
+
+    return server
+
+
+def _audit(audit: "AuditLog | None", tool: str, sql: str | None, dialect: str, started: float, **outcome: Any) -> None:
+    """Append one call to ``audit``; a log that cannot be written is reported on stderr, never to the model."""
+    if audit is None:
+        return
+    from .audit import audit_record
+
+    try:
+        audit.write(audit_record(tool, sql, dialect, ended=audit.now(), seconds=time.monotonic() - started, **outcome))
+    except Exception:
+        logger.exception("guarded-sqlite MCP server could not write its audit log %s", audit.path)
+
+
+def add_mcp_parser(commands: Any) -> None:
+    """Add the ``mcp`` subcommand to the CLI's subparsers."""
+    from ..arguments import non_negative_int, positive_float
+    from ..policy import PRESETS
+
+    command = commands.add_parser(
+        "mcp",
+        help="serve a SQLite or DuckDB file, or a PostgreSQL database, to an LLM agent as an MCP server over "
+        "stdio (tools: query, schema)",
+        description="Run an MCP server over stdio with two tools: schema (tables, keys, foreign keys with "
+        "their cardinality, row counts) and query (one statement through the guard; rows plus the guard's "
+        "feedback on repeated rows and aggregate fan-out). Writes are refused unless --allow-writes is given. "
+        "Needs the mcp extra: pip install 'guarded-sqlite[mcp]'. Exit status: 0 when the client "
+        "disconnects, 2 for an unusable DB path or server, bad options, or the mcp package missing.",
+    )
+    command.add_argument(
+        "db",
+        metavar="DB",
+        help="a SQLite file, a DuckDB file (.duckdb, .ddb), or a PostgreSQL URI (postgresql://user@host/db; "
+        "connect as a role that may only SELECT)",
+    )
+    command.add_argument(
+        "--guard",
+        choices=PRESETS,
+        default=AGENT_GUARD,
+        help=f"guard preset: {AGENT_GUARD} (default: the rows are a model's to read), patch, paper, observe "
+        "(probe only) or off",
+    )
+    access = command.add_mutually_exclusive_group()
+    access.add_argument(
+        "--read-only",
+        action="store_true",
+        help="open DB read-only at the file level, so nothing can write to it (writes are refused anyway "
+        "unless --allow-writes); PostgreSQL: read-only transactions and default_transaction_read_only, "
+        "as without --allow-writes",
+    )
+    access.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help="let INSERT, UPDATE, DELETE and DDL run (committed as each statement ends); default: refused",
+    )
+    command.add_argument(
+        "--max-rows",
+        type=non_negative_int,
+        default=DEFAULT_MAX_ROWS,
+        metavar="N",
+        help=f"refuse results of more than N rows, asking for a LIMIT or aggregates (default: {DEFAULT_MAX_ROWS})",
+    )
+    command.add_argument(
+        "--max-chars",
+        type=non_negative_int,
+        default=DEFAULT_MAX_CHARS,
+        metavar="N",
+        help=f"refuse results whose rows take more than N characters as JSON (default: {DEFAULT_MAX_CHARS})",
+    )
+    command.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"stop a statement after this long and tell the model (default: {DEFAULT_TIMEOUT:g}; inf: no limit)",
+    )
+    command.add_argument(
+        "--audit-log",
+        type=Path,
+        metavar="PATH",
+        help="append one JSON line per tool call to PATH: time, tool, SQL with literals replaced by ?, "
+        "outcome, rows, the guard's trigger and action",
+    )
+
+
+def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
+    """Carry out ``guarded-sqlite mcp`` for parsed ``args``: serve until the client disconnects.
+    ``error`` prints a one-line error."""
+    try:
+        import mcp.server.mcpserver  # noqa: F401  (checked before the database is opened)
+    except ImportError as missing:
+        error(f"{INSTALL_HINT} ({missing})")
+        return 2
+    try:
+        db = GuardedDatabase.open(
+            args.db,
+            guard=args.guard,
+            read_only=args.read_only,
+            allow_writes=args.allow_writes,
+            max_rows=args.max_rows,
+            max_chars=args.max_chars,
+            timeout=args.timeout,
+        )
+    except ValueError as problem:
+        error(str(problem))
+        return 2
+    except ImportError:  # a .duckdb path without duckdb installed, a URI without psycopg
+        if is_postgres_dsn(args.db):
+            error(f"{redact_dsn(args.db)}: PostgreSQL needs psycopg 3: pip install 'guarded-sqlite[postgres]'")
+        else:
+            error(f"{args.db}: a DuckDB file needs the duckdb package: pip install 'guarded-sqlite[duckdb]'")
+        return 2
+    audit = None
+    if args.audit_log is not None:
+        from .audit import AuditLog
+
+        try:
+            audit = AuditLog(args.audit_log)
+        except OSError as problem:
+            db.close()
+            error(f"{args.audit_log}: cannot open the audit log ({problem.strerror or problem})")
+            return 2
+    with db:
+        try:
+            build_server(db, audit=audit).run("stdio")
+        except KeyboardInterrupt:
+            pass  # Ctrl-C in a terminal stops the server; not an error
+        finally:
+            if audit is not None:
+                audit.close()
+    return 0

@@ -50,3 +50,14 @@ def test_the_entry_points_and_the_package_never_meet_a_shim() -> None:
     )
     done = subprocess.run([sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_the_doctest_run_skips_exactly_the_shims() -> None:
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    settings = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    options = settings["tool"]["pytest"]["ini_options"]["addopts"].split()
+    ignored = {option.removeprefix("--ignore=") for option in options if option.startswith("--ignore=")}
+    assert ignored == {name.replace(".", "/") + ".py" for name in MOVED}

@@ -41,7 +41,7 @@ from .connection_state import (  # SMALL_RESULT, ConnectionState, policy_scope a
     settle,
 )
 from .deadlines import time_left
-from .engines import NO_PARAMETERS, SQLITE, RerunRefused, WritableNotRestored
+from .engines import NO_PARAMETERS, SQLITE, GuardStatement, RerunRefused, WritableNotRestored
 from .errors import TransactionLost, describe_error
 from .policy import GuardPolicy
 from .probe import (
@@ -695,7 +695,7 @@ def read_only_fetch(
         guard.query_only_due = QUERY_ONLY_FENCE
         try:
             return guard.engine.read_only_fetch(
-                guard.raw, sql, parameters, row_factory, max_rows, limit, description, False
+                guard.raw, GuardStatement(sql, parameters, row_factory, max_rows, limit, description, False)
             )
         finally:
             fence_tripped = guard.query_only_due == QUERY_ONLY_FENCED
@@ -704,7 +704,7 @@ def read_only_fetch(
                 guard.query_only_due = QUERY_ONLY_RESTORE
     try:
         return guard.engine.read_only_fetch(
-            guard.raw, sql, parameters, row_factory, max_rows, limit, description, writes_possible
+            guard.raw, GuardStatement(sql, parameters, row_factory, max_rows, limit, description, writes_possible)
         )
     except WritableNotRestored:
         guard.query_only_due = QUERY_ONLY_RESTORE

@@ -25,7 +25,7 @@ import contextlib
 import sqlite3
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .deadlines import defer_keyboard_interrupt, interrupt_after
 from .errors import TransactionLost, describe_error
@@ -38,6 +38,26 @@ _SCHEMA_SQL = (
     "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') "
     "ORDER BY table_schema, table_name, ordinal_position"
 )
+
+
+class GuardStatement(NamedTuple):
+    """One statement the guard runs for itself, read-only (``Engine.read_only_fetch``)."""
+
+    sql: str
+    parameters: Any
+    """As the caller's ``execute`` took them (``NO_PARAMETERS``: none given)."""
+    row_factory: Any
+    """The row factory of the cursor it runs on (None: plain tuples)."""
+    max_rows: int
+    """The answer is None past this many rows."""
+    time_limit: float | None
+    """Seconds it may run before it is interrupted (None: no limit)."""
+    description: list[Any] | None = None
+    """When given, receives the cursor's description."""
+    writes_possible: bool = True
+    """False when proven unable to write (a single SELECT calling only the engine's built-in,
+    deterministic functions): SQLite then leaves ``PRAGMA query_only`` as it is, so that no other
+    writer on the connection (a blob handle, a second proxy) meets a read-only window."""
 
 
 class RerunRefused(Exception):
@@ -65,26 +85,11 @@ class Engine:
         """Whether a result that has a description is really a status (no rows of its own)."""
         return False
 
-    def read_only_fetch(
-        self,
-        raw: Any,
-        sql: str,
-        parameters: Any,
-        row_factory: Any,
-        max_rows: int,
-        time_limit: float | None,
-        description: list[Any] | None = None,
-        writes_possible: bool = True,
-    ) -> list[Any] | None:
-        """Rows of ``sql`` run read-only on ``raw``; None when there are more than ``max_rows``.
-
-        ``description``, when given, receives the cursor's description. ``writes_possible=False`` says
-        the statement was proven unable to write (a single SELECT calling only the engine's built-in,
-        deterministic functions): SQLite then leaves ``PRAGMA query_only`` as it is, so that no other
-        writer on the connection (a blob handle, a second proxy) meets a read-only window. Raises the
-        driver's error if the query fails or is interrupted, ``RerunRefused`` if it cannot run safely
-        now, ``TransactionLost`` if the database rolled back the caller's open transaction while it ran.
-        """
+    def read_only_fetch(self, raw: Any, statement: GuardStatement) -> list[Any] | None:
+        """Rows of ``statement`` run read-only on ``raw``; None when there are more than its
+        ``max_rows``. Raises the driver's error if the query fails or is interrupted, ``RerunRefused`` if
+        it cannot run safely now, ``TransactionLost`` if the database rolled back the caller's open
+        transaction while it ran."""
         raise NotImplementedError
 
     def may_collate_text(self, raw: Any) -> bool:
@@ -105,7 +110,7 @@ class Engine:
 
     def schema_summary(self, raw: Any) -> str:
         """``table(col, col, ...)`` per table, one per line, for the rescue prompt."""
-        rows = self.read_only_fetch(raw, _SCHEMA_SQL, NO_PARAMETERS, None, 100_000, 5.0) or []
+        rows = self.read_only_fetch(raw, GuardStatement(_SCHEMA_SQL, NO_PARAMETERS, None, 100_000, 5.0)) or []
         tables: dict[str, list[str]] = {}
         for row in rows:
             table, column = row[0], row[1]
@@ -142,17 +147,8 @@ class SQLiteEngine(Engine):
             return None, lambda rows: [sqlite3.Row(raw_cursor, row) for row in rows]
         return None, None
 
-    def read_only_fetch(
-        self,
-        raw: Any,
-        sql: str,
-        parameters: Any,
-        row_factory: Any,
-        max_rows: int,
-        time_limit: float | None,
-        description: list[Any] | None = None,
-        writes_possible: bool = True,
-    ) -> list[Any] | None:
+    def read_only_fetch(self, raw: Any, statement: GuardStatement) -> list[Any] | None:
+        sql, parameters, row_factory, max_rows, time_limit, description, writes_possible = statement
         was_in_transaction = raw.in_transaction
         failure: BaseException | None = None
         rows: list[Any] = []
@@ -312,17 +308,8 @@ class PostgresEngine(Engine):
         make = factory(raw_cursor)  # psycopg's row factory reads the cursor's (the written statement's) description
         return tuple_row, lambda rows: [make(row) for row in rows]
 
-    def read_only_fetch(
-        self,
-        raw: Any,
-        sql: str,
-        parameters: Any,
-        row_factory: Any,
-        max_rows: int,
-        time_limit: float | None,
-        description: list[Any] | None = None,
-        writes_possible: bool = True,
-    ) -> list[Any] | None:
+    def read_only_fetch(self, raw: Any, statement: GuardStatement) -> list[Any] | None:
+        sql, parameters, row_factory, max_rows, time_limit, description = statement[:6]
         import psycopg
         from psycopg.pq import TransactionStatus
 
@@ -395,17 +382,8 @@ class DuckDBEngine(Engine):
         except Exception:  # an aborted transaction refuses even this: treat it as open
             return True
 
-    def read_only_fetch(
-        self,
-        raw: Any,
-        sql: str,
-        parameters: Any,
-        row_factory: Any,
-        max_rows: int,
-        time_limit: float | None,
-        description: list[Any] | None = None,
-        writes_possible: bool = True,
-    ) -> list[Any] | None:
+    def read_only_fetch(self, raw: Any, statement: GuardStatement) -> list[Any] | None:
+        sql, parameters, _, max_rows, time_limit, description = statement[:6]  # DuckDB has no row factories
         if self.in_explicit_transaction(raw):
             raise RerunRefused(
                 "an explicit transaction is open and DuckDB has no savepoints: a failing re-execution would abort it"

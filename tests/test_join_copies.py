@@ -169,12 +169,12 @@ def test_a_check_that_returns_other_rows_leaves_the_result(monkeypatch: pytest.M
     con = shop()
     original = engines.SQLiteEngine.read_only_fetch
 
-    def changed_data(self: Any, raw: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
-        if "__gs_id0" in sql:
+    def changed_data(self: Any, raw: Any, statement: engines.GuardStatement) -> Any:
+        if "__gs_id0" in statement.sql:
             raw.execute("INSERT INTO orders(customer_id) SELECT 2 WHERE 0")  # keeps query_only honest
-            rows = original(self, raw, sql, *args, **kwargs)
+            rows = original(self, raw, statement)
             return None if rows is None else [*rows[:-1], ("Ben", 2)]
-        return original(self, raw, sql, *args, **kwargs)
+        return original(self, raw, statement)
 
     monkeypatch.setattr(engines.SQLiteEngine, "read_only_fetch", changed_data)
     rows, report = served(con, NAMES)

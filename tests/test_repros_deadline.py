@@ -18,6 +18,7 @@ from guarded_sqlite import core
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
 from guarded_sqlite.deadlines import call_deadline, interrupt_after, time_left
 from guarded_sqlite.demo import build_shop
+from guarded_sqlite.engines import GuardStatement
 
 from .agent_cases import AGGREGATE
 
@@ -85,18 +86,9 @@ def test_a12_duckdb_corrected_query_does_not_run_after_the_deadline(
     ran: list[tuple[str, float | None]] = []
     real = type(DUCKDB).read_only_fetch
 
-    def recording(
-        self: Any,
-        raw: Any,
-        sql: str,
-        parameters: Any,
-        row_factory: Any,
-        max_rows: int,
-        time_limit: float | None,
-        *args: Any,
-    ) -> Any:
-        ran.append((sql, time_limit))
-        return real(self, raw, sql, parameters, row_factory, max_rows, time_limit, *args)
+    def recording(self: Any, raw: Any, statement: GuardStatement) -> Any:
+        ran.append((statement.sql, statement.time_limit))
+        return real(self, raw, statement)
 
     monkeypatch.setattr(type(DUCKDB), "read_only_fetch", recording)
     # The first statement of a process on DuckDB loads its sqlglot dialect and reads the catalog: on a
@@ -123,18 +115,9 @@ def test_a_guard_statement_gets_what_the_call_has_left(shop: Path, monkeypatch: 
     limits: list[float | None] = []
     engine = core.SQLITE
 
-    def recording(
-        self: Any,
-        raw: Any,
-        sql: str,
-        parameters: Any,
-        row_factory: Any,
-        max_rows: int,
-        time_limit: float | None,
-        *args: Any,
-    ) -> Any:
-        limits.append(time_limit)
-        return type(engine).read_only_fetch(self, raw, sql, parameters, row_factory, max_rows, time_limit, *args)
+    def recording(self: Any, raw: Any, statement: GuardStatement) -> Any:
+        limits.append(statement.time_limit)
+        return type(engine).read_only_fetch(self, raw, statement)
 
     monkeypatch.setattr(type(engine), "read_only_fetch", recording, raising=True)
     with GuardedDatabase.open(shop, timeout=3.0, isolated=False) as db:

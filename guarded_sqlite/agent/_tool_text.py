@@ -7,13 +7,22 @@ writes better SQL when it knows them before its first call rather than from a re
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+
 from ._database import GuardedDatabase
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "QUERY_TOOL_NAME",
     "SCHEMA_TOOL_DESCRIPTION",
     "SCHEMA_TOOL_NAME",
     "SQL_ARGUMENT_DESCRIPTION",
+    "OpenOptions",
+    "open_with_tools",
     "query_description",
 ]
 
@@ -38,3 +47,30 @@ SCHEMA_TOOL_DESCRIPTION = (
     "List the database's tables: columns, keys, foreign keys with which joins repeat rows (many-to-one), "
     "and row counts. Read it before writing a query that joins tables."
 )
+
+
+class OpenOptions(TypedDict, total=False):
+    """``GuardedDatabase.open``'s options, as the frameworks' ``open_guarded_sql_tools`` take them."""
+
+    guard: Any
+    read_only: bool
+    allow_writes: bool
+    max_rows: int
+    max_chars: int
+    timeout: float
+
+
+_Tools = TypeVar("_Tools")
+
+
+def open_with_tools(
+    make_tools: Callable[[GuardedDatabase], _Tools], path: str | Path, **options: Unpack[OpenOptions]
+) -> tuple[GuardedDatabase, _Tools]:
+    """``GuardedDatabase.open(path, **options)`` and ``make_tools`` over it; the database is closed again
+    if making the tools fails."""
+    db = GuardedDatabase.open(path, **options)
+    try:
+        return db, make_tools(db)
+    except BaseException:
+        db.close()
+        raise

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 try:
     from langchain_core.callbacks import CallbackManagerForToolRun
@@ -37,15 +37,20 @@ except ImportError as missing:  # pragma: no cover - exercised by a test that hi
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._calls import AGENT_GUARD, DEFAULT_MAX_CHARS, DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, QueryRefused
+from ._calls import QueryRefused
 from ._database import GuardedDatabase
 from ._tool_text import (
     QUERY_TOOL_NAME,
     SCHEMA_TOOL_DESCRIPTION,
     SCHEMA_TOOL_NAME,
     SQL_ARGUMENT_DESCRIPTION,
+    OpenOptions,
+    open_with_tools,
     query_description,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "GuardedSQLQueryTool",
@@ -116,27 +121,10 @@ def guarded_sql_tools(db: GuardedDatabase) -> list[BaseTool]:
     return [GuardedSQLQueryTool(db=db), GuardedSQLSchemaTool(db=db)]
 
 
-def open_guarded_sql_tools(
-    path: str | Path,
-    *,
-    guard: Any = AGENT_GUARD,
-    read_only: bool = False,
-    allow_writes: bool = False,
-    max_rows: int = DEFAULT_MAX_ROWS,
-    max_chars: int = DEFAULT_MAX_CHARS,
-    timeout: float = DEFAULT_TIMEOUT,
-) -> tuple[GuardedDatabase, list[BaseTool]]:
-    """``GuardedDatabase.open(path, ...)`` (same arguments) and ``guarded_sql_tools`` over it. ``path``
-    is a SQLite or DuckDB file, or a ``postgresql://`` URI (each call then runs in a read-only
-    transaction of its own, unless ``allow_writes``). The database is returned too, to be closed when
-    the agent is done (``with db:`` works)."""
-    db = GuardedDatabase.open(
-        path,
-        guard=guard,
-        read_only=read_only,
-        allow_writes=allow_writes,
-        max_rows=max_rows,
-        max_chars=max_chars,
-        timeout=timeout,
-    )
-    return db, guarded_sql_tools(db)
+def open_guarded_sql_tools(path: str | Path, **options: Unpack[OpenOptions]) -> tuple[GuardedDatabase, list[BaseTool]]:
+    """``GuardedDatabase.open(path, **options)`` and ``guarded_sql_tools`` over it; ``options`` are
+    ``open``'s: ``guard`` (default ``"text_to_sql"``), ``read_only``, ``allow_writes``, ``max_rows``,
+    ``max_chars`` and ``timeout``. ``path`` is a SQLite or DuckDB file, or a ``postgresql://`` URI (each
+    call then runs in a read-only transaction of its own, unless ``allow_writes``). The database is
+    returned too, to be closed when the agent is done (``with db:`` works)."""
+    return open_with_tools(guarded_sql_tools, path, **options)

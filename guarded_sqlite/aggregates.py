@@ -39,9 +39,10 @@ from typing import Any, cast
 
 from sqlglot import exp
 
-from .joins import Col, Unanalysable, outer_scope
+from .joins import Col, Unanalysable
 from .provenance import MAX_NODES, Analysis
 from .schema import SchemaFacts, fold
+from .sqltree import outer_scope
 
 __all__ = ["AggregatePlan", "AggregateRisk", "plan_aggregates", "served_sql"]
 
@@ -97,7 +98,7 @@ class AggregatePlan:
     whose correction shows only in which rows are served (and in what order)."""
     hazard: str = ""
     """Why running the statement again could give other rows or do more than the caller's execution
-    (``joins.rerun_hazard``: a function that may be the application's or non-deterministic), or "":
+    (``sqltree.rerun_hazard``: a function that may be the application's or non-deterministic), or "":
     a confirmation of a statement with a hazard is never kept (``guarded_sqlite.confirmations``)."""
     bounded_sql: str | None = None
     """For a paging query (LIMIT/OFFSET over groups): ``check_sql`` for the served groups only, with a
@@ -220,7 +221,7 @@ class _Planner(Analysis):
             return AggregatePlan(note="one table: nothing repeats its rows")
         where = select.args.get("where")
         if where is not None:
-            from .joins import conjuncts
+            from .sqltree import conjuncts
 
             for conjunct in conjuncts(where.this):
                 self._constraint(conjunct, inner=None)
@@ -832,6 +833,6 @@ def _read_outside(select: exp.Select, name: str) -> bool:
 
 
 def _too_big(select: exp.Select) -> bool:
-    from .joins import too_big
+    from .sqltree import too_big
 
     return too_big(select, MAX_NODES)

@@ -46,7 +46,6 @@ from sqlglot import exp
 from .aggregates import AggregatePlan, plan_aggregates
 from .engines import SQLITE
 from .errors import describe_error
-from .joins import rerun_hazard
 from .paging import plan_bound
 from .provenance import Provenance, analyse_tree, parse_statement, table_names
 from .schema import (
@@ -71,6 +70,7 @@ from .schema import (
     sqlite_temp_names,
 )
 from .schema_servers import read_duckdb_schema, read_postgres_schema
+from .sqltree import rerun_hazard
 
 if TYPE_CHECKING:
     from .connection_state import ConnectionState

@@ -23,7 +23,7 @@ every transaction since the check ended, and its changes, if any, moved ``total_
 through what moves the epoch.
 
 A statement is never reused that calls a function that may be non-deterministic or the application's
-(``joins.rerun_hazard``, read when the plan is made: ``AggregatePlan.hazard``), or that names one of
+(``sqltree.rerun_hazard``, read when the plan is made: ``AggregatePlan.hazard``), or that names one of
 the connection's application functions (which may override a built-in's name): its rows would be
 computed by a function run fewer times than the caller's code expects, or would go stale.
 

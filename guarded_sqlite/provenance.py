@@ -66,7 +66,7 @@ outside a LEFT-joined group, into it (and backwards only as above).
 Derived tables and CTEs are seen through when simple: a DISTINCT or grouped body is keyed by its output
 (or group) columns, an aggregate without GROUP BY has at most one row, a single-table body keeps the
 keys it projects, and ``ROW_NUMBER() OVER (PARTITION BY p ...) AS n`` or ``DISTINCT ON (p)`` key any
-body by those output columns (``joins.numbering_keys``); any other derived table is opaque.
+body by those output columns (``sqltree.numbering_keys``); any other derived table is opaque.
 
 >>> from guarded_sqlite.schema import SchemaFacts, TableFacts
 >>> shop = SchemaFacts((TableFacts("customers", columns=("id", "name"), keys=(frozenset({"id"}),)),
@@ -88,20 +88,10 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from .joins import (
-    ROWID_NAMES,
-    Closure,
-    Col,
-    JoinGraph,
-    Unanalysable,
-    conjuncts,
-    grouping,
-    rerun_hazard,
-    select_list,
-    too_big,
-)
+from .joins import Closure, Col, JoinGraph, Unanalysable
 from .rewrite import quiet_sqlglot
 from .schema import SchemaFacts, fold
+from .sqltree import ROWID_NAMES, conjuncts, grouping, rerun_hazard, select_list, too_big
 
 __all__ = [
     "MAX_NODES",

@@ -228,8 +228,8 @@ def test_c05_derived_table_key_by_its_qualified_source() -> None:
 def test_c05_a_group_key_the_body_does_not_output_by_its_source_is_no_key() -> None:
     import sqlglot
 
-    from guarded_sqlite.joins import derived_keys
     from guarded_sqlite.schema import SchemaFacts
+    from guarded_sqlite.sqltree import derived_keys
 
     body = sqlglot.parse_one(
         "SELECT o.id AS order_id, c.id AS customer_id FROM orders o JOIN customers c ON c.id = o.customer_id "

@@ -17,7 +17,7 @@ that numbers the rows of each (group, row identity of the argument's tables) com
 SELECT, GROUP BY, HAVING and ORDER BY over it, with each aggregate at risk reading its argument only on
 the first row of each combination (``SUM(CASE WHEN rn = 1 THEN arg END)``), on SQLite, DuckDB and
 PostgreSQL (window functions). On SQLite, where every other aggregate of the statement is a count or a
-sum, the derived table groups by that combination instead (``_grouped``): one row per row identity with
+sum, the derived table groups by that combination instead (``grouped_form``): one row per row identity with
 its argument once and its number of copies, about half the window's cost. Exact or silent: a corrected
 value is the written expression over each row of the argument's tables once, on the same groups and in
 the same order, or the plan says why not (``note``, ``corrected_sql`` None). So names resolve as the
@@ -39,6 +39,17 @@ from typing import Any, cast
 
 from sqlglot import exp
 
+from .aggregate_sql import (
+    INNER_TABLE,
+    aggregate_argument,
+    aggregate_function,
+    grouped_form,
+    is_aggregate,
+    outer_parts,
+    outside_aggregates,
+    read_outside,
+    repetition_invariant,
+)
 from .joins import Col, Unanalysable
 from .provenance import MAX_NODES, Analysis
 from .schema import SchemaFacts, fold
@@ -111,9 +122,6 @@ class AggregatePlan:
     """Why a paging query's confirmation cannot be bounded to its groups (it is then not run), or ""."""
 
 
-_ANONYMOUS = {"total": "TOTAL"}
-_OTHER_AGGREGATES = frozenset({"group_concat", "string_agg", "json_group_array", "json_group_object", "total"})
-_INNER = "__gs_t"
 _PLACEHOLDER = "__gs_c"
 # Argument shapes that are NULL wherever a column they read is NULL (a LEFT JOIN's unmatched rows).
 _NULL_PROPAGATING = (
@@ -141,39 +149,6 @@ def served_sql(plan: AggregatePlan, names: Sequence[Any] | None) -> str | None:
             continue
         sql = sql.replace(f'"{_PLACEHOLDER}{position}"', '"' + name.replace('"', '""') + '"')
     return sql
-
-
-def _function(node: exp.Expr) -> str | None:
-    if isinstance(node, exp.Sum):
-        return "SUM"
-    if isinstance(node, exp.Avg):
-        return "AVG"
-    if isinstance(node, exp.GroupConcat):
-        return "GROUP_CONCAT"
-    if isinstance(node, exp.Anonymous):
-        return _ANONYMOUS.get(str(node.name).lower())
-    return None
-
-
-def _argument(node: exp.Expr) -> exp.Expression | None:
-    if isinstance(node, exp.Anonymous):
-        return node.expressions[0] if len(node.expressions) == 1 else None
-    argument = node.args.get("this")
-    return argument if isinstance(argument, exp.Expression) and not isinstance(argument, exp.Distinct) else None
-
-
-def _is_aggregate(node: exp.Expr) -> bool:
-    return isinstance(node, exp.AggFunc) or (
-        isinstance(node, exp.Anonymous) and str(node.name).lower() in _OTHER_AGGREGATES
-    )
-
-
-def _repetition_invariant(node: exp.Expr) -> bool:
-    """Whether an aggregate has the same value however often the join repeats its rows."""
-    if isinstance(node, (exp.Min, exp.Max)):
-        return True
-    argument = node.args.get("this")
-    return isinstance(argument, exp.Distinct)
 
 
 def plan_aggregates(tree: exp.Expression, schema: SchemaFacts, dialect: str = "sqlite") -> AggregatePlan:
@@ -208,9 +183,9 @@ class _Planner(Analysis):
             return AggregatePlan(note="no FROM clause")
         candidates = [
             (cast(exp.Expression, node), name)
-            for part in _outer_parts(select)
+            for part in outer_parts(select)
             for node in outer_scope(part)
-            if (name := _function(node)) is not None
+            if (name := aggregate_function(node)) is not None
         ]
         if not candidates:
             return AggregatePlan(note="no value aggregate")
@@ -233,7 +208,7 @@ class _Planner(Analysis):
         safe: set[int] = set()  # value aggregates found not at risk: the same value in the corrected query
         refusal = ""
         for node, name in candidates:
-            argument = _argument(node)
+            argument = aggregate_argument(node)
             if argument is None or isinstance(node.parent, exp.Filter):
                 continue  # DISTINCT inside: counts each value once already; FILTER: see _rewrite's caveat
             reads = self._reads(argument)
@@ -424,9 +399,9 @@ class _Planner(Analysis):
             while expression.parent is not None and not isinstance(expression.parent, _BOUNDARIES):
                 expression = expression.parent
             for other in outer_scope(cast(exp.Expression, expression)):
-                if other is node or id(other) in corrected_or_same or not _is_aggregate(other):
+                if other is node or id(other) in corrected_or_same or not is_aggregate(other):
                     continue
-                if _repetition_invariant(other):
+                if repetition_invariant(other):
                     continue
                 return (
                     f"{expression.sql(dialect=self.dialect)} mixes {node.sql(dialect=self.dialect)}, at risk, "
@@ -442,7 +417,7 @@ class _Planner(Analysis):
 
     def _refusal(self, select: exp.Select, groups: list[exp.Expression]) -> str:
         """Why the corrected query could not be written for this SELECT, or ''."""
-        for part in _outer_parts(select):
+        for part in outer_parts(select):
             for node in part.walk():
                 if isinstance(node, (exp.Subquery, exp.Exists)) or (
                     isinstance(node, exp.Select) and node is not select
@@ -466,7 +441,7 @@ class _Planner(Analysis):
         # resolved differently by different engines: refused unless both are the same column.
         aliases = {fold(item.alias): item.unalias() for item in select.expressions if item.alias}
         bare_terms = self._alias_terms(select, aliases)
-        for part in _outer_parts(select)[len(select.expressions) :]:
+        for part in outer_parts(select)[len(select.expressions) :]:
             for node in outer_scope(part):
                 if not isinstance(node, exp.Column) or id(node) in bare_terms:
                     continue
@@ -479,9 +454,9 @@ class _Planner(Analysis):
         if self.dialect == "sqlite":
             return ""
         grouped = self._fixed_by(groups)
-        for part in _outer_parts(select):
+        for part in outer_parts(select):
             for node in outer_scope(part):
-                if isinstance(node, exp.Column) and _outside_aggregates(node) and id(node) not in bare_terms:
+                if isinstance(node, exp.Column) and outside_aggregates(node) and id(node) not in bare_terms:
                     col = self._resolve(node)
                     if col is not None and col not in grouped.known and col[0] not in grouped.determined:
                         return f"column {node.sql()} is neither grouped nor fixed by the groups: not corrected"
@@ -538,8 +513,8 @@ class _Planner(Analysis):
         for key in ("from_", "from", "joins", "where", "with_", "with"):
             outer.set(key, None)
         # Risky aggregates, found again in the copy by their place in the walk.
-        original = [node for part in _outer_parts(select) for node in outer_scope(part)]
-        copied = [node for part in _outer_parts(outer) for node in outer_scope(part)]
+        original = [node for part in outer_parts(select) for node in outer_scope(part)]
+        copied = [node for part in outer_parts(outer) for node in outer_scope(part)]
         place = {id(node): i for i, node in enumerate(original)}  # by identity: equal nodes are distinct aggregates
         select_aliases = {fold(item.alias): item.unalias() for item in select.expressions if item.alias}
         bare_terms = {place[i] for i in self._alias_terms(select, select_aliases) if i in place}
@@ -560,7 +535,8 @@ class _Planner(Analysis):
             n = targets[id(walked)]
             argument = cast(exp.Expression, walked.expressions[0] if isinstance(walked, exp.Anonymous) else walked.this)
             written = walked.copy()
-            first = exp.EQ(this=exp.column(f"__gs_rn{n}", table=_INNER, quoted=True), expression=exp.Literal.number(1))
+            numbered = exp.column(f"__gs_rn{n}", table=INNER_TABLE, quoted=True)
+            first = exp.EQ(this=numbered, expression=exp.Literal.number(1))
             case = exp.Case(ifs=[exp.If(this=first, true=argument.copy())])
             counted = exp.Count(this=argument.copy())
             distinct = exp.Count(this=case.copy())
@@ -576,17 +552,17 @@ class _Planner(Analysis):
                 magnitude = exp.Sum(this=exp.Abs(this=argument.copy()))
             argument.replace(case)
             extras.extend([written, walked.copy(), counted, distinct, magnitude])
-        for part in [*_outer_parts(outer), *extras]:
+        for part in [*outer_parts(outer), *extras]:
             for read in list(outer_scope(cast(exp.Expression, part))):
                 if (
                     isinstance(read, exp.Column)
                     and not isinstance(read.this, exp.Star)
-                    and read.table != _INNER
+                    and read.table != INNER_TABLE
                     and id(read) not in keep
                 ):
                     name = alias_of(read)
                     if name is not None:
-                        read.replace(exp.column(name, table=_INNER, quoted=True))
+                        read.replace(exp.column(name, table=INNER_TABLE, quoted=True))
         group = outer.args.get("group")
         if group is not None:
             # Columns the groups fix, read outside aggregates: grouped too, which changes no group and
@@ -595,10 +571,10 @@ class _Planner(Analysis):
             fixed = self._fixed_by(groups)
             listed = {item.sql() for item in group.expressions}
             extra = [
-                exp.column(name, table=_INNER, quoted=True)
+                exp.column(name, table=INNER_TABLE, quoted=True)
                 for col, name in aliases.items()
-                if exp.column(name, table=_INNER, quoted=True).sql() not in listed
-                and _read_outside(outer, name)
+                if exp.column(name, table=INNER_TABLE, quoted=True).sql() not in listed
+                and read_outside(outer, name)
                 and (col in fixed.known or col[0] in fixed.determined)
             ]
             group.set("expressions", [*group.expressions, *extra])
@@ -630,206 +606,18 @@ class _Planner(Analysis):
         )
         texts: list[str] = []
         for query, extra_count in ((outer, 0), (check, len(extras))):
-            grouped = _grouped(query, extra_count, inner) if self.dialect == "sqlite" and len(windows) == 1 else None
+            sqlite_form = self.dialect == "sqlite" and len(windows) == 1
+            grouped = grouped_form(query, extra_count, inner) if sqlite_form else None
             if grouped is not None:
                 query, rows = grouped
             else:
                 query, rows = query.copy(), inner.copy()
-            query.set(
-                "from_", exp.From(this=exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier(_INNER))))
-            )
+            derived = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier(INNER_TABLE)))
+            query.set("from_", exp.From(this=derived))
             if with_ is not None:
                 query.set("with_", with_.copy())
             texts.append(query.sql(dialect=self.dialect))
         return texts[0], texts[1], tuple(unnamed)
-
-
-def _grouped(query: exp.Select, extra_count: int, rows: exp.Select) -> tuple[exp.Select, exp.Select] | None:
-    """SQLite's cheaper form of the corrected (or check) query ``query`` over the numbered ``rows``, or
-    None where it does not apply: one row per (group, row identity) instead of a number per join row.
-
-    The derived table groups the join by the window's partition and keeps, per partition, the
-    argument at risk once (``MIN``: the argument reads only the tables the partition identifies, so
-    every copy has the same value) and how many join rows it had; an aggregate over the first row of
-    each partition becomes the same aggregate over those values, and the other aggregates are
-    combined from per-partition parts. Only counts and sums combine exactly (a MIN or MAX part would
-    lose its column's collation, an AVG or a GROUP_CONCAT its grouping): any other aggregate, DISTINCT
-    or FILTER, or a function sqlglot does not know (it may be the application's aggregate), keeps
-    the window. The window numbers and sorts every join row and then the outer query groups them
-    again: about 5x the statement on ``bench_aggregates`` where this form is about 2x. ``extra_count``:
-    the trailing select items that are the check's counting columns (five per risk, in
-    ``check_sql``'s order)."""
-    window_item = rows.expressions[-1]
-    window = window_item.this if isinstance(window_item, exp.Alias) else None
-    if not isinstance(window, exp.Window):
-        return None
-    number = window_item.alias
-    columns = {item.alias: item.this for item in rows.expressions[:-1] if isinstance(item, exp.Alias)}
-    query = query.copy()
-    middle = exp.Select(expressions=[item.copy() for item in rows.expressions[:-1]])
-    for key in ("from_", "joins", "where"):
-        if rows.args.get(key) is not None:
-            middle.set(key, rows.args[key].copy() if key != "joins" else [join.copy() for join in rows.args[key]])
-    middle.set("group", exp.Group(expressions=[part.copy() for part in window.args.get("partition_by") or ()]))
-    parts: dict[str, str] = {}
-
-    def part(expression: exp.Expression) -> exp.Column:
-        """A per-partition value of the derived table, by name (the same expression once)."""
-        source = expression.copy()
-        for column in list(source.find_all(exp.Column)):
-            if column.table == _INNER and column.name in columns:
-                column.replace(columns[column.name].copy())
-        text = source.sql(dialect="sqlite")
-        name = parts.get(text)
-        if name is None:
-            name = parts[text] = f"__gs_p{len(parts)}"
-            middle.append("expressions", exp.alias_(source, name, quoted=True))
-        return exp.column(name, table=_INNER, quoted=True)
-
-    def once(aggregate: exp.Expression) -> exp.Expression | None:
-        """The argument at risk of an aggregate over each partition's first row, or None."""
-        argument = _argument(aggregate)
-        if not isinstance(argument, exp.Case) or argument.args.get("default") is not None:
-            return None
-        ifs = argument.args.get("ifs") or []
-        if len(ifs) != 1:
-            return None
-        condition = ifs[0].this
-        if not (
-            isinstance(condition, exp.EQ)
-            and isinstance(condition.this, exp.Column)
-            and condition.this.table == _INNER
-            and condition.this.name == number
-            and condition.expression == exp.Literal.number(1)
-        ):
-            return None
-        return cast(exp.Expression, ifs[0].args["true"])
-
-    rows_counted = exp.Count(this=exp.Star())
-
-    def with_argument(aggregate: exp.Expression, argument: exp.Expression) -> exp.Expression:
-        combined = aggregate.copy()
-        if isinstance(combined, exp.Anonymous):
-            combined.set("expressions", [argument])
-        else:
-            combined.set("this", argument)
-        return combined
-
-    def combined(aggregate: exp.Expression) -> exp.Expression | None:
-        """``aggregate`` over the join's rows, computed from the derived table's parts, or None."""
-        if isinstance(aggregate.parent, exp.Filter) or any(isinstance(n, exp.Distinct) for n in aggregate.walk()):
-            return None
-        carried = once(aggregate)
-        if carried is not None:
-            return with_argument(aggregate, part(exp.Min(this=carried.copy())))
-        if isinstance(aggregate, exp.Count):
-            return exp.Coalesce(this=exp.Sum(this=part(aggregate)), expressions=[exp.Literal.number(0)])
-        if isinstance(aggregate, exp.Sum) or (
-            isinstance(aggregate, exp.Anonymous) and str(aggregate.name).lower() == "total"
-        ):
-            return with_argument(aggregate, part(aggregate))
-        return None
-
-    def convert(node: exp.Expression) -> exp.Expression | None:
-        if _is_aggregate(node) or _function(node) is not None:
-            return combined(node)
-        if isinstance(node, exp.Anonymous):
-            return None  # perhaps the application's aggregate: it would see one row per partition
-        for child in list(node.iter_expressions()):
-            if isinstance(child, (exp.Select, exp.Subquery)):
-                return None
-            converted = convert(child)
-            if converted is None:
-                return None
-            if converted is not child:
-                child.replace(converted)
-        return node
-
-    items = query.expressions
-    head, extras = items[: len(items) - extra_count], items[len(items) - extra_count :]
-    for item in head:
-        if convert(item) is None:
-            return None
-    for key in ("group", "having", "order"):
-        if query.args.get(key) is not None and convert(query.args[key]) is None:
-            return None
-    if len(extras) % 5:
-        return None
-    for j in range(0, len(extras), 5):
-        written, corrected, _, _, magnitude = (cast(exp.Alias, item).this for item in extras[j : j + 5])
-        carried = once(corrected)
-        if carried is None:
-            return None
-        value = part(exp.Min(this=carried.copy()))
-        copies = part(rows_counted)
-        # Every copy of a partition's row has its value: the written aggregate is each value times
-        # its copies (a GROUP_CONCAT's parts cannot be multiplied: it keeps one per partition).
-        counted_rows = exp.Case(
-            ifs=[exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Literal.number(0))],
-            default=copies.copy(),
-        )
-        times = exp.Mul(this=value.copy(), expression=copies.copy())
-        if isinstance(written, exp.GroupConcat):
-            as_written: exp.Expression = with_argument(written, part(written))
-        elif isinstance(written, exp.Avg):
-            total = exp.Anonymous(this="TOTAL", expressions=[times])
-            as_written = exp.Div(this=total, expression=exp.Sum(this=counted_rows.copy()))
-        elif isinstance(written, exp.Sum):
-            as_written = exp.Sum(this=times)
-        elif isinstance(written, exp.Anonymous) and str(written.name).lower() == "total":
-            as_written = exp.Anonymous(this="TOTAL", expressions=[times])
-        else:
-            return None
-        replacements = [
-            as_written,
-            with_argument(corrected, value.copy()),
-            exp.Coalesce(this=exp.Sum(this=counted_rows), expressions=[exp.Literal.number(0)]),
-            exp.Count(this=value.copy()),
-            exp.Anonymous(
-                this="TOTAL",
-                expressions=[
-                    exp.Mul(
-                        this=exp.Abs(this=exp.Cast(this=value.copy(), to=exp.DataType.build("REAL"))),
-                        expression=copies.copy(),
-                    )
-                ],
-            )
-            if not isinstance(written, exp.GroupConcat)
-            else magnitude.copy(),
-        ]
-        for item, replacement in zip(extras[j : j + 5], replacements, strict=True):
-            item.set("this", replacement)
-    return query, middle
-
-
-def _outer_parts(select: exp.Select) -> list[exp.Expression]:
-    """The SELECT's parts read after the join: select list, GROUP BY, HAVING, ORDER BY."""
-    parts: list[exp.Expression] = list(select.expressions)
-    for key in ("group", "having", "order"):
-        part = select.args.get(key)
-        if part is not None:
-            parts.append(part)
-    return parts
-
-
-def _outside_aggregates(node: exp.Expression) -> bool:
-    parent = node.parent
-    while parent is not None and not isinstance(parent, exp.Select):
-        if isinstance(parent, exp.AggFunc) or (isinstance(parent, exp.Anonymous) and _function(parent) is not None):
-            return False
-        parent = parent.parent
-    return True
-
-
-def _read_outside(select: exp.Select, name: str) -> bool:
-    """Whether the derived table's column ``name`` is read outside aggregates in ``select``'s list or ORDER BY."""
-    for part in [*select.expressions, select.args.get("order")]:
-        if part is None:
-            continue
-        for node in outer_scope(part):
-            if isinstance(node, exp.Column) and node.name == name and _outside_aggregates(node):
-                return True
-    return False
 
 
 def _too_big(select: exp.Select) -> bool:

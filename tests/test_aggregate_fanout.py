@@ -570,7 +570,7 @@ def _check_rows(raw: sqlite3.Connection, q: AggQuery, *, window: bool) -> tuple[
     from guarded_sqlite import aggregates
 
     if window:
-        with mock.patch.object(aggregates, "_grouped", lambda *args: None):
+        with mock.patch.object(aggregates, "grouped_form", lambda *args: None):
             found = plan_of(raw, q.sql)
     else:
         found = plan_of(raw, q.sql)
@@ -591,7 +591,7 @@ def _close(left: Any, right: Any) -> bool:
 @given(case=risky_cases())
 @example(case=ORDER_CASE)
 def test_grouped_check_computes_what_the_row_numbering_computes(case: tuple[Db, AggQuery]) -> None:
-    """SQLite's grouped check query (one row per group and row identity, ``aggregates._grouped``)
+    """SQLite's grouped check query (one row per group and row identity, ``aggregate_sql.grouped_form``)
     gives the numbering form's rows: the corrected values and counts exactly, the written value and
     the magnitudes (computed as value x copies) up to rounding; GROUP_CONCATs compare by parts."""
     db, q = case

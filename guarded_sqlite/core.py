@@ -21,28 +21,28 @@ DDL (``CREATE``/``DROP``/``ALTER``/...; also every ``executescript``) or fails w
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from .aggregate_check import check_aggregates, user_functions
 from .connection_state import (  # SMALL_RESULT, ConnectionState, policy_scope and settle re-exported
-    QUERY_ONLY_FENCE,
-    QUERY_ONLY_FENCED,
-    QUERY_ONLY_KEPT,
-    QUERY_ONLY_RESTORE,
     SMALL_RESULT,
     ConnectionState,
     policy_scope,
     settle,
 )
-from .deadlines import time_left
-from .engines import NO_PARAMETERS, SQLITE, GuardStatement, RerunRefused, WritableNotRestored
+from .engines import NO_PARAMETERS, SQLITE
 from .errors import TransactionLost, describe_error
+from .guard_statements import (  # read_only_fetch and settle_query_only re-exported for the I/O layers
+    CALL_TIME_PASSED,
+    call_time_passed,
+    read_only_fetch,
+    settle_query_only,
+)
 from .policy import GuardPolicy
 from .probe import (
     AGGREGATE_FANOUT,
@@ -72,7 +72,6 @@ from .serving import (  # re-exported: the I/O layers take everything they share
 from .sinks import built, log_statement
 
 if TYPE_CHECKING:
-    from .fanout import FanoutOutcome
     from .patching import PatchOutcome
 
 _SMALL_RESULT = SMALL_RESULT
@@ -461,8 +460,8 @@ def repair_statement(
         return read_only_fetch(guard, new_sql, parameters, None, max_rows, writes_possible=False)
 
     rule: RuleName = "P1" if trigger == CARTESIAN_EXPLOSION else ("P2" if trigger is None else "rescue")
-    if _call_time_passed():
-        decision = RuleDecision(rule, False, f"not run: {_CALL_TIME_PASSED}")
+    if call_time_passed():
+        decision = RuleDecision(rule, False, f"not run: {CALL_TIME_PASSED}")
         return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
     context = None if rescue_inputs is None else CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
@@ -487,247 +486,9 @@ def repair_statement(
         return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
 
 
-def user_functions(guard: ConnectionState) -> frozenset[str] | None:
-    """The application's functions on the connection (None: they cannot be listed): the engine's list,
-    read once per connection, and every function registered through the guarded connection since."""
-    listed = guard.listed_functions
-    if listed is None:
-        listed = guard.engine.user_functions(guard.raw)
-        if listed is None:
-            return None
-        guard.listed_functions = listed
-    return listed | guard.registered_functions
-
-
-def check_aggregates(
-    guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]
-) -> FanoutOutcome | None:
-    """The aggregate fan-out rule for a healthy result the pre-screen passed (``guarded_sqlite.fanout``);
-    on SQLite a confirmation is reused while nothing it read can have changed (``guarded_sqlite.confirmations``)."""
-    if not _AGGREGATE_RULE:  # imported on first use: it loads sqlglot
-        from . import confirmations
-        from .catalog import plan
-        from .fanout import confirm
-
-        _AGGREGATE_RULE.extend((plan, confirm, confirmations))
-    plan, confirm, kept = _AGGREGATE_RULE
-    if _call_time_passed():
-        from .fanout import FanoutOutcome
-
-        return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, f"not checked: {_CALL_TIME_PASSED}"), 0)
-    try:
-        # The written statement's column names, before the catalog read (DuckDB's connection is its
-        # own cursor: a read would replace its description).
-        description = getattr(raw, "description", None)
-        names = [column[0] for column in description] if description else None
-        key = token = entry = None
-        if guard.engine is SQLITE:
-            params = kept.parameters_key(parameters)
-            if params is not None:
-                key = (sql, params, guard.policy.row_cap, guard.defan)
-                entry = guard.confirmations.get(key)
-        if entry is not None:
-            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
-            if entry.token == token and entry.functions == user_functions(guard):
-                kept_outcome = entry.outcome
-                if kept_outcome is None:
-                    return None
-                decision = kept_outcome.decision
-                served = rows
-                if decision.applied and entry.corrected is not None:
-                    shape = guard.engine.plain_rows(raw)[1]
-                    served = shape(list(entry.corrected)) if shape is not None else list(entry.corrected)
-                reused = RuleDecision(decision.rule, decision.applied, f"{decision.reason}; {kept.REUSED}")
-                return cast("FanoutOutcome", kept_outcome._replace(rows=served, decision=reused, elapsed_ns=0))
-        found = plan(guard, sql)
-        if not found.risks:
-            return None
-        try:
-            # A paging query checks the groups it served (guarded_sqlite.paging).
-            check_sql = kept.bounded_check(found, rows, guard.dialect)
-        except ValueError as refusal:
-            check_sql, note = None, str(refusal)
-        else:
-            note = found.note
-        if key is not None and token is None and not found.hazard:
-            # Read before the check runs: a commit meanwhile makes the kept rows older than the token says.
-            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
-        checked_plan = (
-            found if check_sql == found.check_sql else dataclasses.replace(found, check_sql=check_sql, note=note)
-        )
-        plain, shape = guard.engine.plain_rows(raw)
-        ran: list[list[Any] | None] = []
-        started = guard.started
-        own = (_perf_ns() - started) / 1e9 if started else None
-        left = time_left(None)
-        limit = kept.budget(own, guard.policy.rerun_timeout, left)
-        if limit <= 0:
-            return _not_looked(sql, rows, kept.over_budget(limit, own, left))
-        stopped: list[bool] = []
-        # Without a hazard, and with no application function replacing a built-in it names, the check
-        # calls only the engine's deterministic built-ins and cannot write: SQLite's query_only is then
-        # left alone, which keeps the connection's prepared statements (SQLite expires all of them when
-        # a flag PRAGMA changes; re-preparing cost about as much as running the check).
-        # A hazard (a name that may be a user function) makes the check able to write; on SQLite, where
-        # every function it may call that is not built in was registered through this connection's own
-        # methods (Python code, which reaches the connection through them), the check is fenced instead.
-        own_methods = guard.engine is SQLITE and guard.proxy is guard.raw and not guard.extensions_loadable
-        functions = user_functions(guard) if not found.hazard or own_methods else None
-        check_text = check_sql or ""
-        writes_possible = bool(found.hazard) or functions is None or kept.names_function(check_text, functions)
-        fenced = (
-            writes_possible
-            and own_methods
-            and functions is not None
-            and not kept.names_function(check_text, functions - guard.registered_functions)
-        )
-
-        def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
-            began = _perf_ns()
-            try:
-                checked = read_only_fetch(
-                    guard,
-                    new_sql,
-                    parameters,
-                    plain,
-                    max_rows,
-                    time_limit=limit,
-                    writes_possible=writes_possible,
-                    fenced=fenced,
-                )
-            except Exception:  # an interrupt at the budget: told apart by the time it took
-                if (_perf_ns() - began) / 1e9 >= limit * 0.9:
-                    stopped.append(True)
-                raise
-            ran.append(checked)
-            return checked
-
-        outcome = confirm(
-            sql, rows, checked_plan, rerun, guard.policy.row_cap, guard.defan, guard.dialect, names, shape
-        )
-        if stopped:
-            return _not_looked(sql, rows, kept.over_budget(limit, own, left))
-        if token is not None and len(ran) == 1 and not found.hazard:
-            checked = ran[0]
-            # ``functions`` was read before the check; a registration since moved the epoch in the token.
-            if (
-                functions is not None
-                and (checked is None or len(checked) <= kept.KEPT_ROWS)
-                and not kept.names_function(sql, functions)
-            ):
-                width = found.width
-                corrected = None if checked is None else [tuple(row[:width]) for row in checked]
-                # Not this execution's rows: each reuse serves its own.
-                stripped = None if outcome is None else outcome._replace(rows=[])
-                kept.remember(guard.confirmations, key, kept.Kept(token, functions, stripped, corrected))
-        return outcome
-    except TransactionLost:
-        raise
-    except Exception as error:  # a bug in the analysis must never cost the caller their result
-        from .fanout import FanoutOutcome
-
-        why = f"internal error while checking aggregates: {describe_error(error)}"
-        return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
-
-
-def _not_looked(sql: str, rows: list[Any], why: str) -> FanoutOutcome:
-    from .fanout import FanoutOutcome
-
-    return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
-
-
-def _plain_cursor(guard: ConnectionState) -> Any:
-    """The schema view's plain cursor (made with the view): the guard's own reads on SQLite."""
-    from .catalog import schema_view
-    from .schema import plain_cursor
-
-    view = schema_view(guard)
-    cur = view.cursor  # type: ignore[union-attr]
-    if cur is None:
-        cur = view.cursor = plain_cursor(view.raw)  # type: ignore[union-attr]
-    return cur
-
-
-_AGGREGATE_RULE: list[Any] = []
-"""``catalog.plan``, ``fanout.confirm`` and ``guarded_sqlite.confirmations``, once the rule first runs."""
-
-
 def forget_schema(guard: ConnectionState) -> None:
     """Drop the connection's schema view (facts and verdicts): the next rule that asks reads anew."""
     guard.catalog = None
-
-
-# --------------------------------------------------------------------------------------------------
-# The guard's own statements
-# --------------------------------------------------------------------------------------------------
-
-
-_CALL_TIME_PASSED = "the call's time limit has passed"
-
-
-def _call_time_passed() -> bool:
-    """True once the caller's ``deadlines.call_deadline`` has passed: the guard starts no more work."""
-    left = time_left(None)
-    return left is not None and left <= 0
-
-
-def read_only_fetch(
-    guard: ConnectionState,
-    sql: str,
-    parameters: Any,
-    row_factory: Any,
-    max_rows: int,
-    description: list[Any] | None = None,
-    writes_possible: bool = True,
-    time_limit: float | None = None,
-    fenced: bool = False,
-) -> list[Any] | None:
-    """One guard statement through the engine, under ``time_limit`` (default: ``rerun_timeout``) and
-    what the caller's ``deadlines.call_deadline`` has left; remembers when SQLite's query_only is still on.
-
-    ``fenced``: a statement that can write only through functions the application registered through
-    this connection's own methods runs without query_only; SQL such a function runs through the
-    connection switches it on first (``QUERY_ONLY_FENCE``), and this switches it off again after."""
-    limit = time_left(guard.policy.rerun_timeout if time_limit is None else time_limit)
-    if limit is not None and limit <= 0:
-        raise RerunRefused(_CALL_TIME_PASSED)
-    if fenced and guard.query_only_due == 0:
-        guard.query_only_due = QUERY_ONLY_FENCE
-        try:
-            return guard.engine.read_only_fetch(
-                guard.raw, GuardStatement(sql, parameters, row_factory, max_rows, limit, description, False)
-            )
-        finally:
-            fence_tripped = guard.query_only_due == QUERY_ONLY_FENCED
-            guard.query_only_due = 0
-            if fence_tripped and not SQLITE.restore_writable(guard.raw):
-                guard.query_only_due = QUERY_ONLY_RESTORE
-    try:
-        return guard.engine.read_only_fetch(
-            guard.raw, GuardStatement(sql, parameters, row_factory, max_rows, limit, description, writes_possible)
-        )
-    except WritableNotRestored:
-        guard.query_only_due = QUERY_ONLY_RESTORE
-        raise
-
-
-def settle_query_only(guard: ConnectionState) -> None:
-    """Before a statement through the connection's own methods, what ``guard.query_only_due`` says:
-    query_only switched back off after a guard statement could not, or switched on for a function a
-    fenced guard check calls (raising ``sqlite3.OperationalError`` if it cannot be)."""
-    due = guard.query_only_due
-    if due == QUERY_ONLY_RESTORE:
-        if SQLITE.restore_writable(guard.raw):
-            guard.query_only_due = 0
-    elif due == QUERY_ONLY_FENCE:
-        try:
-            switched = SQLITE.switch_query_only_on(guard.raw)
-        except sqlite3.Error as error:
-            raise sqlite3.OperationalError(
-                f"guarded_sqlite: a function its check called ran SQL, and query_only could not be set: {error}"
-            ) from error
-        # Already on (the caller's own setting): nothing to switch back, nothing more to do.
-        guard.query_only_due = QUERY_ONLY_FENCED if switched else QUERY_ONLY_KEPT
 
 
 class CandidateRunner:

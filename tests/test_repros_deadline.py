@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite import core
+from guarded_sqlite import aggregate_check, core
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
 from guarded_sqlite.deadlines import call_deadline, interrupt_after, time_left
 from guarded_sqlite.demo import build_shop
@@ -42,7 +42,7 @@ def outlasting_plan(monkeypatch: pytest.MonkeyPatch) -> None:
         time.sleep(LIMIT + 0.2)
         return plan(*args, **kwargs)
 
-    monkeypatch.setattr(core, "_AGGREGATE_RULE", [slow_plan, confirm, confirmations])
+    monkeypatch.setattr(aggregate_check, "_AGGREGATE_RULE", [slow_plan, confirm, confirmations])
 
 
 def test_a13_sqlite_corrected_query_does_not_run_after_the_deadline(

@@ -14,15 +14,16 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from .connection_state import ConnectionState
 from .core import GuardedConnection, GuardedCursor
-from .engines import DUCKDB, engine_for
-from .policy import GuardSpec, resolve_policy
+from .engines import DUCKDB, SQLITE, engine_for
+from .policy import GuardPolicy, GuardSpec, resolve_policy
 from .sqlite_fast import (
     ConnectionMethods,
     CursorMethods,
     GuardedSQLiteConnection,
     GuardedSQLiteCursor,
-    open_connection,
+    connection_class,
 )
 
 _sqlite3_connect: Callable[..., sqlite3.Connection] = sqlite3.connect
@@ -35,6 +36,39 @@ if TYPE_CHECKING:
     from _typeshed import StrOrBytesPath
 
     _IsolationLevel = Literal["DEFERRED", "EXCLUSIVE", "IMMEDIATE"] | None
+
+
+_FACTORY_POSITION = 4  # factory is sqlite3.connect's sixth parameter: the fifth after the database
+
+
+def open_connection(
+    connect: Any, database: Any, args: tuple[Any, ...], kwargs: dict[str, Any], policy: GuardPolicy
+) -> Any:
+    """``connect(database, *args, **kwargs)`` (sqlite3's) with the guarded class as ``factory``."""
+    args_list = list(args)
+    if len(args_list) > _FACTORY_POSITION:
+        factory = args_list[_FACTORY_POSITION]
+        place = "args"
+    else:
+        factory = kwargs.get("factory", sqlite3.Connection)
+        place = "kwargs"
+    proxied = not (isinstance(factory, type) and issubclass(factory, sqlite3.Connection))
+    if not proxied:
+        guarded = connection_class(factory)
+        if place == "args":
+            args_list[_FACTORY_POSITION] = guarded
+        else:
+            kwargs = {**kwargs, "factory": guarded}
+    # check_same_thread is the fourth parameter after the database.
+    single_thread = bool(kwargs.get("check_same_thread", args_list[3] if len(args_list) > 3 else True))
+    con = connect(database, *args_list, **kwargs)
+    if proxied or not isinstance(con, ConnectionMethods):
+        # A callable factory (not a class) made the connection: guard it through a proxy.
+        from .proxy import ConnectionProxy
+
+        return ConnectionProxy(con, policy, single_thread=single_thread)
+    con._self_guard = ConnectionState(policy, SQLITE, con, con, single_thread)
+    return con
 
 
 if TYPE_CHECKING and sys.version_info >= (3, 12):

@@ -641,36 +641,3 @@ def _default_policy() -> GuardPolicy:
     if not _DEFAULT:
         _DEFAULT.append(resolve_policy(None))
     return _DEFAULT[0]
-
-
-_FACTORY_POSITION = 4  # factory is sqlite3.connect's sixth parameter: the fifth after the database
-
-
-def open_connection(
-    connect: Any, database: Any, args: tuple[Any, ...], kwargs: dict[str, Any], policy: GuardPolicy
-) -> Any:
-    """``connect(database, *args, **kwargs)`` (sqlite3's) with the guarded class as ``factory``."""
-    args_list = list(args)
-    if len(args_list) > _FACTORY_POSITION:
-        factory = args_list[_FACTORY_POSITION]
-        place = "args"
-    else:
-        factory = kwargs.get("factory", sqlite3.Connection)
-        place = "kwargs"
-    proxied = not (isinstance(factory, type) and issubclass(factory, sqlite3.Connection))
-    if not proxied:
-        guarded = connection_class(factory)
-        if place == "args":
-            args_list[_FACTORY_POSITION] = guarded
-        else:
-            kwargs = {**kwargs, "factory": guarded}
-    # check_same_thread is the fourth parameter after the database.
-    single_thread = bool(kwargs.get("check_same_thread", args_list[3] if len(args_list) > 3 else True))
-    con = connect(database, *args_list, **kwargs)
-    if proxied or not isinstance(con, ConnectionMethods):
-        # A callable factory (not a class) made the connection: guard it through a proxy.
-        from .proxy import ConnectionProxy
-
-        return ConnectionProxy(con, policy, single_thread=single_thread)
-    con._self_guard = ConnectionState(policy, SQLITE, con, con, single_thread)
-    return con

@@ -123,3 +123,9 @@ def test_no_module_imports_another_modules_private_names() -> None:
                     if alias.name.startswith("_") and not alias.name.startswith("__")
                 ]
     assert private == []
+
+
+def test_no_module_is_longer_than_650_lines() -> None:
+    # A module a newcomer can read at one sitting; past this, split it along its seams.
+    long = {name: lines for name, path in modules().items() if (lines := len(path.read_text().splitlines())) > 650}
+    assert long == {}

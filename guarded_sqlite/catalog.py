@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
 from sqlglot import exp
 
@@ -73,9 +73,28 @@ from .schema_servers import read_duckdb_schema, read_postgres_schema
 from .sqltree import rerun_hazard
 
 if TYPE_CHECKING:
-    from .connection_state import ConnectionState
+    from .engines import Engine
 
 __all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "explain", "plan", "schema_view"]
+
+
+class _Provenance(Protocol):
+    @property
+    def provenance(self) -> str: ...
+
+
+class Guarded(Protocol):
+    """What this module reads of a guarded connection's state (``ConnectionState`` has it; declared here
+    so that the analysis does not import the layer above it)."""
+
+    @property
+    def policy(self) -> _Provenance: ...
+
+    engine: Engine
+    raw: Any
+    dialect: str
+    catalog: Any
+
 
 VERDICTS = 256
 """Verdicts kept per connection (one per SQL text), oldest dropped first."""
@@ -87,7 +106,7 @@ MAX_NAMES = 200
 """Statements naming more tables than this are not analysed: the verdict is ``unknown``."""
 
 
-def explain(guard: ConnectionState, sql: str) -> Provenance:
+def explain(guard: Guarded, sql: str) -> Provenance:
     """The provenance of ``sql``'s duplicates on the guarded connection (see the module docstring).
 
     Under ``provenance="text_to_sql"`` the reference is the projected tables alone, which do not depend
@@ -97,7 +116,7 @@ def explain(guard: ConnectionState, sql: str) -> Provenance:
     return schema_view(guard).explain(sql, analyser)
 
 
-def plan(guard: ConnectionState, sql: str) -> AggregatePlan:
+def plan(guard: Guarded, sql: str) -> AggregatePlan:
     """``aggregates.plan_aggregates`` of ``sql`` on the guarded connection: kept and reused as the
     provenance verdicts are, except that on SQLite a plan that puts no aggregate at risk is served
     again while ``PRAGMA schema_version`` is unchanged (one statement, not the lookups). That number can
@@ -126,7 +145,7 @@ def plan(guard: ConnectionState, sql: str) -> AggregatePlan:
 _SAFE = AggregatePlan(note="no value aggregate at risk (kept while the schema version is unchanged)")
 
 
-def schema_view(guard: ConnectionState) -> SqliteSchemaView | SnapshotSchemaView:
+def schema_view(guard: Guarded) -> SqliteSchemaView | SnapshotSchemaView:
     """The connection's schema view, made on first use (a rule's first question)."""
     view = guard.catalog
     if view is None:
@@ -360,7 +379,7 @@ class SnapshotSchemaView:
 
     __slots__ = ("dialect", "facts", "raw", "reader", "verdicts")
 
-    def __init__(self, guard: ConnectionState) -> None:
+    def __init__(self, guard: Guarded) -> None:
         readers: dict[str, Callable[[Any], SchemaFacts]] = {"duckdb": read_duckdb_schema}
         self.reader = readers.get(guard.engine.name, read_postgres_schema)
         self.raw = guard.raw

@@ -146,7 +146,7 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .agent.mcp_server import add_mcp_parser
+    from .cli_mcp import add_mcp_parser
     from .cli_query import add_query_parser
     from .evaluation.options import ORDERS, RESCUERS, SWEEP_GUARDS
 
@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
     if args.command == "mcp":
-        from .agent.mcp_server import run_mcp
+        from .cli_mcp import run_mcp
 
         return run_mcp(args, lambda message: _print_error("mcp", message))
     if args.command in ("eval", "sweep"):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -35,6 +35,7 @@ from .errors import TransactionLost, describe_error
 from .findings import AggregateFinding
 from .report import RuleDecision
 from .rewrite import is_read_only_query
+from .serving import row_values
 
 Rerun = Callable[[str, int], list[Any] | None]
 
@@ -144,18 +145,6 @@ def _other_rows(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequ
         written[tuple(values[i] for i in plain)] += 1
     corrected = Counter(tuple(row[i] for i in plain) for row in checked)
     return written != corrected
-
-
-def row_values(row: Any) -> Sequence[Any] | None:
-    """A served row as a sequence of its values (a tuple, a mapping's values, any iterable row), or None."""
-    if isinstance(row, tuple):
-        return row
-    if isinstance(row, Mapping):
-        return tuple(row.values())
-    try:
-        return tuple(row)
-    except TypeError:
-        return None
 
 
 _EPSILON = 2.0**-52

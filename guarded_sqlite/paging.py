@@ -29,7 +29,7 @@ import sqlglot
 from sqlglot import exp
 
 from .aggregates import AggregatePlan
-from .fanout import row_values
+from .serving import row_values
 
 __all__ = ["MAX_KEYS", "bounded_check", "plan_bound"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import operator
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from .probe import PartialCount
@@ -26,6 +26,7 @@ __all__ = [
     "fetch_rest",
     "redirect_outstanding",
     "row_bytes",
+    "row_values",
     "serving",
 ]
 
@@ -258,3 +259,15 @@ def redirect_outstanding(cursor: Any, new_rows: Any) -> Any:
     rows.extend(new_rows)
     cursor._self_buffer = buffer
     return outstanding
+
+
+def row_values(row: Any) -> Sequence[Any] | None:
+    """A served row as a sequence of its values (a tuple, a mapping's values, any iterable row), or None."""
+    if isinstance(row, tuple):
+        return row
+    if isinstance(row, Mapping):
+        return tuple(row.values())
+    try:
+        return tuple(row)
+    except TypeError:
+        return None

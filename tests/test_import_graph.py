@@ -15,8 +15,7 @@ KNOWN_CYCLES: list[set[str]] = []
 CLI = {
     "guarded_sqlite.cli",
     "guarded_sqlite.cli_query",
-    "guarded_sqlite.agent.mcp_server",
-    "guarded_sqlite.mcp_server",  # its old path, a shim
+    "guarded_sqlite.cli_mcp",
     "guarded_sqlite.__main__",
 }
 

@@ -17,7 +17,7 @@ from .helpers import EXPLODING_SQL, FANOUT_SCHEMA, MODES, fill_fanout, fill_item
 
 __all__ = ["EXPLODING_SQL", "FANOUT_SCHEMA", "fill_fanout"]  # still importable from here, as they used to be
 
-# Scripts that tests/test_typing.py type-checks and runs; misuse.py is wrong on purpose, so the doctest
+# Scripts that tests/package/test_typing.py type-checks and runs; misuse.py is wrong on purpose, so the doctest
 # collector must not import them.
 collect_ignore = ["typing"]
 

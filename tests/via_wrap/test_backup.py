@@ -1,6 +1,6 @@
 """tests/test_dropin_backup.py against wrap()'s proxies (see __init__.py)."""
 
-from tests.test_dropin_backup import *  # noqa: F403
+from tests.dropin.test_dropin_backup import *  # noqa: F403
 
 # Differs by design: sqlite3's own backup() refuses a proxy as its target (connect()'s connections,
 # being sqlite3.Connection objects, are accepted); that test covers both.

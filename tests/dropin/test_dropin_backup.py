@@ -50,6 +50,9 @@ def test_backup_keyword_arguments_behave_like_sqlite3() -> None:
     assert copies["guarded"] == copies["raw"]
 
 
+# Differs by design: sqlite3's own backup() refuses a proxy as its target (connect()'s connections,
+# being sqlite3.Connection objects, are accepted); this test covers both, so it runs as [connect] only.
+@pytest.mark.connect_only
 def test_raw_backup_into_guarded_needs_unwrap(raw_items: sqlite3.Connection, observe_items: GuardedConnection) -> None:
     """connect()'s connections are sqlite3.Connection objects: sqlite3's own ``backup`` (which
     type-checks its target in C) takes them as they are. It refuses a ``wrap()`` proxy, for which

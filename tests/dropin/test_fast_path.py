@@ -22,6 +22,10 @@ from guarded_sqlite.report import ReportState
 from guarded_sqlite.sqlite_fast import GuardedSQLiteConnection, GuardedSQLiteCursor, connection_class, cursor_class
 from tests.helpers import EXPLODING_SQL, CountingConnection, fill_fanout
 
+# About what connect() itself returns (and wrap() given one of those): tests/dropin/'s [wrap] runs, where
+# guarded_sqlite.connect returns a proxy, do not apply.
+pytestmark = pytest.mark.connect_only
+
 
 def test_connection_and_cursors_are_sqlite3_objects() -> None:
     con = guarded_sqlite.connect(":memory:")

@@ -8,8 +8,8 @@ dumps the database's rows, not what a row factory made of them, and never its ow
 - p18: ``iterdump()`` runs sqlite3's dump on plain cursors, never through the guard.
 
 One test per repro (its docstring names the script), then the properties behind them. Every
-connection comes from ``guarded_sqlite.connect`` looked up at call time, so ``tests/via_wrap`` runs
-this module again against ``wrap()``'s proxies.
+connection comes from ``guarded_sqlite.connect`` looked up at call time, so each test runs as
+``[connect]`` and again as ``[wrap]``, against ``wrap()``'s proxies (tests/connect_or_wrap.py).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from tests.reliability_helpers import run_child
 from tests.strategies import P1_CASE, P2_CASE, PATCH_CASES, PATCH_SPECS, Table
 
 PRESETS = ["patch", "text_to_sql", "paper", "observe"]
+
+pytestmark = pytest.mark.usefixtures("connect_or_wrap")
 
 # --- p08/p21's database: 2 customers, 10 orders; every (customer, order) row distinct ---------------
 

@@ -23,10 +23,13 @@ INSERT INTO customers VALUES (1, 'Ana Lima', 'Lisbon'), (2, 'Ben', 'Lagos'), (3,
 ORDERS = [(customer,) for customer in (1, 2, 3) for _ in range(5)]
 NAMES = "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id"
 
+# Every test runs through connect() and through wrap() (tests/connect_or_wrap.py).
+pytestmark = pytest.mark.usefixtures("connect_or_wrap")
+
 
 def shop(connect: Any = None, **kwargs: Any) -> Any:
     """The shop database; guarded unless ``connect`` says otherwise (``guarded_sqlite.connect`` is looked
-    up at call time, so ``tests/via_wrap`` runs these tests against ``wrap()``'s proxies too)."""
+    up at call time, so the ``[wrap]`` runs of this module run these tests against ``wrap()``'s proxies too)."""
     con = (connect or guarded_sqlite.connect)(":memory:", **kwargs)
     con.executescript(SHOP)
     con.executemany("INSERT INTO orders(customer_id) VALUES (?)", ORDERS)

@@ -19,7 +19,7 @@ For every prediction (paired with its gold query by position, as ``guarded-sqlit
    (``guarded_sqlite.evaluation.metrics``).
 
 The reviser is a handful of pure functions (question, SQL text, feedback text -> revised SQL or None) so that
-``tests/test_closed_loop.py`` can pin each rule on fixtures. Its rules, keyed on the feedback's wording:
+``tests/evaluation/test_closed_loop.py`` can pin each rule on fixtures. Its rules, keyed on the feedback's wording:
 
 * "Next step: add DISTINCT to the outer SELECT, or test the joined table with EXISTS / IN (SELECT ...)" (a join
   amplification): add DISTINCT with the library's own text edit (``guarded_sqlite.rewrite.inject_distinct``,
@@ -77,7 +77,7 @@ from guarded_sqlite.rewrite import inject_distinct, is_read_only_query
 # The scripted reviser: pure functions of (question, SQL text, feedback text).
 # --------------------------------------------------------------------------------------------------------------
 
-# The feedback's stable wording (guarded_sqlite/report.py, pinned by tests/test_feedback.py). The reviser keys on
+# The feedback's stable wording (guarded_sqlite/report.py, pinned by tests/rules/test_feedback.py). The reviser keys on
 # these phrases and nothing else, as an agent reading the text would.
 NEXT_DISTINCT = "Next step: add DISTINCT to the outer SELECT"
 NEXT_MAYBE_MEANT = "Next step: if each answer should appear once, add DISTINCT; the repeats may be meant."

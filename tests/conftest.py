@@ -13,13 +13,19 @@ import pytest
 
 import guarded_sqlite
 
+from .connect_or_wrap import connect_or_wrap, parametrize  # noqa: F401 (the fixture, for the whole suite)
 from .helpers import EXPLODING_SQL, FANOUT_SCHEMA, MODES, fill_fanout, fill_items, guarded_connect
 
 __all__ = ["EXPLODING_SQL", "FANOUT_SCHEMA", "fill_fanout"]  # still importable from here, as they used to be
 
-# Scripts that tests/test_typing.py type-checks and runs; misuse.py is wrong on purpose, so the doctest
+# Scripts that tests/package/test_typing.py type-checks and runs; misuse.py is wrong on purpose, so the doctest
 # collector must not import them.
 collect_ignore = ["typing"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests that use the ``connect_or_wrap`` fixture run as ``[connect]`` and ``[wrap]``."""
+    parametrize(metafunc)
 
 
 @pytest.fixture

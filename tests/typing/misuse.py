@@ -1,4 +1,4 @@
-"""Code the type hints must reject (tests/test_typing.py expects mypy --strict to report exactly the
+"""Code the type hints must reject (tests/package/test_typing.py expects mypy --strict to report exactly the
 lines marked ``# error``): if the API were typed ``Any``, mypy would accept all of it."""
 
 from __future__ import annotations

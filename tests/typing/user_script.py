@@ -1,4 +1,4 @@
-"""A user's script, type-checked with ``mypy --strict`` by tests/test_typing.py (and run by it): what
+"""A user's script, type-checked with ``mypy --strict`` by tests/package/test_typing.py (and run by it): what
 the guarded API's type hints promise, checked with ``assert_type``."""
 
 from __future__ import annotations

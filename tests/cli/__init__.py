@@ -1,0 +1,1 @@
+"""The guarded-sqlite command line: query, --version and demo."""

@@ -1,0 +1,1 @@
+"""The docs site build and the code blocks of README.md and docs/."""

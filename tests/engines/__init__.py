@@ -1,0 +1,1 @@
+"""The guard on DuckDB and PostgreSQL next to SQLite."""

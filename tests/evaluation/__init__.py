@@ -1,0 +1,2 @@
+"""The evaluation toolkit: replays, sweeps, presets, rescue, sessions, the shipped sample and the
+closed-loop benchmark."""

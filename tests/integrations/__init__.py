@@ -1,0 +1,1 @@
+"""Libraries on top of guarded connections: pandas, SQLAlchemy, and the pytest plugin."""

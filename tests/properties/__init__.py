@@ -1,0 +1,1 @@
+"""Property-based (hypothesis) invariant suites over generated tables and queries."""

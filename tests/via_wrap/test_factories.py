@@ -1,3 +1,0 @@
-"""tests/test_dropin_factories.py against wrap()'s proxies (see __init__.py)."""
-
-from tests.test_dropin_factories import *  # noqa: F403

@@ -1,3 +1,0 @@
-"""tests/test_dropin_row_cap.py against wrap()'s proxies (see __init__.py)."""
-
-from tests.test_dropin_row_cap import *  # noqa: F403

@@ -10,7 +10,7 @@ imported by a ``.pth`` file in the venv at interpreter start (subprocesses inclu
 before the project imports anything, and records:
 
 * every statement for which a patch rule (P1/P2) or the aggregate rule was *considered* (wrappers
-  around ``guarded_sqlite.core.repair_statement`` and ``check_aggregates``: SQL, dup ratio, action,
+  around ``guarded_sqlite._guard.decide.repair_statement`` and ``check_aggregates``: SQL, dup ratio, action,
   each decision with its reason, provenance verdict and evidence, the test it ran in), and, for each
   statement whose served rows differ from the fetched ones, the rows before and after, the
   parameters and the application's frames that executed it (where the rows are consumed);
@@ -202,7 +202,7 @@ def _count_statements():
     # core.after_fetch through their own module globals, so both names are wrapped.
     import atexit
 
-    from guarded_sqlite import core
+    from guarded_sqlite._guard import decide as core
 
     original = core.after_fetch
 
@@ -210,7 +210,7 @@ def _count_statements():
         _counts["probed"] += 1
         return original(*args, **kwargs)
 
-    for module_name in ("guarded_sqlite.proxy", "guarded_sqlite.sqlite_fast"):
+    for module_name in ("guarded_sqlite._io.proxy", "guarded_sqlite._io.sqlite_fast"):
         try:
             module = __import__(module_name, fromlist=["after_fetch"])
         except Exception:
@@ -262,7 +262,7 @@ def _guard():
     import inspect
 
     import guarded_sqlite
-    from guarded_sqlite import core
+    from guarded_sqlite._guard import decide as core
 
     guarded_sqlite.install(guard=_MODE)
     _write("imported", {"file": guarded_sqlite.__file__, "mode": _MODE})

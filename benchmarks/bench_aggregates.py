@@ -4,11 +4,11 @@ rule's pre-screen passes, its cached plan says every aggregate is safe) under ``
 read-only) as a ratio to the statement's own time. Same process, interleaved rounds, medians.
 
 Issue 24's three targets, as ratios to plain sqlite3: the at-risk statement repeated on unchanged data
-under the default preset (its confirmation reused, ``guarded_sqlite.confirmations``) <= 1.3x; its first
+under the default preset (its confirmation reused, ``guarded_sqlite._rules.confirmations``) <= 1.3x; its first
 execution (nothing kept: the kept confirmations are dropped before each run; the plan stays cached)
 <= 3x; c13's paging query (``GROUP BY c.id ORDER BY c.id LIMIT 10`` with a Python function in the sum,
 50,000 customers and 300,000 orders, never reused: its confirmation is bounded to the served groups,
-``guarded_sqlite.paging``) <= 3x.
+``guarded_sqlite._analysis.paging``) <= 3x.
 
     python benchmarks/bench_aggregates.py [--rounds 15] [--batch 300] [--customers 200] [--paging-customers 50000]
 """

@@ -13,7 +13,7 @@ Part B replays the steps the guarded hot path (``sqlite_fast``: ``CursorMethods.
 ``_statement`` -> ``core.after_fetch``, ``ConnectionMethods.cursor``, ``CursorMethods.fetchall``)
 performs on top of the raw calls, one step at a time with ``timeit`` (minimum over many ~0.5 ms
 repeats), so their costs can be added up and compared with the overhead measured in part A. The replay
-mirrors guarded_sqlite/sqlite_fast.py and core.py as of this writing; if they change, update the steps.
+mirrors guarded_sqlite/_io/sqlite_fast.py and core.py as of this writing; if they change, update the steps.
 Part A also has a ``wrap()`` proxy variant for comparison.
 
 ``--profile`` adds a cProfile listing of the guarded loop (cProfile inflates small functions, so read
@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import guarded_sqlite
-from guarded_sqlite import core, sqlite_fast
+from guarded_sqlite._guard import decide as core
+from guarded_sqlite._io import sqlite_fast
 from guarded_sqlite.report import GuardReport, ReportState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

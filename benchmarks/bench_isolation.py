@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from guarded_sqlite.agent import GuardedDatabase  # noqa: E402  (found through the sys.path entry above)
-from guarded_sqlite.demo import build_shop  # noqa: E402
+from guarded_sqlite.cli.demo import build_shop  # noqa: E402
 
 WORKLOADS = {
     "1 row": "SELECT count(*) FROM orders",

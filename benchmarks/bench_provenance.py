@@ -14,7 +14,7 @@ Workloads (SQLite, in memory; a join of customers and orders, 200 result rows, `
   being join amplification, P1 then fires: that row includes serving the de-duplicated rows).
 * ``90% dup``: 200 rows, 20 distinct; flagged, so P1 fires under both ``paper`` and ``patch``. Warm:
   the same statement repeated, so the verdict comes from the connection's cache; what ``patch`` adds is
-  the check that the verdict's catalog rows are unchanged (lookups: ``guarded_sqlite.catalog``) and one
+  the check that the verdict's catalog rows are unchanged (lookups: ``guarded_sqlite._analysis.catalog``) and one
   dict lookup.
 * Cold: the first execution of a new statement text on a new connection (the rewrite's and the
   verdict's caches both miss): parse for the analysis plus one catalog read, over ``paper``'s own
@@ -102,7 +102,7 @@ def _lookup(number: int) -> list[str]:
     is cached."""
     import timeit
 
-    from guarded_sqlite.catalog import explain
+    from guarded_sqlite._analysis.catalog import explain
 
     con = guarded_sqlite.wrap(_database(20), guard="patch")
     con.execute(SQL).fetchall()

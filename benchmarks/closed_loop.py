@@ -22,7 +22,7 @@ The reviser is a handful of pure functions (question, SQL text, feedback text ->
 ``tests/evaluation/test_closed_loop.py`` can pin each rule on fixtures. Its rules, keyed on the feedback's wording:
 
 * "Next step: add DISTINCT to the outer SELECT, or test the joined table with EXISTS / IN (SELECT ...)" (a join
-  amplification): add DISTINCT with the library's own text edit (``guarded_sqlite.rewrite.inject_distinct``,
+  amplification): add DISTINCT with the library's own text edit (``guarded_sqlite._analysis.rewrite.inject_distinct``,
   whose exemptions it inherits: LIMIT, GROUP BY, outer aggregates, compound queries). ``--explosion-fix
   semijoin`` tries the other suggestion first: the tables the evidence says fan out become an ``EXISTS``.
 * "Next step: if each answer should appear once, add DISTINCT; the repeats may be meant." (value repeats, or a
@@ -66,12 +66,12 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 import guarded_sqlite
+from guarded_sqlite._analysis.rewrite import inject_distinct, is_read_only_query
 from guarded_sqlite.evaluation import metrics
 from guarded_sqlite.evaluation.loaders import Pair, exclude_databases, load_pairs, locate_databases
 from guarded_sqlite.evaluation.sample import sample_inputs
 from guarded_sqlite.policy import GuardPreset
 from guarded_sqlite.report import GuardReport
-from guarded_sqlite.rewrite import inject_distinct, is_read_only_query
 
 # --------------------------------------------------------------------------------------------------------------
 # The scripted reviser: pure functions of (question, SQL text, feedback text).

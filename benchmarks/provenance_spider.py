@@ -3,9 +3,10 @@
 For each of the three released prediction files, and for the gold queries fed back as predictions, every
 pair (excluding wta_1, whose database is empty) is run on SQLite with a 5 s timeout. From the rows we get
 Set-EX, Multiset-EX and the prediction's dup_ratio; the provenance verdict comes from
-``guarded_sqlite.provenance.analyse_tree`` with schema facts read once per database
-(``guarded_sqlite.schema.read_sqlite_schema``). P1's rewrite is ``guarded_sqlite.rewrite.inject_distinct``
-and P2's ``remove_distinct``; each rewrite is executed, so fix/break counts are measured, not simulated.
+``guarded_sqlite._analysis.provenance.analyse_tree`` with schema facts read once per database
+(``guarded_sqlite._analysis.schema.read_sqlite_schema``). P1's rewrite is
+``guarded_sqlite._analysis.rewrite.inject_distinct`` and P2's ``remove_distinct``; each rewrite is
+executed, so fix/break counts are measured, not simulated.
 
 Rules compared (Multiset-EX fix = fail→pass, break = pass→fail, among the pairs a rule rewrote):
 
@@ -40,9 +41,9 @@ from typing import Any
 
 import sqlglot
 
-from guarded_sqlite.provenance import Provenance, analyse, analyse_tree
-from guarded_sqlite.rewrite import inject_distinct, remove_distinct
-from guarded_sqlite.schema import SchemaFacts, read_sqlite_schema
+from guarded_sqlite._analysis.provenance import Provenance, analyse, analyse_tree
+from guarded_sqlite._analysis.rewrite import inject_distinct, remove_distinct
+from guarded_sqlite._analysis.schema import SchemaFacts, read_sqlite_schema
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "spider_dev"
 SYSTEMS = {

@@ -47,12 +47,13 @@ from sqlite3 import (
 )
 from typing import TYPE_CHECKING, Any
 
-from .api import connect, install, uninstall, unwrap, wrap
-from .core import GuardedConnection, GuardedCursor
+from ._api import connect, install, uninstall, unwrap, wrap
+from ._guard.decide import GuardedConnection, GuardedCursor
+from ._io.sqlite_fast import GuardedSQLiteConnection, GuardedSQLiteCursor
+from ._version import __version__
 from .errors import TransactionLost
 from .policy import GuardPolicy
 from .report import GuardReport, RuleDecision
-from .sqlite_fast import GuardedSQLiteConnection, GuardedSQLiteCursor
 
 if TYPE_CHECKING:
     from .evaluation import evaluate
@@ -107,7 +108,6 @@ __all__ = [
     "unwrap",
     "wrap",
 ]
-__version__ = "0.1.0"
 
 # Whatever else this Python's sqlite3 offers (SQLITE_* constants, Blob, ...), without triggering the
 # deprecation warnings that module-level __getattr__ hooks raise for retired names.

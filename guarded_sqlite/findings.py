@@ -1,7 +1,7 @@
 """``AggregateFinding``: one value aggregate a join inflated, as ``GuardReport.aggregates`` lists it.
 
 Kept out of ``report`` so that ``import guarded_sqlite`` does not build it: only the aggregate fan-out
-rule (``guarded_sqlite.fanout``) makes findings.
+rule (``guarded_sqlite._rules.fanout``) makes findings.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from .probe import mentions_distinct, min_rows_for_removal
+from ._core.probe import mentions_distinct, min_rows_for_removal
 
 if TYPE_CHECKING:
     from .rescue import Rescuer
@@ -91,7 +91,7 @@ class GuardPolicy:
     """Most US dollars of rescue spend per connection (known costs only); None for no cap."""
 
     provenance: ProvenanceRule = "keys"
-    """How P1 and P2 use the duplicate-provenance analysis (``guarded_sqlite.provenance``: declared keys
+    """How P1 and P2 use the duplicate-provenance analysis (``guarded_sqlite._analysis.provenance``: declared keys
     read from the catalog, only when a rule is about to fire). ``"keys"`` (the ``"patch"`` preset): P1
     fires only on established join amplification with join copies on the data, and removes exactly the
     copies; it leaves ``value_repeats`` and ``unknown`` alone (fail closed: the explosion stays

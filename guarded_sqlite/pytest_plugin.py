@@ -216,7 +216,7 @@ class GuardedRun:
     # --- install for the session ------------------------------------------------------------------
 
     def _install(self) -> None:
-        from .api import install
+        from ._api import install
 
         install(guard=self.policy)
 

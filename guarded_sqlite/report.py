@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from .probe import PartialCount
+from ._core.probe import PartialCount
 
 if TYPE_CHECKING:
+    from ._analysis.provenance import Provenance
     from .findings import AggregateFinding
-    from .provenance import Provenance
     from .rescue import RescueReport
 
 Action = Literal[
@@ -153,7 +153,7 @@ class GuardReport:
     None when no rescue ran."""
 
     provenance: str | None = None
-    """Why the duplicates repeat, when a patch rule asked (``guarded_sqlite.provenance``):
+    """Why the duplicates repeat, when a patch rule asked (``guarded_sqlite._analysis.provenance``):
     ``"amplified"`` or ``"identified"`` (a join multiplies rows), ``"value_repeats"`` (values of one row
     each repeat: legitimate), or ``"unknown"``. None when no rule needed it: healthy results, the
     ``"paper"`` preset, ``"observe"``/``"off"``, or a rewrite refused on structure first."""

@@ -193,7 +193,7 @@ def structured_fields(report: GuardReport, dialect: str) -> dict[str, Any]:
 def loggable_sql(sql: str, dialect: str = "sqlite") -> str:
     """``sql`` without its literals, as logs and the pytest plugin show it; past the parse bound not even
     that (tokenizing a megabyte of SQL for a log line would cost seconds, and no reader wants the line)."""
-    from .rewrite import MAX_PARSED_CHARS, normalise_literals
+    from ._analysis.rewrite import MAX_PARSED_CHARS, normalise_literals
 
     if len(sql) > MAX_PARSED_CHARS:
         return f"<SQL not shown: {len(sql)} characters>"

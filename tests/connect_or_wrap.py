@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 import guarded_sqlite
+from guarded_sqlite._io.proxy import ConnectionProxy
 from guarded_sqlite.policy import resolve_policy
-from guarded_sqlite.proxy import ConnectionProxy
 
 FIXTURE = "connect_or_wrap"
 WAYS = ("connect", "wrap")

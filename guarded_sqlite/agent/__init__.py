@@ -31,8 +31,6 @@ none of the frameworks (``mcp``, langchain-core, llama-index-core) nor sqlglot.
 
 from __future__ import annotations
 
-from ..schema_info import ForeignKeyInfo, SchemaInfo, TableInfo
-
 # The limits and helpers stay importable from here, as before the package (explicit re-exports).
 from ._calls import AGENT_GUARD as AGENT_GUARD
 from ._calls import DEFAULT_MAX_CHARS as DEFAULT_MAX_CHARS
@@ -45,6 +43,7 @@ from ._calls import is_postgres_dsn as is_postgres_dsn
 from ._calls import redact_dsn as redact_dsn
 from ._database import GuardedDatabase
 from .isolation import IsolatedDatabase, WorkerError
+from .schema_info import ForeignKeyInfo, SchemaInfo, TableInfo
 
 __all__ = [
     "ForeignKeyInfo",

@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..presenting import format_table, json_safe, report_dict
 from ..report import GuardReport
+from .presenting import format_table, json_safe, report_dict
 
 __all__ = [
     "AGENT_GUARD",

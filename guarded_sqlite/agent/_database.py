@@ -14,10 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..deadlines import Deadline
-from ..presenting import json_safe
+from .._core.deadlines import Deadline
 from ..report import GuardReport
-from ..schema_info import SchemaInfo
 from ._calls import (
     AGENT_GUARD,
     DEFAULT_MAX_CHARS,
@@ -29,6 +27,8 @@ from ._calls import (
     is_postgres_dsn,
     redact_dsn,
 )
+from .presenting import json_safe
+from .schema_info import SchemaInfo
 
 __all__ = ["GuardedDatabase"]
 
@@ -61,8 +61,8 @@ class GuardedDatabase:
         max_chars: int = DEFAULT_MAX_CHARS,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        from ..engines import engine_for
-        from ..schema import raw_sqlite
+        from .._analysis.schema import raw_sqlite
+        from .._engines.engines import engine_for
         from .lockdown import DUCKDB_MEMORY_LIMIT, duckdb_lockdown_problem, lock_down_sqlite, value_length_limit
 
         if getattr(connection, "guard_policy", None) is None:
@@ -129,8 +129,8 @@ class GuardedDatabase:
 
         Raises ``ValueError`` for a path that is not a usable database (or a server that refuses the
         connection), with the reason."""
-        from ..api import connect, wrap
-        from ..presenting import database_problem
+        from .._api import connect, wrap
+        from .presenting import database_problem
 
         if read_only and allow_writes:
             raise ValueError("read_only and allow_writes exclude each other")
@@ -185,7 +185,7 @@ class GuardedDatabase:
         """``open`` for a PostgreSQL URI."""
         import psycopg
 
-        from ..api import wrap
+        from .._api import wrap
 
         try:
             # Autocommit: each call's transaction is the tool's own (raw.transaction() begins and ends
@@ -218,8 +218,8 @@ class GuardedDatabase:
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> QueryResult:
         """Run one statement through the guard and return what it served; see ``QueryRefused`` for
         every refusal. The limits apply to the rows the guard serves (after any repair)."""
-        from ..deadlines import call_deadline, interrupt_after
-        from ..rewrite import MAX_PARSED_CHARS, is_read_only_query
+        from .._analysis.rewrite import MAX_PARSED_CHARS, is_read_only_query
+        from .._core.deadlines import call_deadline, interrupt_after
         from .lockdown import single_statement_problem
 
         if not isinstance(sql, str) or not sql.strip():
@@ -327,9 +327,9 @@ class GuardedDatabase:
         statements after a model's ``set_config('statement_timeout', ...)``."""
         import psycopg
 
-        from ..deadlines import call_deadline, interrupt_after
-        from ..proxy_psycopg import probed_server_cursor
-        from ..rewrite import is_read_only_query
+        from .._analysis.rewrite import is_read_only_query
+        from .._core.deadlines import call_deadline, interrupt_after
+        from .._io.proxy_psycopg import probed_server_cursor
         from .lockdown import start_postgres_call
 
         raw = self._raw
@@ -471,7 +471,7 @@ class GuardedDatabase:
     def _describe_postgres(self) -> SchemaInfo:
         """``describe`` in a read-only transaction that is rolled back, under the call's time limit (the
         row counts are what can take long: each gets what is left of it, then None)."""
-        from ..deadlines import call_deadline, interrupt_after
+        from .._core.deadlines import call_deadline, interrupt_after
         from .lockdown import start_postgres_call
         from .schema_description import describe
 

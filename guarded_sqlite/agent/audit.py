@@ -74,7 +74,7 @@ def logged_sql(sql: str, dialect: str, limit: int = MAX_LOGGED_SQL) -> str:
     >>> logged_sql("SELECT 'a secret that is long'", "sqlite", limit=15)  # cut inside a literal: all hidden
     '<SQL not shown: 15 characters>… (30 characters, cut to 15)'
     """
-    from ..rewrite import normalise_literals
+    from .._analysis.rewrite import normalise_literals
 
     if len(sql) <= limit:
         return normalise_literals(sql, dialect)

@@ -30,9 +30,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..schema_info import SchemaInfo
 from ._calls import AGENT_GUARD, QueryRefused, QueryResult
 from ._database import GuardedDatabase
+from .schema_info import SchemaInfo
 
 __all__ = ["KILL_GRACE", "READY_TIMEOUT", "IsolatedDatabase", "WorkerError"]
 

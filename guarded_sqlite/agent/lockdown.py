@@ -243,7 +243,9 @@ def single_statement_problem(sql: str, dialect: str, raw: Any, *, allow_writes: 
     tokenize is refused too. The agent also sends a query as a server-side cursor's ``DECLARE``, which
     PostgreSQL's own parser refuses with more than one statement in it."""
     if dialect == "postgres":
-        return _postgres_statements_problem(sql)
+        from .._analysis.statements import postgres_statements_problem
+
+        return postgres_statements_problem(sql)
     if dialect != "duckdb":
         return None
     duckdb = sys.modules["duckdb"]
@@ -255,35 +257,6 @@ def single_statement_problem(sql: str, dialect: str, raw: Any, *, allow_writes: 
         return f"it holds {len(statements)} statements; send one statement per call"
     if not allow_writes and statements and statements[0].type != duckdb.StatementType.SELECT:
         return f"DuckDB reads it as a {statements[0].type.name} statement, not a query"
-    return None
-
-
-def _postgres_statements_problem(sql: str) -> str | None:
-    """Why ``sql`` is not one PostgreSQL statement by sqlglot's tokens, or None. Empty statements
-    (``SELECT 1;;``) are not counted: PostgreSQL skips them.
-
-    >>> _postgres_statements_problem("SELECT ';' AS a; -- trailing")
-    >>> _postgres_statements_problem("SELECT 1; COMMIT")
-    'it holds 2 statements; send one statement per call'
-    >>> _postgres_statements_problem("SELECT $$; DELETE FROM t$$")
-    """
-    import sqlglot
-    from sqlglot.errors import SqlglotError
-    from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re-exports it
-
-    try:
-        tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
-    except SqlglotError:
-        return "it cannot be split into statements (an unterminated string or comment?)"
-    statements, open_statement = 0, False
-    for token in tokens:
-        if token.token_type == TokenType.SEMICOLON:
-            open_statement = False
-        elif not open_statement:
-            open_statement = True
-            statements += 1
-    if statements > 1:
-        return f"it holds {statements} statements; send one statement per call"
     return None
 
 
@@ -312,7 +285,7 @@ def start_postgres_call(raw: Any, *, allow_writes: bool, time_limit: float | Non
     whatever the model sets for the session is undone at the call's end (a read-only call is rolled
     back) or overridden by the next call's own setting. ``time_limit`` None or infinite leaves the
     session's timeout."""
-    from ..engines import pg_statement_timeout
+    from .._engines.engines import pg_statement_timeout
 
     with raw.cursor() as cursor:
         if not allow_writes:

@@ -169,7 +169,7 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditL
     from mcp.types import CallToolResult, ToolAnnotations
     from pydantic import Field
 
-    from .. import __version__
+    from .._version import __version__
 
     # WARNING: the SDK logs every tool call at INFO to stderr, which an MCP client shows as noise.
     server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..schema import (
+from .._analysis.schema import (
     CatalogUnreadable,
     SchemaFacts,
     TableFacts,
@@ -20,7 +20,7 @@ from ..schema import (
     quote_identifier,
     read_sqlite_schema,
 )
-from ..schema_info import ForeignKeyInfo, SchemaInfo, TableInfo
+from .schema_info import ForeignKeyInfo, SchemaInfo, TableInfo
 
 __all__ = ["describe", "foreign_key_cardinality"]
 
@@ -34,13 +34,13 @@ def describe(raw: Any, dialect: str) -> SchemaInfo:
     default_schema = "main"
     primary_keys: dict[tuple[str, str], tuple[str, ...]] = {}
     if dialect == "postgres":
-        from ..schema_servers import read_postgres_schema
+        from .._analysis.schema_servers import read_postgres_schema
 
         facts = read_postgres_schema(raw)
         types, primary_keys, default_schema = _postgres_columns(raw)
         reader = raw
     elif dialect == "duckdb":
-        from ..schema_servers import read_duckdb_schema
+        from .._analysis.schema_servers import read_duckdb_schema
 
         facts = read_duckdb_schema(raw)
         types = _duckdb_types(raw)
@@ -214,8 +214,8 @@ def _postgres_row_count(raw: Any, table: TableFacts) -> int | None:
     count fails. A full count of a large table is what can take long on a server."""
     from psycopg.rows import tuple_row
 
-    from ..deadlines import time_left
-    from ..engines import pg_statement_timeout
+    from .._core.deadlines import time_left
+    from .._engines.engines import pg_statement_timeout
 
     left = time_left(None)
     if left is not None and left <= 0:

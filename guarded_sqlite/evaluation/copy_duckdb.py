@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._analysis.transpile import NotOneStatement, TranspileError, transpile
 from ..errors import describe_error
 from .copy_source import Decoder, plan_notes, plan_sqlite, quote, read_batches, schema_names, source_key
 from .loaders import PathLike, open_read_only
 from .records import DatabaseCopy
-from .transpile import NotOneStatement, TranspileError, transpile
 
 _DUCKDB_TYPES = {"integer": "BIGINT", "real": "DOUBLE", "text": "VARCHAR", "blob": "BLOB"}
 

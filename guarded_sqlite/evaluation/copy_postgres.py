@@ -8,11 +8,11 @@ import re
 import time
 from typing import Any
 
+from .._analysis.transpile import fold, transpile
 from ..errors import describe_error
 from .copy_source import Decoder, plan_notes, plan_sqlite, quote, read_batches, schema_names, source_key
 from .loaders import InputError, PathLike, open_read_only
 from .records import DatabaseCopy
-from .transpile import fold, transpile
 
 DEFAULT_PG_SCHEMA_PREFIX = "spider_"
 """Prefix of the PostgreSQL schema that holds a database's copy: ``spider_<db_id>``."""

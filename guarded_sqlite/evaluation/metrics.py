@@ -37,7 +37,7 @@ from .sweep_report import SweepRow
 
 TRIGGERS = ("exec_error", "empty_result", "cartesian_explosion", "aggregate_fanout")
 VERDICTS = ("amplified", "identified", "value_repeats", "unknown")
-"""``guarded_sqlite.provenance.Verdict``'s values, listed here so that scoring never imports sqlglot."""
+"""``guarded_sqlite._analysis.provenance.Verdict``'s values, listed here so that scoring never imports sqlglot."""
 ACTIONS = {
     "P1": ("distinct_injected", "join_copies_removed"),
     "P2": ("distinct_removed",),

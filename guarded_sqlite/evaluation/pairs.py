@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .._analysis.transpile import Prepared, Preparer
 from ..report import GuardReport
 from . import metrics
 from .loaders import Pair
@@ -25,7 +26,6 @@ from .records import GoldFailure, PairRecord
 from .replay import replay_for_sweep, sweep_policies
 from .sessions import Run, open_session
 from .tasks import Task, TaskResult
-from .transpile import Prepared, Preparer
 
 
 def run_task(task: Task) -> TaskResult:

@@ -2,7 +2,7 @@
 
 Timeouts are enforced by the engine, never by abandoning a thread:
 
-- SQLite and DuckDB: a ``guarded_sqlite.deadlines`` deadline calls the connection's ``interrupt()``
+- SQLite and DuckDB: a ``guarded_sqlite._core.deadlines`` deadline calls the connection's ``interrupt()``
   from the shared watchdog thread once the timeout passes (``sqlite3_interrupt`` and DuckDB's
   ``interrupt`` are safe to call from another thread). The statement fails and is reported as
   ``"timeout"``. ``Deadline.cancel()`` is final, so an interrupt can only land while the query, or
@@ -26,12 +26,12 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..api import wrap
-from ..core import forget_schema
-from ..deadlines import interrupt_after
+from .._api import wrap
+from .._core.deadlines import interrupt_after
+from .._guard.decide import forget_schema
+from .._io.proxy import GuardedCursor
 from ..errors import describe_error
 from ..policy import GuardPolicy
-from ..proxy import GuardedCursor
 from ..report import GuardReport
 from .loaders import open_read_only
 from .options import EngineSpec
@@ -188,7 +188,7 @@ class DuckDBSession(Session):
         seconds = time.perf_counter() - started
         report = None if con is raw else con.guard_report
         if _MENTIONS_TRANSACTION.search(sql):
-            from ..engines import DUCKDB
+            from .._engines.engines import DUCKDB
 
             if DUCKDB.in_explicit_transaction(raw):  # a predicted BEGIN must not leak
                 raw.execute("ROLLBACK")

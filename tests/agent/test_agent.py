@@ -15,7 +15,7 @@ import pytest
 
 import guarded_sqlite
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
-from guarded_sqlite.demo import build_shop
+from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import AGGREGATE as AGGREGATE_FAN_OUT
 from tests.agent_cases import FAN_OUT
 
@@ -314,7 +314,7 @@ def test_a_postgres_connection_is_served(pg_dsn: str) -> None:
 
 
 def test_a_long_select_with_writes_off_is_refused_as_too_long_not_as_a_write(tmp_path: Path) -> None:
-    from guarded_sqlite.rewrite import MAX_PARSED_CHARS
+    from guarded_sqlite._analysis.rewrite import MAX_PARSED_CHARS
 
     path = tmp_path / "t.db"
     raw = sqlite3.connect(path)

@@ -26,7 +26,7 @@ from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
 from guarded_sqlite import wrap  # noqa: E402
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused  # noqa: E402
-from guarded_sqlite.demo import CUSTOMERS, PRODUCTS, build_shop  # noqa: E402
+from guarded_sqlite.cli.demo import CUSTOMERS, PRODUCTS, build_shop  # noqa: E402
 from tests.agent_cases import AGGREGATE, FAN_OUT, FAN_OUT_EXISTS, FEEDBACK_MARKS, loop_cases  # noqa: E402
 
 PG_SHOP = """
@@ -82,7 +82,7 @@ def pg_shop(pg_dsn: str) -> Iterator[PgShop]:
         cur.execute(PG_SHOP)
         cur.executemany("INSERT INTO customers VALUES (%s, %s, %s, %s)", CUSTOMERS)
         cur.executemany("INSERT INTO products VALUES (%s, %s, %s, %s)", PRODUCTS)
-        # The same orders and lines as guarded_sqlite.demo.build_shop.
+        # The same orders and lines as guarded_sqlite.cli.demo.build_shop.
         orders = [(i, 1 + i % len(CUSTOMERS), f"2026-{1 + i % 12:02d}-15") for i in range(1, 31)]
         cur.executemany("INSERT INTO orders VALUES (%s, %s, %s)", orders)
         lines = [(o, p, 1) for o in range(1, 31) for p in range(1, len(PRODUCTS) + 1)]
@@ -304,7 +304,7 @@ def test_with_writes_allowed_the_lifted_timeout_is_still_set_again(open_pg: Open
 def test_the_cancel_alone_stops_a_call_at_the_deadline(open_pg: OpenDb, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no server-side timeout set (as after a model lifted it for the guard's own statements), the
     cancel request at the deadline ends the call."""
-    monkeypatch.setattr("guarded_sqlite.engines.pg_statement_timeout", lambda limit: None)
+    monkeypatch.setattr("guarded_sqlite._engines.engines.pg_statement_timeout", lambda limit: None)
     db = open_pg(timeout=1)
     assert db.query("SELECT current_setting('statement_timeout')").rows == (("0",),)
     started = time.monotonic()
@@ -450,7 +450,7 @@ async def test_the_command_serves_a_postgres_uri_over_stdio(pg_shop: PgShop) -> 
 
 
 def test_an_unreachable_server_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from guarded_sqlite.cli import main
+    from guarded_sqlite.cli.commands import main
 
     assert main(["mcp", "postgresql://reader:s3cret@127.0.0.1:1/shop?connect_timeout=2"]) == 2
     captured = capsys.readouterr()

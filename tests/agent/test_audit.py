@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guarded_sqlite.agent.audit import MAX_LOGGED_SQL, AuditLog, audit_record, logged_sql
-from guarded_sqlite.demo import build_shop
+from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import AGGREGATE, FAN_OUT
 
 pytest.importorskip("mcp")
@@ -109,7 +109,7 @@ def test_the_command_writes_the_log(shop: Path, tmp_path: Path) -> None:
 
 
 def test_an_audit_log_that_cannot_be_opened_is_exit_status_2(shop: Path, tmp_path: Path) -> None:
-    from guarded_sqlite.cli import main
+    from guarded_sqlite.cli.commands import main
 
     assert main(["mcp", str(shop), "--audit-log", str(tmp_path / "no" / "such" / "dir" / "a.jsonl")]) == 2
 

@@ -31,7 +31,7 @@ from guarded_sqlite.agent.langchain_tools import (
     guarded_sql_tools,
     open_guarded_sql_tools,
 )
-from guarded_sqlite.demo import build_shop
+from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import (
     FAN_OUT_EXISTS,
     FEEDBACK_MARKS,

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from guarded_sqlite.agent import GuardedDatabase, QueryResult
 from guarded_sqlite.agent.llama_index_tools import guarded_sql_tools, open_guarded_sql_tools
-from guarded_sqlite.demo import build_shop
+from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import (
     FAN_OUT_DISTINCT,
     FEEDBACK_MARKS,

@@ -29,8 +29,8 @@ from mcp.types import CallToolResult, TextContent
 
 from guarded_sqlite.agent import GuardedDatabase
 from guarded_sqlite.agent.mcp_server import INSTALL_HINT, build_server
-from guarded_sqlite.cli import main
-from guarded_sqlite.demo import build_shop
+from guarded_sqlite.cli.commands import main
+from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import AGGREGATE, FAN_OUT
 
 DUPLICATES_SQL = FAN_OUT
@@ -512,8 +512,8 @@ class NoMcp(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, NoMcp())
-import guarded_sqlite, guarded_sqlite.cli, guarded_sqlite.agent.mcp_server
-from guarded_sqlite.cli import main
+import guarded_sqlite, guarded_sqlite.cli.commands, guarded_sqlite.agent.mcp_server
+from guarded_sqlite.cli.commands import main
 try:
     main(["--help"])
 except SystemExit as done:
@@ -534,7 +534,8 @@ def test_without_the_mcp_package_the_command_names_the_extra(shop: Path) -> None
 
 def test_importing_the_package_does_not_import_mcp() -> None:
     check = (
-        "import sys, guarded_sqlite, guarded_sqlite.cli, guarded_sqlite.agent.mcp_server, guarded_sqlite.agent\n"
+        "import sys, guarded_sqlite, guarded_sqlite.cli.commands, guarded_sqlite.agent.mcp_server\n"
+        "import guarded_sqlite.agent\n"
         "loaded = sorted(m for m in sys.modules if m.partition('.')[0] in ('mcp', 'mcp_types'))\n"
         "assert not loaded, loaded\n"
     )
@@ -543,7 +544,7 @@ def test_importing_the_package_does_not_import_mcp() -> None:
 
 
 def test_the_command_defaults_to_the_agent_preset_and_writes_off(shop: Path) -> None:
-    from guarded_sqlite.cli import _parser
+    from guarded_sqlite.cli.commands import _parser
 
     args = _parser().parse_args(["mcp", str(shop)])
     assert (args.guard, args.read_only, args.allow_writes) == ("text_to_sql", False, False)

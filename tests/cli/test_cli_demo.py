@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sqlite.cli import main
-from guarded_sqlite.demo import APPLICATION_ID, build_shop
+from guarded_sqlite.cli.commands import main
+from guarded_sqlite.cli.demo import APPLICATION_ID, build_shop
 
 
 def _demo(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

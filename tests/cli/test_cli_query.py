@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite.cli import main
-from guarded_sqlite.cli_query import DEFAULT_LIMIT, report_dict
-from guarded_sqlite.demo import GENERATED_SQL, build_shop
+from guarded_sqlite.cli.commands import main
+from guarded_sqlite.cli.demo import GENERATED_SQL, build_shop
+from guarded_sqlite.cli.query import DEFAULT_LIMIT, report_dict
 
 TIMINGS = {"detect_us", "patch_ms"}  # differ from run to run
 

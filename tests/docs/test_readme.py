@@ -247,7 +247,7 @@ class NoExtras(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r} (not a runtime dependency)", name=name)
         return None
 sys.meta_path.insert(0, NoExtras())
-from guarded_sqlite.cli import main
+from guarded_sqlite.cli.commands import main
 sys.exit(main(["demo", "--db", "shop.db"]))
 """
 

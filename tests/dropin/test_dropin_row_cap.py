@@ -18,7 +18,7 @@ import pytest
 
 import guarded_sqlite
 from guarded_sqlite import GuardedConnection, GuardPolicy
-from guarded_sqlite.core import row_bytes
+from guarded_sqlite._guard.decide import row_bytes
 from tests.helpers import (
     EXPLODING_SQL,
     MODES,

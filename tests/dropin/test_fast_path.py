@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import guarded_sqlite
 from guarded_sqlite import GuardedConnection, GuardedCursor, GuardPolicy, GuardReport, RuleDecision
+from guarded_sqlite._io.sqlite_fast import GuardedSQLiteConnection, GuardedSQLiteCursor, connection_class, cursor_class
 from guarded_sqlite.report import ReportState
-from guarded_sqlite.sqlite_fast import GuardedSQLiteConnection, GuardedSQLiteCursor, connection_class, cursor_class
 from tests.helpers import EXPLODING_SQL, CountingConnection, fill_fanout
 
 # About what connect() itself returns (and wrap() given one of those): tests/dropin/'s [wrap] runs, where
@@ -229,7 +229,8 @@ def test_import_is_light() -> None:
     ``evaluate`` load them when first used."""
     code = (
         "import sys, guarded_sqlite, sqlite3\n"
-        "heavy = ('wrapt', 'guarded_sqlite.evaluation', 'sqlglot', 'guarded_sqlite.rescue', 'guarded_sqlite.proxy')\n"
+        "heavy = ('wrapt', 'guarded_sqlite.evaluation', 'sqlglot', 'guarded_sqlite.rescue',\n"
+        "         'guarded_sqlite._io.proxy')\n"
         "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
         "con = guarded_sqlite.connect(':memory:'); con.execute('SELECT 1').fetchall()\n"
         "assert 'wrapt' not in sys.modules\n"

@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite.proxy import ConnectionProxy, CursorProxy
+from guarded_sqlite._io.proxy import ConnectionProxy, CursorProxy
 
 
 @pytest.mark.wrap_only

@@ -837,7 +837,7 @@ def test_duckdb_fetchnumpy_equals_raw_duckdbs_of_the_served_sql(duck_db: EngineD
 
 def test_duckdb_cursor_is_a_guarded_duplicate_connection(duck_db: EngineDB) -> None:
     """``con.cursor()`` is another guarded connection to the same database with the same policy."""
-    from guarded_sqlite.proxy_duckdb import GuardedDuckDBConnection
+    from guarded_sqlite._io.proxy_duckdb import GuardedDuckDBConnection
 
     policy = GuardPolicy(tau_inject=0.7)
     con = duck_db.guarded(policy)

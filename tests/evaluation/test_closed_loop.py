@@ -15,8 +15,8 @@ from types import ModuleType
 
 import pytest
 
+from guarded_sqlite._analysis.rewrite import is_read_only_query
 from guarded_sqlite.evaluation.sample import DB_IDS, sample_inputs
-from guarded_sqlite.rewrite import is_read_only_query
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "closed_loop.py"
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from guarded_sqlite import GuardPolicy
-from guarded_sqlite.cli import main
+from guarded_sqlite.cli.commands import main
 from guarded_sqlite.evaluation import EvalReport, evaluate
 from guarded_sqlite.evaluation.sample import DB_IDS, SampleInputs, kinds, materialise, sample_inputs
 
@@ -311,7 +311,7 @@ def test_cli_sweep_several_presets(capsys: pytest.CaptureFixture[str], tmp_path:
 
 
 def test_each_command_defaults_to_the_preset_the_rule_gives() -> None:
-    from guarded_sqlite.cli import PRESET_RULE, _parser
+    from guarded_sqlite.cli.commands import PRESET_RULE, _parser
 
     parser = _parser()
     assert " ".join(PRESET_RULE.split()) in " ".join(parser.format_help().split())

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite.cli import main
+from guarded_sqlite.cli.commands import main
 from guarded_sqlite.evaluation import evaluate, sweep
 from guarded_sqlite.evaluation.loaders import InputError, load_gold, load_pairs, load_predictions
 from guarded_sqlite.evaluation.metrics import GoldRows, detector_stats, multiset_ex, rule_stats, scores, set_ex

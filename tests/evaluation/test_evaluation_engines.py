@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from guarded_sqlite.cli import main
+from guarded_sqlite._analysis.transpile import NotOneStatement, TranspileError, transpile
+from guarded_sqlite.cli.commands import main
 from guarded_sqlite.evaluation import EvalReport, InputError, evaluate, sweep
 from guarded_sqlite.evaluation.copy import (
     choose_kind,
@@ -28,7 +29,6 @@ from guarded_sqlite.evaluation.copy import (
     pg_schema_name,
     plan_sqlite,
 )
-from guarded_sqlite.evaluation.transpile import NotOneStatement, TranspileError, transpile
 
 ENGINES = ["duckdb", "postgres"]
 

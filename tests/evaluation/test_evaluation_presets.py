@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from guarded_sqlite import GuardPolicy
-from guarded_sqlite.cli import main
+from guarded_sqlite.cli.commands import main
 from guarded_sqlite.evaluation import evaluate, sweep
 from guarded_sqlite.evaluation.compare import compare
 from guarded_sqlite.evaluation.loaders import InputError

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from guarded_sqlite import DupRatioSelector, LLMRescue
-from guarded_sqlite.cli import main
+from guarded_sqlite.cli.commands import main
 from guarded_sqlite.evaluation import evaluate
 from guarded_sqlite.evaluation.loaders import InputError, load_pairs
 from guarded_sqlite.evaluation.metrics import fallback_prefix

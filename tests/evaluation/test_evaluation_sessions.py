@@ -13,8 +13,9 @@ import pytest
 
 import guarded_sqlite.evaluation
 from guarded_sqlite import GuardPolicy
-from guarded_sqlite.cli import _parser, main
-from guarded_sqlite.engines import ENGINE_NAMES
+from guarded_sqlite._analysis.transpile import ENGINE_DIALECTS
+from guarded_sqlite._engines.engines import ENGINE_NAMES
+from guarded_sqlite.cli.commands import _parser, main
 from guarded_sqlite.evaluation import RescueOptions, evaluate
 from guarded_sqlite.evaluation.loaders import InputError
 from guarded_sqlite.evaluation.options import (
@@ -23,7 +24,6 @@ from guarded_sqlite.evaluation.options import (
     resolve_rescue_policy,
 )
 from guarded_sqlite.evaluation.sessions import DuckDBSession, Session, SQLiteSession
-from guarded_sqlite.evaluation.transpile import ENGINE_DIALECTS
 
 SLOW = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 500000000) SELECT count(*) FROM c"
 """Counts to 5e8 inside the engine: many seconds unless interrupted."""
@@ -225,7 +225,7 @@ def test_engine_names_come_from_one_place() -> None:
 
 def test_transpile_errors_are_one_plain_line() -> None:
     pytest.importorskip("sqlglot")
-    from guarded_sqlite.evaluation.transpile import TranspileError, transpile
+    from guarded_sqlite._analysis.transpile import TranspileError, transpile
 
     with pytest.raises(TranspileError) as caught:
         transpile("SELECT a FROM t WHERE x = (1", "duckdb")

@@ -15,7 +15,7 @@ import sqlite3.dbapi2
 
 import pytest
 
-from guarded_sqlite.api import _sqlite3_connect
+from guarded_sqlite._api import _sqlite3_connect
 
 pytest_plugins = ["pytester"]
 

@@ -2,8 +2,8 @@
 functions and ``TYPE_CHECKING`` ones included, since each says that one module needs another.
 
 The graph holds no cycle (``GuardedDatabase.open`` makes its worker-process subclass through a class
-attribute that subclass sets, so ``agent._database`` never imports ``agent.isolation``), and the library
-never imports the CLI's modules."""
+attribute that subclass sets, so ``agent._database`` never imports ``agent.isolation``), the library
+never imports the CLI's modules, and imports point one way down the layers of ``LAYERS``."""
 
 from __future__ import annotations
 
@@ -12,12 +12,30 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "guarded_sqlite"
 KNOWN_CYCLES: list[set[str]] = []
-CLI = {
-    "guarded_sqlite.cli",
-    "guarded_sqlite.cli_query",
-    "guarded_sqlite.cli_mcp",
-    "guarded_sqlite.__main__",
-}
+CLI = {"guarded_sqlite.cli", "guarded_sqlite.__main__"}
+"""The command line's modules (``cli`` is a package: its modules count as it)."""
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "_version", "_core"),
+    ("_engines",),
+    ("_analysis",),
+    ("findings", "rescue", "report", "sinks", "policy"),
+    ("_rules",),
+    ("_guard",),
+    ("_io",),
+    ("_api", "_moved"),
+    ("pytest_plugin", "evaluation"),
+    ("agent",),
+    ("cli", "__main__"),
+    ("", "audit", "langchain_tools", "llama_index_tools", "lockdown", "mcp_server", "worker"),
+)
+"""The package's layers, lowest first: a module imports (lazily or not) only from its own layer or the
+ones below. Each name is a subpackage (all its modules) or a top-level module; ``""`` is the package
+itself (``guarded_sqlite/__init__.py``, the public face), last with the old paths' shims."""
+
+SQLGLOT_USERS = {"_analysis"}
+"""The one layer that imports sqlglot: the rules ask it their questions of a statement, and the layers
+every statement runs through (``_core``, ``_guard``, ``_io``) stay stdlib-only."""
 
 
 def modules() -> dict[str, Path]:
@@ -98,11 +116,51 @@ def test_no_import_cycle_but_the_known_one() -> None:
     assert sorted(map(sorted, cycles(import_graph()))) == sorted(map(sorted, KNOWN_CYCLES))
 
 
+def in_cli(name: str) -> bool:
+    return any(name == cli or name.startswith(f"{cli}.") for cli in CLI)
+
+
 def test_the_library_never_imports_the_cli() -> None:
     graph = import_graph()
     for name, imported in graph.items():
-        if name not in CLI:
-            assert not imported & CLI, (name, imported & CLI)
+        if not in_cli(name):
+            assert not {target for target in imported if in_cli(target)}, name
+
+
+def layer_node(module: str) -> str:
+    """The entry of ``LAYERS`` a module belongs to: its subpackage, or its own name at the top level."""
+    return module.removeprefix("guarded_sqlite").lstrip(".").partition(".")[0]
+
+
+def test_every_module_has_a_layer() -> None:
+    placed = {node for layer in LAYERS for node in layer}
+    assert {layer_node(name) for name in modules()} - placed == set()
+
+
+def test_imports_point_down_the_layers() -> None:
+    rank = {node: level for level, layer in enumerate(LAYERS) for node in layer}
+    upward = [
+        f"{name} -> {target}"
+        for name, imported in import_graph().items()
+        for target in imported
+        if rank[layer_node(target)] > rank[layer_node(name)]
+    ]
+    assert upward == []
+
+
+def test_only_the_analysis_imports_sqlglot() -> None:
+    importers = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                found = [node.module or ""]
+            else:
+                continue
+            if any(module.partition(".")[0] == "sqlglot" for module in found):
+                importers.add(layer_node(name))
+    assert importers == SQLGLOT_USERS
 
 
 def test_the_cycle_finder_finds_cycles() -> None:

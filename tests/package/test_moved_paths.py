@@ -44,7 +44,8 @@ def test_the_entry_points_and_the_package_never_meet_a_shim() -> None:
     # `-W error` runs: the console script, `python -m guarded_sqlite.agent._worker` and the agent package
     # import only new paths.
     script = (
-        "import sys, guarded_sqlite, guarded_sqlite.cli, guarded_sqlite.agent, guarded_sqlite.agent.mcp_server, "
+        "import sys, guarded_sqlite, guarded_sqlite.cli.commands, guarded_sqlite.agent, "
+        "guarded_sqlite.agent.mcp_server, "
         "guarded_sqlite.agent.langchain_tools, guarded_sqlite.agent.llama_index_tools, guarded_sqlite.pytest_plugin\n"
         f"print(sorted(set({sorted(MOVED)!r}) & set(sys.modules)))\n"
     )

@@ -29,10 +29,11 @@ from hypothesis import Phase, event, example, given, note, settings
 from hypothesis import strategies as st
 
 import guarded_sqlite
-from guarded_sqlite import probe, rewrite
+from guarded_sqlite._analysis import rewrite
+from guarded_sqlite._analysis.provenance import analyse
+from guarded_sqlite._analysis.schema import read_sqlite_schema
+from guarded_sqlite._core import probe
 from guarded_sqlite.policy import GuardPolicy, resolve_policy
-from guarded_sqlite.provenance import analyse
-from guarded_sqlite.schema import read_sqlite_schema
 from tests.strategies import (
     P1_CASE,
     P2_CASE,

@@ -136,7 +136,7 @@ def test_r21b_megabyte_sql_is_not_parsed_past_a_size_bound() -> None:
 def test_r21_the_rewrite_caches_never_keep_statements_too_long_to_parse() -> None:
     """r21: exploding statements with a 1 MB IN-list are refused before the rewrite caches, which are
     keyed by the SQL text: 1,024 of them used to keep a gigabyte alive after the connection closed."""
-    from guarded_sqlite import rewrite
+    from guarded_sqlite._analysis import rewrite
 
     ids = ",".join(str(i) for i in range(150000))
     con = setup(guarded_sqlite.connect(":memory:"))

@@ -182,8 +182,8 @@ def test_c04_duckdb_lateral_subquery_is_not_one_row(sql: str) -> None:
 
 
 def test_c04_the_lateral_derived_table_is_opaque_to_the_provenance_analysis() -> None:
-    from guarded_sqlite.provenance import analyse
-    from guarded_sqlite.schema import SchemaFacts, TableFacts
+    from guarded_sqlite._analysis.provenance import analyse
+    from guarded_sqlite._analysis.schema import SchemaFacts, TableFacts
 
     facts = SchemaFacts(
         (
@@ -228,8 +228,8 @@ def test_c05_derived_table_key_by_its_qualified_source() -> None:
 def test_c05_a_group_key_the_body_does_not_output_by_its_source_is_no_key() -> None:
     import sqlglot
 
-    from guarded_sqlite.schema import SchemaFacts
-    from guarded_sqlite.sqltree import derived_keys
+    from guarded_sqlite._analysis.schema import SchemaFacts
+    from guarded_sqlite._analysis.sqltree import derived_keys
 
     body = sqlglot.parse_one(
         "SELECT o.id AS order_id, c.id AS customer_id FROM orders o JOIN customers c ON c.id = o.customer_id "
@@ -392,7 +392,7 @@ def test_c11_repetition_that_changes_nothing_is_not_flagged() -> None:
 
 
 def test_c11_differs_tolerates_rounding_of_the_magnitudes_summed() -> None:
-    from guarded_sqlite.fanout import differs
+    from guarded_sqlite._rules.fanout import differs
 
     assert not differs("SUM", 2.7755575615628914e-17, 5.551115123125783e-17, 3, 0.6)
     assert differs("SUM", 0.6, 0.3, 3, 0.6)
@@ -478,7 +478,7 @@ def test_c14_duckdb_frames_carry_the_written_names() -> None:
 
 
 def test_c14_served_sql_keeps_a_placeholder_where_the_name_is_a_callers_alias() -> None:
-    from guarded_sqlite.aggregates import AggregatePlan, served_sql
+    from guarded_sqlite._analysis.aggregates import AggregatePlan, served_sql
 
     plan = AggregatePlan(
         corrected_sql='SELECT x AS "__gs_c0", y AS "city" FROM t ORDER BY city',

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite import aggregate_check, core
+from guarded_sqlite._core.deadlines import call_deadline, interrupt_after, time_left
+from guarded_sqlite._engines.engines import GuardStatement
+from guarded_sqlite._guard import aggregate_check
+from guarded_sqlite._guard import decide as core
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
-from guarded_sqlite.deadlines import call_deadline, interrupt_after, time_left
-from guarded_sqlite.demo import build_shop
-from guarded_sqlite.engines import GuardStatement
+from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import AGGREGATE
 
 LIMIT = 0.5
@@ -33,9 +34,9 @@ def shop(tmp_path: Path) -> Path:
 
 def outlasting_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     """The aggregate rule's plan step, made to return only after the call's limit has passed."""
-    from guarded_sqlite import confirmations
-    from guarded_sqlite.catalog import plan
-    from guarded_sqlite.fanout import confirm
+    from guarded_sqlite._analysis.catalog import plan
+    from guarded_sqlite._rules import confirmations
+    from guarded_sqlite._rules.fanout import confirm
 
     def slow_plan(*args: Any, **kwargs: Any) -> Any:
         time.sleep(LIMIT + 0.2)
@@ -80,7 +81,7 @@ def test_a12_duckdb_corrected_query_does_not_run_after_the_deadline(
     raw.execute("INSERT INTO customers VALUES (1, 'a', 10), (2, 'b', 20)")
     raw.execute("INSERT INTO orders VALUES (1, 1), (2, 1), (3, 2)")
     raw.close()
-    from guarded_sqlite.engines import DUCKDB
+    from guarded_sqlite._engines.engines import DUCKDB
 
     ran: list[tuple[str, float | None]] = []
     real = type(DUCKDB).read_only_fetch

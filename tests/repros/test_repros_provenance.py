@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite.provenance import analyse
-from guarded_sqlite.schema import SchemaFacts, read_sqlite_schema, sqlite_table_facts
+from guarded_sqlite._analysis.provenance import analyse
+from guarded_sqlite._analysis.schema import SchemaFacts, read_sqlite_schema, sqlite_table_facts
 
 
 def both(setup: str, sql: str, parameters: Any = (), guard: str = "patch") -> tuple[list[Any], list[Any], Any]:

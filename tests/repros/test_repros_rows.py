@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import guarded_sqlite
 from guarded_sqlite import DupRatioSelector, GuardPolicy
-from guarded_sqlite.proxy import ConnectionProxy
+from guarded_sqlite._io.proxy import ConnectionProxy
 from tests.reliability_helpers import run_child
 from tests.strategies import P1_CASE, P2_CASE, PATCH_CASES, PATCH_SPECS, Table
 

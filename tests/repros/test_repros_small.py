@@ -22,13 +22,13 @@ import pytest
 
 import guarded_sqlite
 from guarded_sqlite import GuardPolicy, GuardReport
-from guarded_sqlite.cli import main
-from guarded_sqlite.deadlines import _WATCHDOG, interrupt_after, wait_seconds
-from guarded_sqlite.engines import pg_statement_timeout
+from guarded_sqlite._analysis.rewrite import quiet_sqlglot
+from guarded_sqlite._core.deadlines import _WATCHDOG, interrupt_after, wait_seconds
+from guarded_sqlite._engines.engines import pg_statement_timeout
+from guarded_sqlite.cli.commands import main
 from guarded_sqlite.evaluation import loaders, thresholds
 from guarded_sqlite.evaluation.loaders import InputError, output_file_problem
 from guarded_sqlite.evaluation.options import RescueOptions, resolve_rescue_policy, resolve_timeout
-from guarded_sqlite.rewrite import quiet_sqlglot
 from tests.helpers import EXPLODING_SQL, fill_fanout
 
 

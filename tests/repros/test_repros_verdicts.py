@@ -1,6 +1,6 @@
 """Repros c08, c09, c10, c15 and c17 (``../shared/repros/correctness/``): provenance verdicts that must see
 the keys a query establishes. Each test asserts the verdict and its evidence, on a real connection
-(``cur.guard_report.provenance``) and through ``guarded_sqlite.provenance.analyse``, not only the rows
+(``cur.guard_report.provenance``) and through ``guarded_sqlite._analysis.provenance.analyse``, not only the rows
 served: a rule that looks at the data could serve the same rows for another reason.
 
 - c17: a LEFT JOIN's ON equality read backwards from a matched row of its right side.
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import guarded_sqlite
-from guarded_sqlite.provenance import analyse
-from guarded_sqlite.schema import SchemaFacts, TableFacts, read_sqlite_schema
+from guarded_sqlite._analysis.provenance import analyse
+from guarded_sqlite._analysis.schema import SchemaFacts, TableFacts, read_sqlite_schema
 
 
 def guarded(setup: str, sql: str, guard: str = "patch") -> tuple[list[Any], list[Any], Any]:
@@ -90,8 +90,8 @@ def test_c17_the_aggregate_planner_reads_the_left_join_backwards_too() -> None:
     """c17 in the aggregate planner (a subclass of the analysis, same closure): each order's total is
     summed once over ``customers LEFT JOIN orders`` (a matched order has one customer), so nothing is at
     risk; over a left side whose ON column is not a key, the orders repeat and the SUM is at risk."""
-    from guarded_sqlite.aggregates import plan_aggregates
-    from guarded_sqlite.provenance import parse_statement
+    from guarded_sqlite._analysis.aggregates import plan_aggregates
+    from guarded_sqlite._analysis.provenance import parse_statement
 
     raw = sqlite3.connect(":memory:")
     raw.executescript(C17 + "ALTER TABLE orders ADD COLUMN total INTEGER; CREATE TABLE visits (customer_id INTEGER);")
@@ -99,7 +99,7 @@ def test_c17_the_aggregate_planner_reads_the_left_join_backwards_too() -> None:
 
     def risks(sql: str) -> tuple[tuple[str, ...], ...]:
         tree = parse_statement(sql)
-        assert not isinstance(tree, guarded_sqlite.provenance.Provenance)
+        assert not isinstance(tree, guarded_sqlite._analysis.provenance.Provenance)
         return tuple(r.repeating for r in plan_aggregates(tree, facts, "sqlite").risks)
 
     assert (
@@ -414,7 +414,7 @@ def test_postgres_partial_unique_index_is_a_partial_key(pg_dsn: str) -> None:
     writes with a cast literal (``status = 'current'::text``). A varchar column comes back cast itself
     (``(code)::text = 'x'::text``), which only the same cast in the query matches: no key there."""
     psycopg = pytest.importorskip("psycopg")
-    from guarded_sqlite.schema_servers import read_postgres_schema
+    from guarded_sqlite._analysis.schema_servers import read_postgres_schema
 
     with psycopg.connect(pg_dsn, autocommit=True) as raw:
         raw.execute("DROP SCHEMA IF EXISTS c09 CASCADE")

@@ -1,5 +1,6 @@
-"""The aggregate fan-out rule (``guarded_sqlite.aggregates``, ``guarded_sqlite.fanout``): property tests on
-generated star/snowflake schemas, fixture tests of ``plan_aggregates``, and the rule on DuckDB and PostgreSQL.
+"""The aggregate fan-out rule (``guarded_sqlite._analysis.aggregates``, ``guarded_sqlite._rules.fanout``):
+property tests on generated star/snowflake schemas, fixture tests of ``plan_aggregates``, and the rule on
+DuckDB and PostgreSQL.
 
 The property tests generate a root table ``root`` (``r``, INTEGER PRIMARY KEY), one to three child tables
 ``kid1..kid3`` (``c1..c3``) each holding a non-unique ``fk`` to the root or to an earlier child, and maybe a
@@ -31,8 +32,8 @@ from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 
 import guarded_sqlite
-from guarded_sqlite.aggregates import plan_aggregates
-from guarded_sqlite.schema import read_sqlite_schema
+from guarded_sqlite._analysis.aggregates import plan_aggregates
+from guarded_sqlite._analysis.schema import read_sqlite_schema
 
 # --------------------------------------------------------------------------------------------------
 # Generated schemas and data
@@ -567,7 +568,7 @@ def _check_rows(raw: sqlite3.Connection, q: AggQuery, *, window: bool) -> tuple[
     row-numbering form every engine gets."""
     from unittest import mock
 
-    from guarded_sqlite import aggregates
+    from guarded_sqlite._analysis import aggregates
 
     if window:
         with mock.patch.object(aggregates, "grouped_form", lambda *args: None):

@@ -1,4 +1,4 @@
-"""Reusing an aggregate confirmation (``guarded_sqlite.confirmations``): reused on unchanged data, and
+"""Reusing an aggregate confirmation (``guarded_sqlite._rules.confirmations``): reused on unchanged data, and
 never after anything that can change what the check query reads, nor for a statement that calls a user
 or non-deterministic function."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite.confirmations import REUSED, names_function, parameters_key
+from guarded_sqlite._rules.confirmations import REUSED, names_function, parameters_key
 
 AT_RISK = (
     "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
@@ -33,7 +33,7 @@ TRUTH = [("ann", 15), ("bob", 7)]
 def generous_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about reuse, not the budget (``tests/rules/test_paging.py`` tests that): the floor is
     raised so that a loaded machine cannot stop a first check and leave rows as written."""
-    from guarded_sqlite import confirmations
+    from guarded_sqlite._rules import confirmations
 
     monkeypatch.setattr(confirmations, "BUDGET_FLOOR", 60.0)
 

@@ -1,4 +1,4 @@
-"""The join-copy count as pure functions (``guarded_sqlite.copies``) and the check's SQL
+"""The join-copy count as pure functions (``guarded_sqlite._rules.copies``) and the check's SQL
 (``rewrite.append_columns``): fixtures with their no-op cases."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from guarded_sqlite.copies import CopyCount, count_copies, plain_values, without_copies
-from guarded_sqlite.rewrite import append_columns
+from guarded_sqlite._analysis.rewrite import append_columns
+from guarded_sqlite._rules.copies import CopyCount, count_copies, plain_values, without_copies
 
 # (statement's rows, check's rows: values then identity, copies, kept per value)
 COUNTS: list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int, dict[tuple[Any, ...], int]]] = [

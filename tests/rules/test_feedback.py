@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite.demo import build_shop
+from guarded_sqlite.cli.demo import build_shop
 from tests.helpers import EXPLODING_SQL, fill_fanout
 
 

@@ -184,7 +184,7 @@ def test_threads_writing_while_others_patch_never_see_the_read_only_window(tmp_p
 def test_an_internal_error_while_patching_keeps_the_original_rows(
     guarded, raw, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import guarded_sqlite.patching as patching
+    import guarded_sqlite._rules.patching as patching
 
     def broken(sql: str, dialect: str = "sqlite") -> None:
         raise RecursionError("deep")

@@ -167,7 +167,7 @@ def test_a_left_join_keeps_the_rows_it_null_extends() -> None:
 def test_a_check_that_returns_other_rows_leaves_the_result(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check's projected rows must be the statement's own, else unknown: here the data changes
     between the statement and its check (simulated by a check that sees one order more)."""
-    from guarded_sqlite import engines
+    from guarded_sqlite._engines import engines
 
     con = shop()
     original = engines.SQLiteEngine.read_only_fetch

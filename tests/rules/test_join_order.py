@@ -128,8 +128,8 @@ def test_identified_evidence_speaks_of_the_keys_not_the_rows() -> None:
     """An ``identified`` verdict without a fan-out rests on the declared keys; when rows repeat anyway
     (data that breaks a key, a catalog that lies) its evidence must not deny what the result shows, so it
     says what the keys allow rather than "no duplicate rows"."""
-    from guarded_sqlite.provenance import analyse
-    from guarded_sqlite.schema import read_sqlite_schema
+    from guarded_sqlite._analysis.provenance import analyse
+    from guarded_sqlite._analysis.schema import read_sqlite_schema
 
     raw = sqlite3.connect(":memory:")
     raw.executescript(SCHEMA)

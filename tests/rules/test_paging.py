@@ -1,4 +1,4 @@
-"""A paging query's aggregate confirmation bounded to the groups it served (``guarded_sqlite.paging``,
+"""A paging query's aggregate confirmation bounded to the groups it served (``guarded_sqlite._analysis.paging``,
 repro c13): user functions run for those groups only, the served values stay exact, and a paging query
 whose group keys are not in the select list is refused with a decision that says why."""
 
@@ -11,8 +11,8 @@ import pytest
 import sqlglot
 
 import guarded_sqlite
-from guarded_sqlite.aggregates import AggregatePlan
-from guarded_sqlite.paging import bounded_check, plan_bound
+from guarded_sqlite._analysis.aggregates import AggregatePlan
+from guarded_sqlite._analysis.paging import bounded_check, plan_bound
 
 SETUP = """
     CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT, points INTEGER);
@@ -105,7 +105,7 @@ def test_ordered_by_an_aggregate_keeps_the_whole_check() -> None:
 def plan_for(sql: str) -> AggregatePlan:
     con = guarded_sqlite.connect(":memory:")
     con.executescript(SETUP)
-    from guarded_sqlite.catalog import plan
+    from guarded_sqlite._analysis.catalog import plan
 
     return plan(con._self_guard, sql)
 
@@ -144,7 +144,7 @@ def test_plan_bound_leaves_a_refused_plan() -> None:
 
 
 def test_budget_is_relative_with_a_floor_and_the_smaller_under_a_deadline() -> None:
-    from guarded_sqlite.confirmations import BUDGET_FLOOR, BUDGET_RATIO, budget
+    from guarded_sqlite._rules.confirmations import BUDGET_FLOOR, BUDGET_RATIO, budget
 
     assert budget(None, 5.0, None) == 5.0
     assert budget(0.0001, 5.0, None) == BUDGET_FLOOR
@@ -157,7 +157,7 @@ def test_budget_is_relative_with_a_floor_and_the_smaller_under_a_deadline() -> N
 def test_over_budget_the_rule_did_not_look(monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from guarded_sqlite import confirmations
+    from guarded_sqlite._rules import confirmations
 
     # A 1 ms budget against a check whose 30 calls of fx take 1 ms each: stopped well inside it.
     monkeypatch.setattr(confirmations, "BUDGET_FLOOR", 0.001)
@@ -186,7 +186,7 @@ def test_over_budget_the_rule_did_not_look(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_an_agent_deadline_already_spent_runs_nothing() -> None:
-    from guarded_sqlite.deadlines import call_deadline
+    from guarded_sqlite._core.deadlines import call_deadline
 
     calls = [0]
 
@@ -227,7 +227,7 @@ def test_reuse_is_in_feedback(tmp_path: Any) -> None:
 def _statements(con: Any, sql: str) -> list[str]:
     """The statements SQLite ran for one execution of ``sql`` through ``con``, the guard's own included
     (and those run inside a function call, which SQLite's trace marks with a leading ``-- ``)."""
-    from guarded_sqlite.schema import raw_sqlite
+    from guarded_sqlite._analysis.schema import raw_sqlite
 
     ran: list[str] = []
     raw = raw_sqlite(con)

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import guarded_sqlite
-import guarded_sqlite.catalog
-import guarded_sqlite.schema
+import guarded_sqlite._analysis.catalog
+import guarded_sqlite._analysis.schema
 from guarded_sqlite import GuardPolicy
 from guarded_sqlite.policy import resolve_policy
 from tests.engines.test_engines import EngineDB, _make_db, pg_schema  # noqa: F401  # pg_schema: a fixture _make_db asks for
@@ -89,21 +89,21 @@ def catalog_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every catalog read of facts the guard makes: SQLite, one entry per table whose PRAGMAs are
     read (``sqlite:<table>``); DuckDB and PostgreSQL, one per whole-catalog read (the reader's name)."""
     reads: list[str] = []
-    real_table = guarded_sqlite.catalog.sqlite_table_facts
+    real_table = guarded_sqlite._analysis.catalog.sqlite_table_facts
 
     def table_read(cur: Any, schema: str, name: str, kind: str, sql: str) -> Any:
         reads.append(f"sqlite:{name}")
         return real_table(cur, schema, name, kind, sql)
 
-    monkeypatch.setattr(guarded_sqlite.catalog, "sqlite_table_facts", table_read)
+    monkeypatch.setattr(guarded_sqlite._analysis.catalog, "sqlite_table_facts", table_read)
     for name in ("read_duckdb_schema", "read_postgres_schema"):
-        real = getattr(guarded_sqlite.catalog, name)
+        real = getattr(guarded_sqlite._analysis.catalog, name)
 
         def counting(con: Any, real: Any = real, name: str = name) -> Any:
             reads.append(name)
             return real(con)
 
-        monkeypatch.setattr(guarded_sqlite.catalog, name, counting)
+        monkeypatch.setattr(guarded_sqlite._analysis.catalog, name, counting)
     return reads
 
 
@@ -401,9 +401,9 @@ def test_an_unreadable_catalog_is_unknown_and_changes_no_row(guard: str, monkeyp
     rows alone (the explosion stays flagged); the paper's preset reads no catalog and de-duplicates."""
 
     def broken(*args: Any) -> Any:
-        raise guarded_sqlite.schema.CatalogUnreadable("catalog gone")
+        raise guarded_sqlite._analysis.schema.CatalogUnreadable("catalog gone")
 
-    monkeypatch.setattr(guarded_sqlite.catalog, "sqlite_declarations", broken)
+    monkeypatch.setattr(guarded_sqlite._analysis.catalog, "sqlite_declarations", broken)
     con = _app(guard)
     rows, report = _run(con, "SELECT 'x' FROM t")
     assert len(rows) == COPIES and report.flagged and report.action == "none" and report.provenance == "unknown"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from guarded_sqlite import probe
+from guarded_sqlite._core import probe
 
 
 def test_classify_uses_the_ratio_as_defined_at_a_float_boundary() -> None:

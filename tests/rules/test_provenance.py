@@ -14,8 +14,8 @@ import sqlglot
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from guarded_sqlite.provenance import MAX_SQL_CHARS, Provenance, analyse, analyse_tree
-from guarded_sqlite.schema import SchemaFacts, TableFacts, read_sqlite_schema
+from guarded_sqlite._analysis.provenance import MAX_SQL_CHARS, Provenance, analyse, analyse_tree
+from guarded_sqlite._analysis.schema import SchemaFacts, TableFacts, read_sqlite_schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "provenance" / "cases.sql"
 

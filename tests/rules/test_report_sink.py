@@ -352,7 +352,7 @@ def test_an_aggregate_fan_out_served_unchanged_is_a_warning_and_corrected_is_inf
     ],
 )
 def test_level_of(trigger: Any, action: Any, verdict: Any, fanning: Any, copies: Any, level: Any) -> None:
-    from guarded_sqlite.provenance import Provenance
+    from guarded_sqlite._analysis.provenance import Provenance
     from guarded_sqlite.report import ReportState, RuleDecision
     from guarded_sqlite.sinks import level_of
 

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import pytest
 
-from guarded_sqlite.rewrite import inject_distinct, normalise_literals, remove_distinct
+from guarded_sqlite._analysis.rewrite import inject_distinct, normalise_literals, remove_distinct
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

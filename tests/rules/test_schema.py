@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 import guarded_sqlite
-from guarded_sqlite.provenance import analyse
-from guarded_sqlite.schema import (
+from guarded_sqlite._analysis.provenance import analyse
+from guarded_sqlite._analysis.schema import (
     CatalogUnreadable,
     ForeignKey,
     SchemaFacts,
@@ -24,7 +24,7 @@ from guarded_sqlite.schema import (
     sqlite_schemas,
     sqlite_temp_names,
 )
-from guarded_sqlite.schema_servers import read_duckdb_schema, read_postgres_schema
+from guarded_sqlite._analysis.schema_servers import read_duckdb_schema, read_postgres_schema
 
 DDL = """
 CREATE TABLE plain (id INTEGER PRIMARY KEY, name TEXT);
@@ -148,7 +148,7 @@ def test_sqlite_reader_never_raises() -> None:
 
 
 def test_sqlite_lookups_the_schema_view_uses(con: sqlite3.Connection) -> None:
-    """The catalog reads behind ``guarded_sqlite.catalog``: schemas in resolution order, a table's
+    """The catalog reads behind ``guarded_sqlite._analysis.catalog``: schemas in resolution order, a table's
     declarations (its own row and its indexes'), the same rows by rowid, index lists, TEMP names."""
     con.execute("ATTACH DATABASE ':memory:' AS aux2")
     con.execute("CREATE TEMP TABLE scratch (x)")

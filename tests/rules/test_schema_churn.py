@@ -50,9 +50,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 import guarded_sqlite
-from guarded_sqlite.provenance import Provenance, analyse
+from guarded_sqlite._analysis.provenance import Provenance, analyse
+from guarded_sqlite._analysis.schema import read_sqlite_schema
 from guarded_sqlite.report import GuardReport
-from guarded_sqlite.schema import read_sqlite_schema
 
 HAS_DESERIALIZE = hasattr(sqlite3.Connection, "deserialize") and hasattr(sqlite3.Connection, "serialize")
 

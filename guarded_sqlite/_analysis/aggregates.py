@@ -1,0 +1,626 @@
+"""Aggregate fan-out: a value aggregate (``SUM``, ``AVG``, ``TOTAL``, ``GROUP_CONCAT``/``string_agg``)
+over a join that repeats its argument's rows, and the query that computes what it meant.
+
+``SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id JOIN items i ON
+i.order_id = o.id GROUP BY c.id`` adds each order's total once per item line: no duplicate row is left
+to see, every total is wrong. ``plan_aggregates`` decides, from the declared keys and the query's
+equalities (the key closure of ``guarded_sqlite._analysis.provenance``), which aggregates are at risk: those
+whose argument's instances, with the GROUP BY columns and the pins, do not determine every other
+instance of the join. Safe by construction: ``MIN``/``MAX``, counts (whether a count of join rows is
+inflated depends on what the question counts), ``DISTINCT`` aggregates, arguments at the join's own
+grain (``SUM(i.qty * p.cost)``), semi-joins (they are not instances), pinned keys, and derived tables
+keyed at the right grain. As everywhere in the analysis, a fan-out counts only if it holds whatever the
+instances the analysis cannot see do.
+
+For the aggregates at risk it writes the corrected query: the same FROM and WHERE in a derived table
+that numbers the rows of each (group, row identity of the argument's tables) combination, and the same
+SELECT, GROUP BY, HAVING and ORDER BY over it, with each aggregate at risk reading its argument only on
+the first row of each combination (``SUM(CASE WHEN rn = 1 THEN arg END)``), on SQLite, DuckDB and
+PostgreSQL (window functions). On SQLite, where every other aggregate of the statement is a count or a
+sum, the derived table groups by that combination instead (``grouped_form``): one row per row identity with
+its argument once and its number of copies, about half the window's cost. Exact or silent: a corrected
+value is the written expression over each row of the argument's tables once, on the same groups and in
+the same order, or the plan says why not (``note``, ``corrected_sql`` None). So names resolve as the
+engine resolves them (a bare ORDER BY term that is a select-list alias is the alias; a name that is both
+an alias and a column elsewhere is refused); an expression mixing an aggregate at risk with one the
+correction leaves as written and the join inflates (``SUM(x) / COUNT(x)``) is refused whole; a pin in a
+LEFT JOIN's ON fixes nothing of the groups; row identities are the engine's own where a key could
+mislead (``_Planner._identities_of``: SQLite's rowid or a key compared under BINARY, DuckDB's rowid
+unless a column takes the name, PostgreSQL's ``tableoid`` with ``ctid``). ``check_sql`` adds the counts
+``guarded_sqlite._rules.fanout`` decides from, and ``served_sql`` names the served columns as the caller's
+cursor did. Whether the data realises the risk is decided by running it; this module only reads trees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from sqlglot import exp
+
+from .aggregate_sql import (
+    INNER_TABLE,
+    aggregate_argument,
+    aggregate_function,
+    grouped_form,
+    is_aggregate,
+    outer_parts,
+    outside_aggregates,
+    read_outside,
+    repetition_invariant,
+)
+from .joins import Col, Unanalysable
+from .provenance import MAX_NODES, Analysis
+from .schema import SchemaFacts, fold
+from .sqltree import outer_scope
+
+__all__ = ["AggregatePlan", "AggregateRisk", "plan_aggregates", "served_sql"]
+
+
+@dataclass(frozen=True)
+class AggregateRisk:
+    """One value aggregate whose argument's rows the join can repeat."""
+
+    function: str
+    """``"SUM"``, ``"AVG"``, ``"TOTAL"`` or ``"GROUP_CONCAT"`` (``string_agg`` included)."""
+
+    argument: str
+    """The argument's SQL."""
+
+    repeated: tuple[str, ...]
+    """The tables the argument reads (``alias (table)``), whose rows the join repeats."""
+
+    repeating: tuple[str, ...]
+    """The tables that repeat them: not determined by the argument's tables and the groups."""
+
+    column: int | None
+    """Position of the aggregate in the select list when it is a whole select item, else None."""
+
+
+@dataclass(frozen=True)
+class AggregatePlan:
+    """What ``plan_aggregates`` found: the aggregates at risk and the corrected query, or why none."""
+
+    risks: tuple[AggregateRisk, ...] = ()
+    corrected_sql: str | None = None
+    note: str = ""
+    """Why no aggregate is at risk, or why the risk cannot be corrected (then ``corrected_sql`` is None)."""
+    separators: dict[int, str] = field(default_factory=dict)
+    """Select-list position -> separator of each GROUP_CONCAT at risk (its parts compare as a multiset)."""
+    steady: frozenset[int] = frozenset()
+    """Select-list positions of the items with an aggregate but none at risk: the corrected query computes
+    them over the same rows, perhaps in another order (a GROUP_CONCAT's parts, a float sum's last bits)."""
+    check_sql: str | None = None
+    """``corrected_sql`` with five columns per risk (in ``risks`` order) after the select list: the
+    aggregate as written and as corrected, the join rows with a non-NULL argument, the distinct rows of
+    the argument's tables among them, and the magnitudes summed (``SUM(ABS(arg))``; NULL for
+    GROUP_CONCAT). ``guarded_sqlite._rules.fanout`` runs it, decides from the counts, serves its first
+    ``width`` columns."""
+    width: int = 0
+    """How many columns the statement (and ``corrected_sql``) has."""
+    unnamed: tuple[tuple[int, str], ...] = ()
+    """(position, fallback name) of each select item the caller did not alias: the corrected query
+    aliases it ``"__gs_c<position>"``, which ``served_sql`` names as the caller's cursor named it."""
+    aliases: tuple[str, ...] = ()
+    """The caller's own select-list aliases."""
+    items: tuple[int | None, ...] = ()
+    """Per risk, the position of the select item it is in; None for one only in HAVING or ORDER BY,
+    whose correction shows only in which rows are served (and in what order)."""
+    hazard: str = ""
+    """Why running the statement again could give other rows or do more than the caller's execution
+    (``sqltree.rerun_hazard``: a function that may be the application's or non-deterministic), or "":
+    a confirmation of a statement with a hazard is never kept (``guarded_sqlite._rules.confirmations``)."""
+    bounded_sql: str | None = None
+    """For a paging query (LIMIT/OFFSET over groups): ``check_sql`` for the served groups only, with a
+    marker the served keys replace (``guarded_sqlite._analysis.paging``); None: the whole check runs."""
+    group_items: tuple[int, ...] = ()
+    """With ``bounded_sql``: the select-list position of each GROUP BY key."""
+    group_sql: tuple[str, ...] = ()
+    """With ``bounded_sql``: each GROUP BY key's SQL, as the derived table reads it."""
+    paging: str = ""
+    """Why a paging query's confirmation cannot be bounded to its groups (it is then not run), or ""."""
+
+
+_PLACEHOLDER = "__gs_c"
+# Argument shapes that are NULL wherever a column they read is NULL (a LEFT JOIN's unmatched rows).
+_NULL_PROPAGATING = (
+    exp.Column, exp.Literal, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Cast, exp.Identifier,
+    exp.DataType, exp.Mod, exp.IntDiv, exp.Placeholder,
+)  # fmt: skip
+# Where an expression ends, going up from an aggregate: a select item, an ORDER BY term, a condition.
+_BOUNDARIES = (exp.Select, exp.Alias, exp.Ordered, exp.Order, exp.Group, exp.Having, exp.And, exp.Or, exp.Not)
+
+
+def served_sql(plan: AggregatePlan, names: Sequence[Any] | None) -> str | None:
+    """``plan.corrected_sql`` with each select item the caller did not alias named as the caller's
+    cursor named its column (``names``: the written statement's description names; without them a
+    name read from the SQL), so that the corrected rows, a DataFrame of the served SQL and its
+    description read as the written statement's (c14). A name that is also one of the caller's aliases
+    keeps the placeholder: an ORDER BY of that alias would become ambiguous."""
+    sql = plan.corrected_sql
+    if sql is None:
+        return None
+    given = list(names) if names is not None and len(names) == plan.width else None
+    taken = {fold(alias) for alias in plan.aliases}
+    for position, fallback in plan.unnamed:
+        name = given[position] if given is not None else fallback
+        if not isinstance(name, str) or not name or fold(name) in taken:
+            continue
+        sql = sql.replace(f'"{_PLACEHOLDER}{position}"', '"' + name.replace('"', '""') + '"')
+    return sql
+
+
+def plan_aggregates(tree: exp.Expression, schema: SchemaFacts, dialect: str = "sqlite") -> AggregatePlan:
+    """The value aggregates of ``tree``'s outermost SELECT that a join may inflate, and the corrected
+    query. Never raises: a shape it does not handle is reported in ``note``."""
+    try:
+        return _Planner(tree, schema, dialect).plan()
+    except Unanalysable as why:
+        return AggregatePlan(note=str(why))
+    except Exception as error:  # a tree shape we did not foresee must never break the caller
+        return AggregatePlan(note=f"analysis failed: {type(error).__name__}: {error}")
+
+
+Risk = tuple[exp.Expression, AggregateRisk, tuple[exp.Expression, ...]]
+"""An aggregate at risk: its node, what is reported, and the expressions that identify a row of each
+table its argument reads (the row numbering's partition, after the groups)."""
+
+
+class _Planner(Analysis):
+    def plan(self) -> AggregatePlan:
+        select = self.root
+        if not isinstance(select, exp.Select):
+            return AggregatePlan(note="not a single SELECT")
+        if _too_big(select):
+            return AggregatePlan(note=f"query has more than {MAX_NODES} syntax nodes: not analysed")
+        with_ = select.args.get("with_") or select.args.get("with")
+        if with_ is not None:
+            for cte in with_.expressions:
+                self.ctes[fold(cte.alias_or_name)] = cte.this
+        from_ = select.args.get("from_") or select.args.get("from")
+        if from_ is None:
+            return AggregatePlan(note="no FROM clause")
+        candidates = [
+            (cast(exp.Expression, node), name)
+            for part in outer_parts(select)
+            for node in outer_scope(part)
+            if (name := aggregate_function(node)) is not None
+        ]
+        if not candidates:
+            return AggregatePlan(note="no value aggregate")
+        self._add_sources(from_.this, None)
+        for join in select.args.get("joins") or ():
+            self._add_join(join, None)
+        if len(self.instances) < 2:
+            return AggregatePlan(note="one table: nothing repeats its rows")
+        where = select.args.get("where")
+        if where is not None:
+            from .sqltree import conjuncts
+
+            for conjunct in conjuncts(where.this):
+                self._constraint(conjunct, inner=None)
+        groups = self._group_expressions(select)
+        seeds = {col for expression in groups if (col := self._resolve_node(expression)) is not None}
+        unseen = {k for k in range(len(self.instances)) if not self._known(k) or k in self.undecidable}
+        labels = [instance.label for instance in self.instances]
+        risks: list[Risk] = []
+        safe: set[int] = set()  # value aggregates found not at risk: the same value in the corrected query
+        refusal = ""
+        for node, name in candidates:
+            argument = aggregate_argument(node)
+            if argument is None or isinstance(node.parent, exp.Filter):
+                continue  # DISTINCT inside: counts each value once already; FILTER: see _rewrite's caveat
+            reads = self._reads(argument)
+            if not reads:
+                continue  # SUM(1) and the like count join rows: counts are not flagged
+            closure = self._closure(reads | unseen, seeds)
+            repeating = [k for k in range(len(self.instances)) if k not in closure.determined and k not in unseen]
+            if not repeating:
+                safe.add(id(node))
+                continue
+            identities = self._identities_of(reads)
+            keys = () if isinstance(identities, str) else identities
+            if isinstance(identities, str):
+                refusal = refusal or f"{name}({argument.sql(dialect=self.dialect)}): {identities}"
+            column = next(
+                (i for i, item in enumerate(select.expressions) if item.unalias() is node),
+                None,
+            )
+            risk = AggregateRisk(
+                name,
+                argument.sql(dialect=self.dialect),
+                tuple(labels[k] for k in sorted(reads)),
+                tuple(labels[k] for k in repeating),
+                column,
+            )
+            risks.append((node, risk, keys))
+            refusal = refusal or self._argument_refusal(node, argument, reads)
+        if not risks:
+            return AggregatePlan(note="every value aggregate reads rows the join does not repeat")
+        found = tuple(risk for _, risk, _ in risks)
+        separators: dict[int, str] = {}
+        for node, risk, _ in risks:
+            if risk.function == "GROUP_CONCAT":
+                separator = node.args.get("separator")
+                if risk.column is None or (separator is not None and not isinstance(separator, exp.Literal)):
+                    return AggregatePlan(found, None, "GROUP_CONCAT at risk inside an expression: not corrected")
+                separators[risk.column] = "," if separator is None else separator.name
+        at_risk = {id(node) for node, _, _ in risks}
+        refusal = refusal or self._refusal(select, groups) or self._mixed(risks, at_risk | safe)
+        if refusal:
+            return AggregatePlan(found, None, refusal)
+        steady = frozenset(
+            position
+            for position, item in enumerate(select.expressions)
+            if not any(id(node) in at_risk for node in outer_scope(item))
+            and any(isinstance(node, (exp.AggFunc, exp.Anonymous)) for node in outer_scope(item))
+        )
+        items = tuple(
+            next(
+                (i for i, item in enumerate(select.expressions) if any(n is node for n in outer_scope(item))),
+                None,
+            )
+            for node, _, _ in risks
+        )
+        corrected, check, unnamed = self._rewrite(select, groups, risks)
+        return AggregatePlan(
+            found,
+            corrected,
+            "",
+            separators,
+            steady,
+            check,
+            len(select.expressions),
+            unnamed,
+            tuple(item.alias for item in select.expressions if item.alias),
+            items,
+        )
+
+    # ------------------------------------------------------------------ reading
+
+    def _group_expressions(self, select: exp.Select) -> list[exp.Expression]:
+        group = select.args.get("group")
+        if group is None:
+            return []
+        if any(group.args.get(part) for part in ("rollup", "cube", "grouping_sets", "totals")) or any(
+            isinstance(item, (exp.Rollup, exp.Cube, exp.GroupingSets)) for item in group.expressions
+        ):
+            raise Unanalysable("GROUP BY ROLLUP, CUBE or GROUPING SETS: not analysed")
+        aliases = {fold(item.alias): item.unalias() for item in select.expressions if item.alias}
+        expressions: list[exp.Expression] = []
+        for item in group.expressions:
+            if isinstance(item, exp.Literal) and item.is_int:
+                position = int(item.name)
+                if not 1 <= position <= len(select.expressions):
+                    raise Unanalysable(f"GROUP BY {position}: no such select item")
+                expressions.append(select.expressions[position - 1].unalias())
+            elif isinstance(item, exp.Column) and not item.table and self._resolve(item) is None:
+                body = aliases.get(fold(item.name))
+                if body is None:
+                    raise Unanalysable(f"GROUP BY {item.sql()}: not a column the analysis can place")
+                expressions.append(body)
+            else:
+                expressions.append(item)
+        return expressions
+
+    def _reads(self, argument: exp.Expression) -> set[int]:
+        reads: set[int] = set()
+        for node in outer_scope(argument):
+            if isinstance(node, (exp.Subquery, exp.Select, exp.Exists)):
+                raise Unanalysable("a subquery in an aggregate's argument")
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+                col = self._resolve(node)
+                if col is None:
+                    raise Unanalysable(f"column {node.sql()} of an aggregate's argument: no single table holds it")
+                reads.add(col[0])
+        return reads
+
+    def _identities_of(self, reads: set[int]) -> tuple[exp.Expression, ...] | str:
+        """Expressions whose values tell apart the rows of the instances the argument reads, compared
+        as the row numbering's PARTITION BY compares them, or why there are none. Per instance:
+
+        * SQLite: its rowid (an integer: no collation decides anything), else a NOT NULL key with each
+          column ``COLLATE BINARY``: rows distinct under the key's own collation are distinct under
+          BINARY, and a row's copies are equal under any (a NOCASE column with a BINARY unique index
+          merged 'widget' and 'WIDGET' when compared under the column's NOCASE, c12);
+        * DuckDB: its ``rowid``, unless a column takes the name (then the table has none: a user column
+          ``rowid`` is data, c07, and a key's collation cannot be overridden for any type);
+        * PostgreSQL: ``tableoid`` with ``ctid``, unique across partitions and inheritance children,
+          where ``ctid`` alone and a parent's PRIMARY KEY repeat (c06); none for a foreign table;
+        * a derived table seen through: its key (by output name; its rows are told apart as its
+          DISTINCT or GROUP BY told them apart), ``COLLATE BINARY`` on SQLite.
+
+        A key that may hold NULL is never used: rows whose key is NULL would share one number."""
+        expressions: list[exp.Expression] = []
+        for k in sorted(reads):
+            instance = self.instances[k]
+            found = self._identity(k)
+            if found is None:
+                why = instance.opaque_reason or "no NOT NULL key and no row id"
+                return f"no row identity for {instance.label} ({why}): not corrected"
+            expressions.extend(found)
+        return tuple(expressions)
+
+    def _identity(self, k: int) -> list[exp.Expression] | None:
+        instance = self.instances[k]
+
+        def column(name: str) -> exp.Column:
+            return exp.column(name, table=instance.display, quoted=True)
+
+        def binary(name: str) -> exp.Expression:
+            if self.dialect != "sqlite":
+                return column(name)
+            return exp.Collate(this=column(name), expression=exp.var("BINARY"))
+
+        if instance.kind == "derived":
+            unnamed = instance.display == "subquery" or fold(instance.display) != instance.alias
+            if not instance.keys or instance.opaque_reason or unnamed:
+                return None
+            return [binary(name) for name in sorted(instance.keys[0])]
+        if instance.kind != "table" or instance.opaque_reason:
+            return None
+        if self.dialect == "postgres":
+            # A foreign table's ctid is its wrapper's to give, if any.
+            return None if instance.foreign else [column("tableoid"), column("ctid")]
+        if self.dialect == "duckdb":
+            return None if "rowid" in (instance.original or {}) else [column("rowid")]
+        identities = [key for key in instance.keys if key <= instance.not_null]
+        rowid = next((alias for alias in ("rowid", "oid", "_rowid_") if frozenset({alias}) in identities), None)
+        if rowid is not None:
+            return [column(rowid)]
+        key = next(iter(identities), None)
+        if key is None:
+            return None
+        return [binary(instance.original.get(c, c)) for c in sorted(key)]
+
+    def _argument_refusal(self, node: exp.Expression, argument: exp.Expression, reads: set[int]) -> str:
+        """Why one aggregate at risk cannot be corrected exactly, or ''."""
+        if isinstance(argument, exp.Order):
+            return f"{node.sql(dialect=self.dialect)}: an ordered aggregate at risk: not corrected"
+        if any(isinstance(n, (exp.Placeholder, exp.Parameter)) for n in argument.walk()):
+            # The check query reads the argument more than once: positional parameters would shift.
+            return f"{node.sql(dialect=self.dialect)}: a parameter in an argument at risk: not corrected"
+        nullable = [k for k in reads if self.instances[k].left_joined and k not in self.null_rejected]
+        if nullable and any(not isinstance(n, _NULL_PROPAGATING) for n in argument.walk()):
+            # On a LEFT JOIN's unmatched rows the table has no row to count once, and this argument
+            # may not be NULL there (COALESCE, CASE, a function): what "once" means is not defined.
+            label = self.instances[nullable[0]].label
+            shown = node.sql(dialect=self.dialect)
+            return f"{shown} reads {label}, LEFT JOINed, through more than arithmetic: not corrected"
+        return ""
+
+    def _mixed(self, risks: list[Risk], corrected_or_same: set[int]) -> str:
+        """Why an expression with an aggregate at risk mixes it with one the correction leaves as
+        written and the join inflates (a count, c02), or ''. Whole expressions are corrected or none:
+        ``SUM(o.total) * 1.0 / COUNT(o.id)`` corrected halfway is neither what was written nor meant."""
+        for node, _, _ in risks:
+            expression: exp.Expr = node
+            while expression.parent is not None and not isinstance(expression.parent, _BOUNDARIES):
+                expression = expression.parent
+            for other in outer_scope(cast(exp.Expression, expression)):
+                if other is node or id(other) in corrected_or_same or not is_aggregate(other):
+                    continue
+                if repetition_invariant(other):
+                    continue
+                return (
+                    f"{expression.sql(dialect=self.dialect)} mixes {node.sql(dialect=self.dialect)}, at risk, "
+                    f"with {other.sql(dialect=self.dialect)}, which the correction leaves as written: not corrected"
+                )
+        return ""
+
+    def _alias_reference(self, column: exp.Column, aliases: dict[str, exp.Expression]) -> bool:
+        """Whether ``column`` is an unqualified name that a select-list alias takes."""
+        if column.table or isinstance(column.this, exp.Star):
+            return False
+        return fold(column.name) in aliases
+
+    def _refusal(self, select: exp.Select, groups: list[exp.Expression]) -> str:
+        """Why the corrected query could not be written for this SELECT, or ''."""
+        for part in outer_parts(select):
+            for node in part.walk():
+                if isinstance(node, (exp.Subquery, exp.Exists)) or (
+                    isinstance(node, exp.Select) and node is not select
+                ):
+                    return "a subquery outside FROM and WHERE: not corrected"
+                if isinstance(node, exp.Window):
+                    return "a window function in the query: not corrected"
+        for key in ("qualify", "windows", "distinct", "connect", "prewhere"):
+            if select.args.get(key):
+                what = "SELECT DISTINCT" if key == "distinct" else key.upper()
+                return f"{what} with an aggregate at risk: not corrected"
+        for item in select.expressions:
+            body = item.unalias()
+            if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and isinstance(body.this, exp.Star)):
+                return "SELECT *: not corrected"
+        for expression in groups:
+            if any(isinstance(node, (exp.Placeholder, exp.Parameter)) for node in expression.walk()):
+                return "a parameter in GROUP BY: not corrected"
+        # Names as the engine resolves them: a bare ORDER BY term that is a select-list alias is the
+        # alias (c01); a name elsewhere that is both an alias and a column of the FROM tables is
+        # resolved differently by different engines: refused unless both are the same column.
+        aliases = {fold(item.alias): item.unalias() for item in select.expressions if item.alias}
+        bare_terms = self._alias_terms(select, aliases)
+        for part in outer_parts(select)[len(select.expressions) :]:
+            for node in outer_scope(part):
+                if not isinstance(node, exp.Column) or id(node) in bare_terms:
+                    continue
+                if self._alias_reference(node, aliases) and (col := self._resolve(node)) is not None:
+                    if self._resolve_node(aliases[fold(node.name)]) != col:
+                        return f"{node.sql()} names both a select item and a column: not corrected"
+        # Columns outside aggregates must be fixed by the groups, or the outer GROUP BY below (which
+        # lists them so that every engine accepts it) would split groups. SQLite takes a bare column
+        # from any row of the group, as the written statement does: it is left out of that GROUP BY.
+        if self.dialect == "sqlite":
+            return ""
+        grouped = self._fixed_by(groups)
+        for part in outer_parts(select):
+            for node in outer_scope(part):
+                if isinstance(node, exp.Column) and outside_aggregates(node) and id(node) not in bare_terms:
+                    col = self._resolve(node)
+                    if col is not None and col not in grouped.known and col[0] not in grouped.determined:
+                        return f"column {node.sql()} is neither grouped nor fixed by the groups: not corrected"
+        return ""
+
+    def _fixed_by(self, groups: list[exp.Expression]) -> Any:
+        """What the groups fix in every row of a group. A pin in a LEFT JOIN's ON holds on its matched
+        rows only (the unmatched ones are NULL there): it fixes nothing unless those rows are filtered
+        out (c03); a key it completes still determines the instance (at most one row, or NULL)."""
+        seeds = {c for e in groups if (c := self._resolve_node(e)) is not None}
+        closure = self._closure(set(), seeds)
+        loose = {
+            col
+            for col in self.pins
+            if self.instances[col[0]].left_joined and col[0] not in self.null_rejected and col not in seeds
+        }
+        closure.known -= {col for col in loose if col[0] not in closure.determined}
+        return closure
+
+    def _alias_terms(self, select: exp.Select, aliases: dict[str, exp.Expression]) -> set[int]:
+        """The ids of the ORDER BY terms that are a bare select-list alias (the alias, on every engine)."""
+        order = select.args.get("order")
+        if order is None:
+            return set()
+        return {
+            id(term.this)
+            for term in order.expressions
+            if isinstance(term, exp.Ordered)
+            and isinstance(term.this, exp.Column)
+            and self._alias_reference(term.this, aliases)
+        }
+
+    # ------------------------------------------------------------------ the corrected query
+
+    def _rewrite(
+        self, select: exp.Select, groups: list[exp.Expression], risks: list[Risk]
+    ) -> tuple[str, str, tuple[tuple[int, str], ...]]:
+        """The corrected query, the same with the counting columns (``AggregatePlan.check_sql``), and
+        the select items given a placeholder name."""
+        aliases: dict[Col, str] = {}
+        projections: list[exp.Expr] = []
+
+        def alias_of(column: exp.Column) -> str | None:
+            col = self._resolve(column)
+            if col is None:
+                return None
+            name = aliases.get(col)
+            if name is None:
+                name = aliases[col] = f"__gs{len(aliases)}"
+                projections.append(exp.alias_(column.copy(), name, quoted=True))
+            return name
+
+        outer = select.copy()
+        for key in ("from_", "from", "joins", "where", "with_", "with"):
+            outer.set(key, None)
+        # Risky aggregates, found again in the copy by their place in the walk.
+        original = [node for part in outer_parts(select) for node in outer_scope(part)]
+        copied = [node for part in outer_parts(outer) for node in outer_scope(part)]
+        place = {id(node): i for i, node in enumerate(original)}  # by identity: equal nodes are distinct aggregates
+        select_aliases = {fold(item.alias): item.unalias() for item in select.expressions if item.alias}
+        bare_terms = {place[i] for i in self._alias_terms(select, select_aliases) if i in place}
+        keep = {id(copied[i]) for i in bare_terms}
+        windows: list[exp.Expr] = []
+        numbering: dict[str, int] = {}  # one row number per distinct partition
+        targets: dict[int, int] = {}
+        for node, _, keys in risks:
+            partition = [expression.copy() for expression in groups] + [key.copy() for key in keys]
+            text = ", ".join(part.sql() for part in partition)
+            if text not in numbering:
+                numbering[text] = len(windows)
+                number = exp.Window(this=exp.RowNumber(), partition_by=partition)
+                windows.append(exp.alias_(number, f"__gs_rn{len(windows)}", quoted=True))
+            targets[id(copied[place[id(node)]])] = numbering[text]
+        extras: list[exp.Expr] = []
+        for walked in [copied[place[id(node)]] for node, _, _ in risks]:
+            n = targets[id(walked)]
+            argument = cast(exp.Expression, walked.expressions[0] if isinstance(walked, exp.Anonymous) else walked.this)
+            written = walked.copy()
+            numbered = exp.column(f"__gs_rn{n}", table=INNER_TABLE, quoted=True)
+            first = exp.EQ(this=numbered, expression=exp.Literal.number(1))
+            case = exp.Case(ifs=[exp.If(this=first, true=argument.copy())])
+            counted = exp.Count(this=argument.copy())
+            distinct = exp.Count(this=case.copy())
+            if isinstance(walked, exp.GroupConcat):
+                magnitude: exp.Expression = exp.Null()
+            elif self.dialect == "sqlite":
+                # TOTAL of REAL absolute values: never an integer overflow, never an error.
+                magnitude = exp.Anonymous(
+                    this="TOTAL",
+                    expressions=[exp.Abs(this=exp.Cast(this=argument.copy(), to=exp.DataType.build("REAL")))],
+                )
+            else:
+                magnitude = exp.Sum(this=exp.Abs(this=argument.copy()))
+            argument.replace(case)
+            extras.extend([written, walked.copy(), counted, distinct, magnitude])
+        for part in [*outer_parts(outer), *extras]:
+            for read in list(outer_scope(cast(exp.Expression, part))):
+                if (
+                    isinstance(read, exp.Column)
+                    and not isinstance(read.this, exp.Star)
+                    and read.table != INNER_TABLE
+                    and id(read) not in keep
+                ):
+                    name = alias_of(read)
+                    if name is not None:
+                        read.replace(exp.column(name, table=INNER_TABLE, quoted=True))
+        group = outer.args.get("group")
+        if group is not None:
+            # Columns the groups fix, read outside aggregates: grouped too, which changes no group and
+            # lets PostgreSQL and DuckDB accept the derived table's columns in the select list. On
+            # SQLite a column the groups do not fix stays a bare column (any row of the group).
+            fixed = self._fixed_by(groups)
+            listed = {item.sql() for item in group.expressions}
+            extra = [
+                exp.column(name, table=INNER_TABLE, quoted=True)
+                for col, name in aliases.items()
+                if exp.column(name, table=INNER_TABLE, quoted=True).sql() not in listed
+                and read_outside(outer, name)
+                and (col in fixed.known or col[0] in fixed.determined)
+            ]
+            group.set("expressions", [*group.expressions, *extra])
+        unnamed: list[tuple[int, str]] = []
+        items: list[exp.Expr] = []
+        for position, item in enumerate(outer.expressions):
+            if isinstance(item, exp.Alias):
+                items.append(item)
+                continue
+            written_item = select.expressions[position]
+            fallback = written_item.name if isinstance(written_item, exp.Column) else written_item.sql(self.dialect)
+            unnamed.append((position, fallback))
+            items.append(exp.alias_(item, f"{_PLACEHOLDER}{position}", quoted=True))
+        outer.set("expressions", items)
+        inner = exp.Select(expressions=[*projections, *windows])
+        inner.set("from_", cast(exp.From, select.args.get("from_") or select.args.get("from")).copy())
+        if select.args.get("joins"):
+            inner.set("joins", [join.copy() for join in select.args["joins"]])
+        if select.args.get("where") is not None:
+            inner.set("where", select.args["where"].copy())
+        with_ = select.args.get("with_") or select.args.get("with")
+        check = outer.copy()
+        check.set(
+            "expressions",
+            [
+                *check.expressions,
+                *(exp.alias_(extra, f"__gs_x{i}", quoted=True) for i, extra in enumerate(extras)),
+            ],
+        )
+        texts: list[str] = []
+        for query, extra_count in ((outer, 0), (check, len(extras))):
+            sqlite_form = self.dialect == "sqlite" and len(windows) == 1
+            grouped = grouped_form(query, extra_count, inner) if sqlite_form else None
+            if grouped is not None:
+                query, rows = grouped
+            else:
+                query, rows = query.copy(), inner.copy()
+            derived = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier(INNER_TABLE)))
+            query.set("from_", exp.From(this=derived))
+            if with_ is not None:
+                query.set("with_", with_.copy())
+            texts.append(query.sql(dialect=self.dialect))
+        return texts[0], texts[1], tuple(unnamed)
+
+
+def _too_big(select: exp.Select) -> bool:
+    from .sqltree import too_big
+
+    return too_big(select, MAX_NODES)

@@ -1,0 +1,189 @@
+"""The aggregate fan-out rule on a connection, for a healthy result its pre-screen passed: a kept
+confirmation reused while nothing it read can have changed (``guarded_sqlite._rules.confirmations``), else the
+plan (``catalog.plan``), the check bounded to a paging query's groups (``paging``) within the budget,
+run read-only or fenced (``guard_statements``), and ``fanout.confirm``'s decision. ``core`` calls it;
+the rule's own modules (they load sqlglot) are imported at the first check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from time import perf_counter_ns
+from typing import TYPE_CHECKING, Any, cast
+
+from .._core.deadlines import time_left
+from .._engines.engines import SQLITE
+from ..errors import TransactionLost, describe_error
+from ..report import RuleDecision
+from .connection_state import ConnectionState
+from .guard_statements import CALL_TIME_PASSED, call_time_passed, read_only_fetch
+
+if TYPE_CHECKING:
+    from .._rules.fanout import FanoutOutcome
+
+__all__ = ["check_aggregates", "user_functions"]
+
+
+def user_functions(guard: ConnectionState) -> frozenset[str] | None:
+    """The application's functions on the connection (None: they cannot be listed): the engine's list,
+    read once per connection, and every function registered through the guarded connection since."""
+    listed = guard.listed_functions
+    if listed is None:
+        listed = guard.engine.user_functions(guard.raw)
+        if listed is None:
+            return None
+        guard.listed_functions = listed
+    return listed | guard.registered_functions
+
+
+def check_aggregates(
+    guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]
+) -> FanoutOutcome | None:
+    """The aggregate fan-out rule for a healthy result the pre-screen passed (``_rules.fanout``); on SQLite
+    a confirmation is reused while nothing it read can have changed (``_rules.confirmations``)."""
+    if not _AGGREGATE_RULE:  # imported on first use: it loads sqlglot
+        from .._analysis.catalog import plan
+        from .._rules import confirmations
+        from .._rules.fanout import confirm
+
+        _AGGREGATE_RULE.extend((plan, confirm, confirmations))
+    plan, confirm, kept = _AGGREGATE_RULE
+    if call_time_passed():
+        from .._rules.fanout import FanoutOutcome
+
+        return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, f"not checked: {CALL_TIME_PASSED}"), 0)
+    try:
+        # The written statement's column names, before the catalog read (DuckDB's connection is its
+        # own cursor: a read would replace its description).
+        description = getattr(raw, "description", None)
+        names = [column[0] for column in description] if description else None
+        key = token = entry = None
+        if guard.engine is SQLITE:
+            params = kept.parameters_key(parameters)
+            if params is not None:
+                key = (sql, params, guard.policy.row_cap, guard.defan)
+                entry = guard.confirmations.get(key)
+        if entry is not None:
+            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
+            if entry.token == token and entry.functions == user_functions(guard):
+                kept_outcome = entry.outcome
+                if kept_outcome is None:
+                    return None
+                decision = kept_outcome.decision
+                served = rows
+                if decision.applied and entry.corrected is not None:
+                    shape = guard.engine.plain_rows(raw)[1]
+                    served = shape(list(entry.corrected)) if shape is not None else list(entry.corrected)
+                reused = RuleDecision(decision.rule, decision.applied, f"{decision.reason}; {kept.REUSED}")
+                return cast("FanoutOutcome", kept_outcome._replace(rows=served, decision=reused, elapsed_ns=0))
+        found = plan(guard, sql)
+        if not found.risks:
+            return None
+        try:
+            # A paging query checks the groups it served (guarded_sqlite._analysis.paging).
+            check_sql = kept.bounded_check(found, rows, guard.dialect)
+        except ValueError as refusal:
+            check_sql, note = None, str(refusal)
+        else:
+            note = found.note
+        if key is not None and token is None and not found.hazard:
+            # Read before the check runs: a commit meanwhile makes the kept rows older than the token says.
+            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
+        checked_plan = (
+            found if check_sql == found.check_sql else dataclasses.replace(found, check_sql=check_sql, note=note)
+        )
+        plain, shape = guard.engine.plain_rows(raw)
+        ran: list[list[Any] | None] = []
+        started = guard.started
+        own = (perf_counter_ns() - started) / 1e9 if started else None
+        left = time_left(None)
+        limit = kept.budget(own, guard.policy.rerun_timeout, left)
+        if limit <= 0:
+            return _not_looked(sql, rows, kept.over_budget(limit, own, left))
+        stopped: list[bool] = []
+        # Without a hazard, and with no application function replacing a built-in it names, the check
+        # calls only the engine's deterministic built-ins and cannot write: SQLite's query_only is then
+        # left alone, which keeps the connection's prepared statements (SQLite expires all of them when
+        # a flag PRAGMA changes; re-preparing cost about as much as running the check).
+        # A hazard (a name that may be a user function) makes the check able to write; on SQLite, where
+        # every function it may call that is not built in was registered through this connection's own
+        # methods (Python code, which reaches the connection through them), the check is fenced instead.
+        own_methods = guard.engine is SQLITE and guard.proxy is guard.raw and not guard.extensions_loadable
+        functions = user_functions(guard) if not found.hazard or own_methods else None
+        check_text = check_sql or ""
+        writes_possible = bool(found.hazard) or functions is None or kept.names_function(check_text, functions)
+        fenced = (
+            writes_possible
+            and own_methods
+            and functions is not None
+            and not kept.names_function(check_text, functions - guard.registered_functions)
+        )
+
+        def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
+            began = perf_counter_ns()
+            try:
+                checked = read_only_fetch(
+                    guard,
+                    new_sql,
+                    parameters,
+                    plain,
+                    max_rows,
+                    time_limit=limit,
+                    writes_possible=writes_possible,
+                    fenced=fenced,
+                )
+            except Exception:  # an interrupt at the budget: told apart by the time it took
+                if (perf_counter_ns() - began) / 1e9 >= limit * 0.9:
+                    stopped.append(True)
+                raise
+            ran.append(checked)
+            return checked
+
+        outcome = confirm(
+            sql, rows, checked_plan, rerun, guard.policy.row_cap, guard.defan, guard.dialect, names, shape
+        )
+        if stopped:
+            return _not_looked(sql, rows, kept.over_budget(limit, own, left))
+        if token is not None and len(ran) == 1 and not found.hazard:
+            checked = ran[0]
+            # ``functions`` was read before the check; a registration since moved the epoch in the token.
+            if (
+                functions is not None
+                and (checked is None or len(checked) <= kept.KEPT_ROWS)
+                and not kept.names_function(sql, functions)
+            ):
+                width = found.width
+                corrected = None if checked is None else [tuple(row[:width]) for row in checked]
+                # Not this execution's rows: each reuse serves its own.
+                stripped = None if outcome is None else outcome._replace(rows=[])
+                kept.remember(guard.confirmations, key, kept.Kept(token, functions, stripped, corrected))
+        return outcome
+    except TransactionLost:
+        raise
+    except Exception as error:  # a bug in the analysis must never cost the caller their result
+        from .._rules.fanout import FanoutOutcome
+
+        why = f"internal error while checking aggregates: {describe_error(error)}"
+        return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
+
+
+def _not_looked(sql: str, rows: list[Any], why: str) -> FanoutOutcome:
+    from .._rules.fanout import FanoutOutcome
+
+    return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
+
+
+def _plain_cursor(guard: ConnectionState) -> Any:
+    """The schema view's plain cursor (made with the view): the guard's own reads on SQLite."""
+    from .._analysis.catalog import schema_view
+    from .._analysis.schema import plain_cursor
+
+    view = schema_view(guard)
+    cur = view.cursor  # type: ignore[union-attr]
+    if cur is None:
+        cur = view.cursor = plain_cursor(view.raw)  # type: ignore[union-attr]
+    return cur
+
+
+_AGGREGATE_RULE: list[Any] = []
+"""``catalog.plan``, ``fanout.confirm`` and ``guarded_sqlite._rules.confirmations``, once the rule first runs."""

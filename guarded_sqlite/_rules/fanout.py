@@ -1,0 +1,212 @@
+"""Aggregate fan-out on the data: run the check query ``aggregates.plan_aggregates`` wrote for a
+statement at risk, decide from its counts, and say what the join inflated.
+
+The check query is the corrected query with, per aggregate at risk, the value as written and as
+corrected, the join rows with a non-NULL argument and the distinct rows of the argument's tables among
+them, and the magnitudes summed. A risk is realised where the join counted a row several times (the two
+counts differ) and that changed a value the statement shows (``differs``: exact for integers and exact
+sums, within the rounding bound of the magnitudes summed for floats); one in HAVING or ORDER BY alone
+shows only if the corrected query serves other rows. Float rounding can neither invent a fan-out nor
+hide one (c11); an AVG over a uniform repetition, or repeated rows whose argument is NULL, is right as
+written and not flagged. A plan at risk that cannot be corrected exactly is reported (a decision, not
+applied) and changes nothing.
+
+Only statements the pre-screen passes (``probe.mentions_value_aggregate_over_join``) and the analysis
+finds at risk get here; a risk the data does not realise is not flagged. The corrected query runs as
+P2's rerun does: read-only, under ``rerun_timeout``, with the caller's parameters, and only for a
+read-only query. Under ``"text_to_sql"`` its rows are served (``action == "aggregate_defanned"``);
+under the default ``"patch"`` preset the statement is flagged and its rows are left as they are:
+whether a multiplied total is wanted is the question's to say, not the guard's. Observe mode runs
+nothing extra and the paper preset has no such rule, so neither looks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from .._analysis.aggregates import AggregatePlan, AggregateRisk, served_sql
+from .._analysis.rewrite import is_read_only_query
+from .._core.serving import row_values
+from .._engines.engines import RerunRefused
+from ..errors import TransactionLost, describe_error
+from ..findings import AggregateFinding
+from ..report import RuleDecision
+
+Rerun = Callable[[str, int], list[Any] | None]
+
+
+class FanoutOutcome(NamedTuple):
+    """What the confirmation found: the findings (empty: not realised), the rows to serve, the SQL
+    they are the rows of, the decision, and the time it took."""
+
+    findings: tuple[AggregateFinding, ...]
+    rows: list[Any]
+    final_sql: str
+    decision: RuleDecision
+    elapsed_ns: int
+
+
+def confirm(
+    sql: str,
+    rows: list[Any],
+    plan: AggregatePlan,
+    rerun: Rerun,
+    row_cap: int,
+    serve: bool,
+    dialect: str,
+    names: Sequence[Any] | None = None,
+    shape: Callable[[list[tuple[Any, ...]]], list[Any]] | None = None,
+) -> FanoutOutcome | None:
+    """Run ``plan``'s check query and decide from its counts whether the join counted an argument row
+    several times where that changes a value; None when nothing is at risk or the data does not
+    realise the risk (the statement is then reported as if the rule had not looked).
+
+    ``rerun`` must give plain tuples; ``names`` are the written statement's column names (the served
+    SQL's items take them, ``aggregates.served_sql``) and ``shape`` makes the served rows from plain
+    tuples as the caller's cursor makes its rows (its row factory over its own description)."""
+    if not plan.risks:
+        return None
+    started = time.perf_counter_ns()
+    check_sql, corrected_sql = plan.check_sql, served_sql(plan, names)
+    if check_sql is None or corrected_sql is None:
+        return _unconfirmed(sql, rows, f"aggregate at risk, not checked: {plan.note}", started)
+    if not is_read_only_query(sql, dialect):
+        return None
+    try:
+        checked = rerun(check_sql, row_cap)
+    except RerunRefused as refusal:
+        return _unconfirmed(sql, rows, f"corrected query not run: {refusal}", started)
+    except TransactionLost:
+        raise
+    except Exception as error:  # the original result stands whatever the corrected query does
+        return _unconfirmed(sql, rows, f"corrected query failed: {describe_error(error)}", started)
+    if checked is None:
+        return _unconfirmed(sql, rows, f"corrected query returned more than row_cap={row_cap} rows", started)
+    width = plan.width
+    changes = realised(plan, checked)
+    shown = [j for j in changes if j < len(plan.items) and plan.items[j] is not None]
+    if not shown and not (changes and _other_rows(plan, rows, checked)):
+        # No argument row counted twice where it changes a value the statement shows, on this data
+        # (one in HAVING or ORDER BY alone shows only if other rows are served).
+        return None
+    findings = tuple(
+        _finding(risk, changes[j], checked, width + 5 * j, corrected_sql)
+        for j, risk in enumerate(plan.risks)
+        if j in changes
+    )
+    described = "; ".join(finding.describe() for finding in findings)
+    if serve:
+        corrected = [tuple(row[:width]) for row in checked]
+        served = shape(corrected) if shape is not None else corrected
+        decision = RuleDecision("aggregate", True, f"corrected values served: {described}")
+        return FanoutOutcome(findings, served, corrected_sql, decision, time.perf_counter_ns() - started)
+    decision = RuleDecision("aggregate", False, f"rows left as written ({described})")
+    return FanoutOutcome(findings, rows, sql, decision, time.perf_counter_ns() - started)
+
+
+def _unconfirmed(sql: str, rows: list[Any], why: str, started: int) -> FanoutOutcome:
+    return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), time.perf_counter_ns() - started)
+
+
+def realised(plan: AggregatePlan, checked: Sequence[Sequence[Any]]) -> dict[int, tuple[Any, Any]]:
+    """Risk index -> (written, corrected) in the first row of ``plan.check_sql``'s where the join
+    counted one of its argument's rows several times (join rows with a non-NULL argument outnumber the
+    distinct rows of its tables) and that changed the value. Counts decide that rows repeat, never
+    float rounding (c11); an AVG over a uniform repetition, or repeated rows whose argument is NULL,
+    change nothing and are not taken."""
+    found: dict[int, tuple[Any, Any]] = {}
+    for row in checked:
+        for j, risk in enumerate(plan.risks):
+            if j in found:
+                continue
+            written, corrected, count, distinct, magnitude = row[plan.width + 5 * j : plan.width + 5 * j + 5]
+            if count != distinct and differs(risk.function, written, corrected, count, magnitude):
+                found[j] = (written, corrected)
+    return found
+
+
+def _other_rows(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequence[Any]]) -> bool:
+    """Whether the corrected query serves other rows than the statement, compared on the columns
+    without an aggregate (the groups: exact values, taken from the same rows) as a multiset. A row
+    that cannot be read as a sequence of ``plan.width`` values counts as other (the rows differ as far
+    as anything can tell)."""
+    aggregated = set(plan.steady) | {p for p in plan.items if p is not None}
+    plain = [i for i in range(plan.width) if i not in aggregated]
+    written: Counter[tuple[Any, ...]] = Counter()
+    for row in rows:
+        values = row_values(row)
+        if values is None or len(values) != plan.width:
+            return True
+        written[tuple(values[i] for i in plain)] += 1
+    corrected = Counter(tuple(row[i] for i in plain) for row in checked)
+    return written != corrected
+
+
+_EPSILON = 2.0**-52
+
+
+def differs(function: str, written: Any, corrected: Any, count: Any, magnitude: Any) -> bool:
+    """Whether an aggregate's written and corrected values differ by more than rounding can explain.
+
+    Integers and exact sums (``Decimal``, except an AVG's division) compare exactly; floats within
+    the error bound of summing ``count`` terms whose absolute values add up to ``magnitude``
+    (``count * eps * magnitude`` for a sum, ``eps * magnitude`` for an average), plus the last bit of
+    either value. A GROUP_CONCAT whose parts repeat always differs."""
+    if function == "GROUP_CONCAT":
+        return True
+    if written is None or corrected is None:
+        return (written is None) != (corrected is None)
+    if type(written) is int and type(corrected) is int:
+        return written != corrected
+    if isinstance(written, Decimal) and isinstance(corrected, Decimal) and function != "AVG":
+        return written != corrected
+    try:
+        w, c = float(written), float(corrected)
+    except (TypeError, ValueError, OverflowError):
+        return bool(written != corrected)
+    if not (math.isfinite(w) and math.isfinite(c)):
+        return not (w == c or (math.isnan(w) and math.isnan(c)))
+    try:
+        scale = abs(float(magnitude)) if magnitude is not None else 0.0
+        terms = float(count) + 1.0
+    except (TypeError, ValueError, OverflowError):
+        scale, terms = 0.0, 1.0
+    if not math.isfinite(scale):
+        return False  # an overflowing magnitude: rounding can explain any difference
+    bound = 4.0 * _EPSILON * (scale * (terms if function in ("SUM", "TOTAL") else 1.0) + max(abs(w), abs(c)))
+    return abs(w - c) > bound
+
+
+def _finding(
+    risk: AggregateRisk, change: tuple[Any, Any], checked: list[Any], at: int, corrected_sql: str
+) -> AggregateFinding:
+    written_value, corrected_value = change
+    numeric = [
+        (row[at], row[at + 1])
+        for row in checked
+        if isinstance(row[at], (int, float, Decimal))
+        and isinstance(row[at + 1], (int, float, Decimal))
+        and not isinstance(row[at], bool)
+    ]
+    factor: float | None = None
+    try:
+        total = sum(float(c) for _, c in numeric)
+        if numeric and total:
+            factor = sum(float(w) for w, _ in numeric) / total
+    except (OverflowError, ValueError):
+        factor = None
+    return AggregateFinding(
+        risk.function,
+        risk.argument,
+        risk.repeated,
+        risk.repeating,
+        written_value,
+        corrected_value,
+        factor,
+        corrected_sql,
+    )

@@ -1,0 +1,164 @@
+"""The demo behind ``guarded-sqlite demo``: a small shop database and a join that fans out.
+
+The example is the failure the project exists for: SQL that a set-based evaluator scores as correct
+(every customer who bought a book is in the result) but that returns each of them once per book
+line, so an application summing over the rows reports several times the true total.
+
+The database is stamped with ``APPLICATION_ID`` (SQLite's ``PRAGMA application_id``), so that ``demo
+--db PATH`` can rebuild its own database and refuse to replace anyone else's (``replace_refusal``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from .._api import connect
+
+CUSTOMERS = [
+    (1, "Ana Lima", "Lisbon", 120),
+    (2, "Ben Okafor", "Lagos", 80),
+    (3, "Chen Wei", "Shanghai", 200),
+    (4, "Dana Novak", "Prague", 50),
+    (5, "Eli Cohen", "Haifa", 310),
+    (6, "Femi Adeyemi", "Lagos", 95),
+]
+PRODUCTS = [
+    (1, "SQL Antipatterns", "books", 35.0),
+    (2, "Designing Data-Intensive Applications", "books", 45.0),
+    (3, "The Art of SQL", "books", 40.0),
+    (4, "Mechanical keyboard", "hardware", 120.0),
+    (5, "USB-C hub", "hardware", 30.0),
+]
+
+SCHEMA = """
+CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, points INTEGER NOT NULL);
+CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, price REAL NOT NULL);
+CREATE TABLE orders (
+    id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), ordered_on TEXT NOT NULL
+);
+CREATE TABLE order_items (
+    order_id INTEGER NOT NULL REFERENCES orders(id),
+    product_id INTEGER NOT NULL REFERENCES products(id),
+    quantity INTEGER NOT NULL
+);
+"""
+
+QUESTION = "What is the total loyalty balance of the customers who bought books?"
+# What a text-to-SQL model typically writes: correct as a set, wrong as a multiset.
+GENERATED_SQL = """SELECT c.name, c.points
+FROM customers AS c
+JOIN orders AS o ON o.customer_id = c.id
+JOIN order_items AS i ON i.order_id = o.id
+JOIN products AS p ON p.id = i.product_id
+WHERE p.category = ?  -- parameter and comment survive the patch"""
+HEALTHY_SQL = "SELECT name, city FROM customers WHERE points > ? ORDER BY name"
+
+APPLICATION_ID = 0x4753514C
+"""``PRAGMA application_id`` of the demo's database: "GSQL" in ASCII, a fixed 32-bit number."""
+
+_HEADER = b"SQLite format 3\x00"
+_ID_OFFSET = 68  # where a SQLite file's header keeps its application_id (4 bytes, big-endian)
+
+
+def is_demo_database(header: bytes) -> bool:
+    r"""Whether the first 100 bytes of a file are those of a database ``build_shop`` made.
+
+    >>> is_demo_database(b"SQLite format 3\x00" + bytes(52) + APPLICATION_ID.to_bytes(4, "big") + bytes(28))
+    True
+    >>> is_demo_database(b"SQLite format 3\x00" + bytes(84))
+    False
+    >>> is_demo_database(b"name,city\n")
+    False
+    """
+    return header.startswith(_HEADER) and int.from_bytes(header[_ID_OFFSET : _ID_OFFSET + 4], "big") == APPLICATION_ID
+
+
+def replace_refusal(path: Path) -> str | None:
+    """Why ``build_shop`` must not replace the file at ``path`` (it is not the demo's own database and
+    not empty), or None: nothing there, an empty file, or a database the demo stamped."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(100)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return (
+            f"cannot be read to tell whether it is the demo's database ({error.strerror}); pass --force to overwrite it"
+        )
+    if not header or is_demo_database(header):
+        return None
+    return "exists and is not the demo's database; pass --force to overwrite it"
+
+
+def build_shop(path: str | Path) -> None:
+    """Create (or recreate) the demo database at ``path``: 6 customers, 30 orders, 150 order lines,
+    stamped with ``APPLICATION_ID``. Whatever file is at ``path`` is replaced (the CLI asks
+    ``replace_refusal`` first)."""
+    path = Path(path)
+    if path.exists():
+        path.unlink()
+    with sqlite3.connect(path) as con:
+        con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        con.executescript(SCHEMA)
+        con.executemany("INSERT INTO customers VALUES (?, ?, ?, ?)", CUSTOMERS)
+        con.executemany("INSERT INTO products VALUES (?, ?, ?, ?)", PRODUCTS)
+        orders = [
+            (order_id, 1 + order_id % len(CUSTOMERS), f"2026-{1 + order_id % 12:02d}-15") for order_id in range(1, 31)
+        ]
+        con.executemany("INSERT INTO orders VALUES (?, ?, ?)", orders)
+        # Every order holds each product once: book buyers appear once per order per book.
+        lines = [(order_id, product_id, 1) for order_id in range(1, 31) for product_id in range(1, len(PRODUCTS) + 1)]
+        con.executemany("INSERT INTO order_items VALUES (?, ?, ?)", lines)
+    con.close()
+
+
+def run(path: str | Path, out: Callable[[str], None] = print) -> int:
+    """Build the shop at ``path``, run the demo, print it with ``out``; returns a process exit code."""
+    build_shop(path)
+    out(f"Question: {QUESTION}")
+    out("Generated SQL:\n  " + GENERATED_SQL.replace("\n", "\n  "))
+    out("")
+
+    plain = sqlite3.connect(path)
+    raw_rows = plain.execute(GENERATED_SQL, ("books",)).fetchall()
+    plain.close()
+    out(f"sqlite3:        {len(raw_rows)} rows, loyalty total = {sum(points for _, points in raw_rows)}")
+
+    con = connect(path)
+    cur = con.execute(GENERATED_SQL, ("books",))
+    rows = cur.fetchall()
+    report = cur.guard_report
+    assert report is not None
+    out(f"guarded_sqlite: {len(rows)} rows, loyalty total = {sum(points for _, points in rows)}")
+    out("")
+    out(f"guard_report: {report.summary()}")
+    out(
+        f"  trigger     {report.trigger}  (dup_ratio {report.dup_ratio:.3f} >= tau_inject"
+        f" {con.guard_policy.tau_inject})"
+    )
+    out(f"  action      {report.action}")
+    for decision in report.decisions:
+        out(f"  {decision.rule}          {'applied' if decision.applied else 'not applied'}: {decision.reason}")
+    out(f"  timings     detection {report.detect_us:.1f} us, patch {report.patch_ms:.2f} ms")
+    out("  final_sql   " + report.final_sql.replace("\n", "\n              "))
+    out("")
+
+    healthy = con.execute(HEALTHY_SQL, (90,))
+    healthy_rows = healthy.fetchall()
+    healthy_report = healthy.guard_report
+    assert healthy_report is not None
+    out(f"A healthy query passes through untouched: {HEALTHY_SQL!r}")
+    out(f"  {len(healthy_rows)} rows; guard_report: {healthy_report.summary()}")
+
+    observed = connect(path, guard="observe").execute(GENERATED_SQL, ("books",))
+    observed_report = observed.guard_report
+    assert observed_report is not None
+    out("")
+    out(
+        f"guard='observe' reports without changing anything: {len(observed.fetchall())} rows;"
+        f" {observed_report.summary()}"
+    )
+    con.close()
+    return 0 if report.action == "distinct_injected" and len(rows) < len(raw_rows) else 1

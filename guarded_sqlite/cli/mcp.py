@@ -1,0 +1,141 @@
+"""``guarded-sqlite mcp DB``: the command's options and its run (the server itself is
+``agent.mcp_server.build_server``; this module is the command line's side of it)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..agent._calls import (
+    AGENT_GUARD,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT,
+    is_postgres_dsn,
+    redact_dsn,
+)
+from ..agent._database import GuardedDatabase
+from ..agent.mcp_server import INSTALL_HINT, build_server
+
+__all__ = ["add_mcp_parser", "run_mcp"]
+
+
+def add_mcp_parser(commands: Any) -> None:
+    """Add the ``mcp`` subcommand to the CLI's subparsers."""
+    from ..policy import PRESETS
+    from .arguments import non_negative_int, positive_float
+
+    command = commands.add_parser(
+        "mcp",
+        help="serve a SQLite or DuckDB file, or a PostgreSQL database, to an LLM agent as an MCP server over "
+        "stdio (tools: query, schema)",
+        description="Run an MCP server over stdio with two tools: schema (tables, keys, foreign keys with "
+        "their cardinality, row counts) and query (one statement through the guard; rows plus the guard's "
+        "feedback on repeated rows and aggregate fan-out). Writes are refused unless --allow-writes is given. "
+        "Needs the mcp extra: pip install 'guarded-sqlite[mcp]'. Exit status: 0 when the client "
+        "disconnects, 2 for an unusable DB path or server, bad options, or the mcp package missing.",
+    )
+    command.add_argument(
+        "db",
+        metavar="DB",
+        help="a SQLite file, a DuckDB file (.duckdb, .ddb), or a PostgreSQL URI (postgresql://user@host/db; "
+        "connect as a role that may only SELECT)",
+    )
+    command.add_argument(
+        "--guard",
+        choices=PRESETS,
+        default=AGENT_GUARD,
+        help=f"guard preset: {AGENT_GUARD} (default: the rows are a model's to read), patch, paper, observe "
+        "(probe only) or off",
+    )
+    access = command.add_mutually_exclusive_group()
+    access.add_argument(
+        "--read-only",
+        action="store_true",
+        help="open DB read-only at the file level, so nothing can write to it (writes are refused anyway "
+        "unless --allow-writes); PostgreSQL: read-only transactions and default_transaction_read_only, "
+        "as without --allow-writes",
+    )
+    access.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help="let INSERT, UPDATE, DELETE and DDL run (committed as each statement ends); default: refused",
+    )
+    command.add_argument(
+        "--max-rows",
+        type=non_negative_int,
+        default=DEFAULT_MAX_ROWS,
+        metavar="N",
+        help=f"refuse results of more than N rows, asking for a LIMIT or aggregates (default: {DEFAULT_MAX_ROWS})",
+    )
+    command.add_argument(
+        "--max-chars",
+        type=non_negative_int,
+        default=DEFAULT_MAX_CHARS,
+        metavar="N",
+        help=f"refuse results whose rows take more than N characters as JSON (default: {DEFAULT_MAX_CHARS})",
+    )
+    command.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"stop a statement after this long and tell the model (default: {DEFAULT_TIMEOUT:g}; inf: no limit)",
+    )
+    command.add_argument(
+        "--audit-log",
+        type=Path,
+        metavar="PATH",
+        help="append one JSON line per tool call to PATH: time, tool, SQL with literals replaced by ?, "
+        "outcome, rows, the guard's trigger and action",
+    )
+
+
+def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
+    """Carry out ``guarded-sqlite mcp`` for parsed ``args``: serve until the client disconnects.
+    ``error`` prints a one-line error."""
+    try:
+        import mcp.server.mcpserver  # noqa: F401  (checked before the database is opened)
+    except ImportError as missing:
+        error(f"{INSTALL_HINT} ({missing})")
+        return 2
+    try:
+        db = GuardedDatabase.open(
+            args.db,
+            guard=args.guard,
+            read_only=args.read_only,
+            allow_writes=args.allow_writes,
+            max_rows=args.max_rows,
+            max_chars=args.max_chars,
+            timeout=args.timeout,
+        )
+    except ValueError as problem:
+        error(str(problem))
+        return 2
+    except ImportError:  # a .duckdb path without duckdb installed, a URI without psycopg
+        if is_postgres_dsn(args.db):
+            error(f"{redact_dsn(args.db)}: PostgreSQL needs psycopg 3: pip install 'guarded-sqlite[postgres]'")
+        else:
+            error(f"{args.db}: a DuckDB file needs the duckdb package: pip install 'guarded-sqlite[duckdb]'")
+        return 2
+    audit = None
+    if args.audit_log is not None:
+        from ..agent.audit import AuditLog
+
+        try:
+            audit = AuditLog(args.audit_log)
+        except OSError as problem:
+            db.close()
+            error(f"{args.audit_log}: cannot open the audit log ({problem.strerror or problem})")
+            return 2
+    with db:
+        try:
+            build_server(db, audit=audit).run("stdio")
+        except KeyboardInterrupt:
+            pass  # Ctrl-C in a terminal stops the server; not an error
+        finally:
+            if audit is not None:
+                audit.close()
+    return 0

@@ -128,36 +128,10 @@ class GuardedCursor:
         def guard_report(self) -> GuardReport | None: ...
 
 
-def state(
-    mode: str,
-    sql: str,
-    final_sql: str,
-    trigger: str | None,
-    action: str,
-    rows: int | None,
-    unique: int | PartialCount | None,
-    final_rows: int | None,
-    note: str | None,
-    error: str | None,
-    decisions: tuple[RuleDecision, ...],
-    detect_ns: int | None,
-    patch_ns: int | None,
-    rescue: Any = None,
-    provenance: Any = None,
-    aggregates: tuple[Any, ...] = (),
-) -> ReportState:
-    """A ``ReportState`` built without the named tuple's Python-level ``__new__``."""
-    return _new_state(
-        ReportState,
-        (mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns,
-         rescue, provenance, aggregates),
-    )  # fmt: skip
-
-
 def unprobed(
     mode: str, sql: str, note: str | None, trigger: str | None = None, error: str | None = None
 ) -> ReportState:
-    """The state of a statement the probe did not measure."""
+    """The state of a statement the probe did not measure (built by position: see ``report.STATE_FIELDS``)."""
     return _new_state(
         ReportState, (mode, sql, sql, trigger, "none", None, None, None, note, error, (), None, None, None, None, ())
     )
@@ -257,7 +231,8 @@ def after_fetch(
         and (screen is None or screen.get(sql) is False)
     ):
         # The common case first: a small result with no duplicate row at all is healthy under every
-        # policy (no flag, no P1; too small for P2 or no DISTINCT), so nothing below applies to it. A single row needs
+        # policy (no flag, no P1; too small for P2 or no DISTINCT), so nothing below applies to it. Its
+        # state is built by position, 0.8 µs cheaper than by name (``report.STATE_FIELDS``). A single row needs
         # no comparison, only the check that it can be hashed (as set() would): its probe is not timed.
         try:
             if count == 1:
@@ -327,22 +302,22 @@ def after_fetch(
         outcome = repair_statement(
             guard, getattr(raw, "row_factory", None), sql, parameters, rows, exact_unique, trigger, rescue_inputs
         )
-        repaired = state(
-            mode,
-            sql,
-            outcome.final_sql,
-            trigger,
-            outcome.action,
-            count,
-            unique,
-            len(outcome.rows),
-            None,
-            None,
-            outcome.decisions,
-            detect_ns,
-            outcome.elapsed_ns,
-            outcome.rescue,
-            outcome.provenance,
+        repaired = ReportState(
+            mode=mode,
+            sql=sql,
+            final_sql=outcome.final_sql,
+            trigger=trigger,
+            action=outcome.action,
+            rows=count,
+            unique_rows=unique,
+            final_rows=len(outcome.rows),
+            note=None,
+            error=None,
+            decisions=outcome.decisions,
+            detect_ns=detect_ns,
+            patch_ns=outcome.elapsed_ns,
+            rescue=outcome.rescue,
+            provenance=outcome.provenance,
         )
         if outcome.description is not None:
             cursor._self_rescued_description = (repaired, outcome.description)
@@ -353,28 +328,39 @@ def after_fetch(
         fanned = check_aggregates(guard, raw, sql, parameters, rows)
         if fanned is not None:
             findings = fanned.findings
-            checked = state(
-                mode,
-                sql,
-                fanned.final_sql,
-                AGGREGATE_FANOUT if findings else None,
-                "aggregate_defanned" if fanned.decision.applied else "none",
-                count,
-                unique,
-                len(fanned.rows),
-                None,
-                None,
-                (fanned.decision,),
-                detect_ns,
-                fanned.elapsed_ns,
+            checked = ReportState(
+                mode=mode,
+                sql=sql,
+                final_sql=fanned.final_sql,
+                trigger=AGGREGATE_FANOUT if findings else None,
+                action="aggregate_defanned" if fanned.decision.applied else "none",
+                rows=count,
+                unique_rows=unique,
+                final_rows=len(fanned.rows),
+                note=None,
+                error=None,
+                decisions=(fanned.decision,),
+                detect_ns=detect_ns,
+                patch_ns=fanned.elapsed_ns,
                 aggregates=findings,
             )
             if findings or not fanned.decision.applied:  # flagged, or at risk and not checked (DEBUG)
                 log_statement(checked, guard.dialect)
             return fanned.rows, checked
-    measured = _new_state(
-        ReportState,
-        (mode, sql, sql, trigger, "none", count, unique, count, None, None, (), detect_ns, None, None, None, ()),
+    measured = ReportState(
+        mode=mode,
+        sql=sql,
+        final_sql=sql,
+        trigger=trigger,
+        action="none",
+        rows=count,
+        unique_rows=unique,
+        final_rows=count,
+        note=None,
+        error=None,
+        decisions=(),
+        detect_ns=detect_ns,
+        patch_ns=None,
     )
     if trigger is not None:
         log_statement(measured, guard.dialect)
@@ -405,21 +391,21 @@ def after_error(
             guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs
         )
         if outcome.rescue is not None and outcome.rescue.chosen_index is not None:
-            rescued = state(
-                mode,
-                sql,
-                outcome.final_sql,
-                EXEC_ERROR,
-                outcome.action,
-                None,
-                None,
-                len(outcome.rows),
-                None,
-                describe_error(error),
-                outcome.decisions,
-                None,
-                outcome.elapsed_ns,
-                outcome.rescue,
+            rescued = ReportState(
+                mode=mode,
+                sql=sql,
+                final_sql=outcome.final_sql,
+                trigger=EXEC_ERROR,
+                action=outcome.action,
+                rows=None,
+                unique_rows=None,
+                final_rows=len(outcome.rows),
+                note=None,
+                error=describe_error(error),
+                decisions=outcome.decisions,
+                detect_ns=None,
+                patch_ns=outcome.elapsed_ns,
+                rescue=outcome.rescue,
             )
             if outcome.description is not None:
                 cursor._self_rescued_description = (rescued, outcome.description)
@@ -574,6 +560,5 @@ __all__ = [
     "serving",
     "settle",
     "settle_query_only",
-    "state",
     "unprobed",
 ]

@@ -349,3 +349,28 @@ def test_report_fields_follow_their_definitions(
     )
     built = GuardReport.from_state(state)
     assert built == expected and list(vars(built)) == [f.name for f in dataclasses.fields(GuardReport)]
+
+
+def test_states_built_by_position_equal_the_same_states_built_by_name() -> None:
+    # The fast path and unprobed() build ReportState by position (report.STATE_FIELDS); a field out of
+    # place would put, say, the row count in unique_rows.
+    con = guarded_sqlite.connect(":memory:")
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.executemany("INSERT INTO t VALUES (?)", [(1,), (2,), (3,)])
+    same = {"mode": "patch", "trigger": None, "action": "none", "error": None, "decisions": (), "patch_ns": None}
+    for sql, rows in (("SELECT a FROM t WHERE a = 1", 1), ("SELECT a FROM t", 3)):
+        cur = con.execute(sql)
+        cur.fetchall()
+        state = cur._self_state
+        assert type(state.detect_ns) is int
+        counts = {"rows": rows, "unique_rows": rows, "final_rows": rows}
+        by_name = ReportState(sql=sql, final_sql=sql, note=None, detect_ns=state.detect_ns, **counts, **same)
+        assert state._asdict() == by_name._asdict()
+    write = con.execute("UPDATE t SET a = a + 1").guard_report
+    unprobed = con.execute("UPDATE t SET a = a + 1")._self_state
+    assert isinstance(unprobed.note, str) and unprobed.note == write.note
+    by_name = ReportState(
+        sql=unprobed.sql, final_sql=unprobed.sql, rows=None, unique_rows=None, final_rows=None, note=unprobed.note,
+        detect_ns=None, **same,
+    )  # fmt: skip
+    assert unprobed._asdict() == by_name._asdict()

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("agent",),
     ("cli", "__main__"),
     ("", "audit", "langchain_tools", "llama_index_tools", "lockdown", "mcp_server", "worker"),
+    ("deadlines", "provenance", "rewrite"),
 )
 """The package's layers, lowest first: a module imports (lazily or not) only from its own layer or the
 ones below. Each name is a subpackage (all its modules) or a top-level module; ``""`` is the package

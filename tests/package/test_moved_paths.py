@@ -1,5 +1,7 @@
-"""The agent modules' old import paths (before ``guarded_sqlite.agent`` became a package) still work for
-one release: each warns and gives the very module at the new path."""
+"""Old import paths still work for one release: the agent modules' (before ``guarded_sqlite.agent``
+became a package) and those of the internal modules scripts were seen to import (``deadlines``,
+``rewrite``, and ``provenance``, which the 0.2 README named). Each warns and gives the very module at the
+new path."""
 
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ MOVED = {
     "guarded_sqlite.lockdown": "guarded_sqlite.agent.lockdown",
     "guarded_sqlite.audit": "guarded_sqlite.agent.audit",
     "guarded_sqlite.worker": "guarded_sqlite.agent.isolation",
+    "guarded_sqlite.deadlines": "guarded_sqlite._core.deadlines",
+    "guarded_sqlite.rewrite": "guarded_sqlite._analysis.rewrite",
+    "guarded_sqlite.provenance": "guarded_sqlite._analysis.provenance",
 }
 
 

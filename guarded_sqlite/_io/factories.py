@@ -7,7 +7,7 @@ guard judges and de-duplicates the values sqlite3 returned *before* any row fact
 
 - ``None`` and ``sqlite3.Row`` stay on sqlite3's C fetch. A ``Row`` compares and hashes as its values
   within one result (equality checks the description first, which all rows of one result share), so
-  the probe and P1 treat it exactly as the tuple (``tests/test_repros_rows.py`` checks this).
+  the probe and P1 treat it exactly as the tuple (``tests/repros/test_repros_rows.py`` checks this).
 - Any other factory: the I/O layer sets the cursor's ``row_factory`` to None around sqlite3's execute and
   fetch (restored on every path), so the guard's own re-executions, which read the cursor's factory,
   return plain tuples too. The rows served go through ``Shaped``, which calls the factory with the

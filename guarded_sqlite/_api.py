@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from ._engines.engines import DUCKDB, SQLITE, engine_for
+from ._engines import DUCKDB, SQLITE, engine_for
 from ._guard.connection_state import ConnectionState
 from ._guard.decide import GuardedConnection, GuardedCursor
 from ._io.sqlite_fast import (

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, c
 
 from sqlglot import exp
 
-from .._engines.engines import SQLITE
+from .._engines import SQLITE
 from ..errors import describe_error
 from .aggregates import AggregatePlan, plan_aggregates
 from .paging import plan_bound
@@ -73,7 +73,7 @@ from .schema_servers import read_duckdb_schema, read_postgres_schema
 from .sqltree import rerun_hazard
 
 if TYPE_CHECKING:
-    from .._engines.engines import Engine
+    from .._engines import Engine
 
 __all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "explain", "plan", "schema_view"]
 

@@ -40,7 +40,7 @@ def read_duckdb_schema(con: Any) -> SchemaFacts:
     savepoints and a failing read would abort the caller's transaction; that cursor does not see the
     caller's temporary tables or uncommitted DDL (they get no keys). Otherwise they run on ``con``.
     """
-    from .._engines.engines import DUCKDB
+    from .._engines import DUCKDB
 
     try:
         reader = con.cursor() if DUCKDB.in_explicit_transaction(con) else con

@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._engines.engines import ENGINE_NAMES
+from .._engines import ENGINE_NAMES
 from ..errors import describe_error
 
 if TYPE_CHECKING:

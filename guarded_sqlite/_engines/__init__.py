@@ -1,2 +1,80 @@
-"""What differs between database drivers (SQLite, DuckDB, PostgreSQL): how the guard re-executes a
-statement read-only, and each driver's quirks. Imports ``_core`` only."""
+"""What differs between database drivers: one small ``Engine`` per supported driver, one
+module each (``sqlite``, ``postgres``, ``duckdb``; ``base`` for what they share).
+
+The probe and the rules are engine-independent; re-executing a patch or a candidate is not. Each
+engine knows how to run one query *read-only* on the caller's connection without disturbing it, how
+to stop it after a time limit, which sqlglot dialect its SQL is written in, and whether a result is a
+real row set or a status (DuckDB answers ``CREATE`` and ``INSERT`` with a one-column status result).
+
+- SQLite (``sqlite3``): ``PRAGMA query_only`` (and ``busy_timeout = 0``) on the same connection, so
+  uncommitted changes are seen; both restored on every path; ``interrupt()`` from the watchdog thread
+  (``_core.deadlines``) past the time limit.
+- PostgreSQL (psycopg 3): ``conn.transaction(force_rollback=True)`` — a savepoint inside an open
+  transaction, ``BEGIN``/``ROLLBACK`` otherwise — with ``SET LOCAL transaction_read_only = on`` and a
+  local ``statement_timeout``; the caller's transaction state is left exactly as it was. Refused when
+  the caller's transaction has already failed (nothing can run in it) or a statement is in flight.
+- DuckDB: no savepoints, and any error inside an explicit transaction aborts it, so re-execution runs
+  only when no explicit transaction is open, on a duplicate cursor in ``BEGIN TRANSACTION READ ONLY``,
+  with ``interrupt()`` from the watchdog thread past the time limit.
+
+Drivers are imported only to recognise their connections, never by ``import guarded_sqlite``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from typing import Any
+
+from .base import NO_PARAMETERS, Engine, GuardStatement, RerunRefused, WritableNotRestored, execute_with
+from .duckdb import DUCKDB
+from .postgres import POSTGRES, pg_statement_timeout
+from .sqlite import SQLITE
+
+__all__ = [
+    "DUCKDB",
+    "ENGINE_NAMES",
+    "NO_PARAMETERS",
+    "POSTGRES",
+    "SQLITE",
+    "Engine",
+    "GuardStatement",
+    "RerunRefused",
+    "WritableNotRestored",
+    "engine_for",
+    "execute_with",
+    "pg_statement_timeout",
+]
+
+ENGINE_NAMES: tuple[str, ...] = ("sqlite", "duckdb", "postgres")
+"""The supported engines, by the names ``dialect=``, ``--engine`` and reports use."""
+_BY_DIALECT = {"sqlite": SQLITE, "postgres": POSTGRES, "postgresql": POSTGRES, "duckdb": DUCKDB}
+
+
+def engine_for(connection: Any, dialect: str | None = None) -> Engine:
+    """The engine for an open connection; ``dialect``, when given, must agree with the driver."""
+    detected = _detect(connection)
+    if detected is None:
+        supported = "sqlite3.Connection, duckdb.DuckDBPyConnection, psycopg.Connection"
+        raise TypeError(
+            f"cannot guard a {type(connection).__module__}.{type(connection).__name__}; supported: {supported}"
+        )
+    if dialect is not None:
+        wanted = _BY_DIALECT.get(dialect.lower())
+        if wanted is None:
+            raise ValueError(f"unknown dialect {dialect!r}; use one of 'sqlite', 'duckdb', 'postgres'")
+        if wanted is not detected:
+            raise ValueError(f"dialect {dialect!r} does not match a {detected.name} connection")
+    return detected
+
+
+def _detect(connection: Any) -> Engine | None:
+    if isinstance(connection, sqlite3.Connection):
+        return SQLITE
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None and isinstance(connection, duckdb.DuckDBPyConnection):
+        return DUCKDB
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(connection, psycopg.Connection):
+        return POSTGRES
+    return None

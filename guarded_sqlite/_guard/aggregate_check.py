@@ -12,7 +12,7 @@ from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core.deadlines import time_left
-from .._engines.engines import SQLITE
+from .._engines import SQLITE
 from ..errors import TransactionLost, describe_error
 from ..report import RuleDecision
 from .connection_state import ConnectionState

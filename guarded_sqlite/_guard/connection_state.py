@@ -20,7 +20,7 @@ from ..report import ReportState
 from ..sinks import deliver
 
 if TYPE_CHECKING:
-    from .._engines.engines import Engine
+    from .._engines import Engine
 
 
 class SchemaView(Protocol):

@@ -52,7 +52,7 @@ from .._core.serving import (  # re-exported: the I/O layers take everything the
     row_bytes,
     serving,
 )
-from .._engines.engines import NO_PARAMETERS, SQLITE
+from .._engines import NO_PARAMETERS, SQLITE
 from ..errors import TransactionLost, describe_error
 from ..policy import GuardPolicy
 from ..report import GuardReport, ReportState, RuleDecision, RuleName

@@ -10,7 +10,7 @@ import sqlite3
 from typing import Any
 
 from .._core.deadlines import time_left
-from .._engines.engines import SQLITE, GuardStatement, RerunRefused, WritableNotRestored
+from .._engines import SQLITE, GuardStatement, RerunRefused, WritableNotRestored
 from .connection_state import (
     QUERY_ONLY_FENCE,
     QUERY_ONLY_FENCED,

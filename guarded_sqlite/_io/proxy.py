@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from .._core.probe import PartialCount
-from .._engines.engines import NO_PARAMETERS, SQLITE, Engine, execute_with
+from .._engines import NO_PARAMETERS, SQLITE, Engine, execute_with
 from .._guard.connection_state import note_change, note_function
 from .._guard.decide import (
     GUARD_OFF,

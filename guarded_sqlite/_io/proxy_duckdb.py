@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from .._engines.engines import DUCKDB, NO_PARAMETERS, execute_with
+from .._engines import DUCKDB, NO_PARAMETERS, execute_with
 from .._guard.connection_state import note_function
 from .._guard.decide import ConnectionState, GuardedConnection, buffer_served, serving
 from .._guard.guard_statements import reads_only

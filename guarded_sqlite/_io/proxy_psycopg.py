@@ -6,7 +6,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from .._engines.engines import NO_PARAMETERS
+from .._engines import NO_PARAMETERS
 from .._guard.decide import settle, unprobed
 from .proxy import ConnectionProxy, CursorProxy
 

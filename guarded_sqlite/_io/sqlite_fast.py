@@ -33,7 +33,7 @@ from time import perf_counter_ns as _perf_counter_ns
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from .._core.probe import PartialCount
-from .._engines.engines import NO_PARAMETERS, SQLITE
+from .._engines import NO_PARAMETERS, SQLITE
 from .._guard.connection_state import note_change, note_function
 from .._guard.decide import (
     GUARD_OFF,

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from .._analysis.paging import bounded_check
-from .._engines.engines import NO_PARAMETERS
+from .._engines import NO_PARAMETERS
 
 __all__ = [
     "BUDGET_FLOOR",

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from .._analysis.aggregates import AggregatePlan, AggregateRisk, served_sql
 from .._analysis.rewrite import is_read_only_query
 from .._core.serving import row_values
-from .._engines.engines import RerunRefused
+from .._engines import RerunRefused
 from ..errors import TransactionLost, describe_error
 from ..findings import AggregateFinding
 from ..report import RuleDecision

@@ -44,7 +44,7 @@ from .._core.probe import (
     hashable_row,
     row_set,
 )
-from .._engines.engines import RerunRefused
+from .._engines import RerunRefused
 from ..errors import TransactionLost, describe_error
 from ..policy import GuardPolicy, removal_applies, removal_row_limit
 from ..report import Action, RuleDecision

@@ -62,7 +62,7 @@ class GuardedDatabase:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         from .._analysis.schema import raw_sqlite
-        from .._engines.engines import engine_for
+        from .._engines import engine_for
         from .lockdown import DUCKDB_MEMORY_LIMIT, duckdb_lockdown_problem, lock_down_sqlite, value_length_limit
 
         if getattr(connection, "guard_policy", None) is None:

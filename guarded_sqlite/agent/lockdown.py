@@ -285,7 +285,7 @@ def start_postgres_call(raw: Any, *, allow_writes: bool, time_limit: float | Non
     whatever the model sets for the session is undone at the call's end (a read-only call is rolled
     back) or overridden by the next call's own setting. ``time_limit`` None or infinite leaves the
     session's timeout."""
-    from .._engines.engines import pg_statement_timeout
+    from .._engines.postgres import pg_statement_timeout
 
     with raw.cursor() as cursor:
         if not allow_writes:

@@ -215,7 +215,7 @@ def _postgres_row_count(raw: Any, table: TableFacts) -> int | None:
     from psycopg.rows import tuple_row
 
     from .._core.deadlines import time_left
-    from .._engines.engines import pg_statement_timeout
+    from .._engines.postgres import pg_statement_timeout
 
     left = time_left(None)
     if left is not None and left <= 0:

@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._engines.engines import ENGINE_NAMES
+from .._engines import ENGINE_NAMES
 from .._version import __version__
 from .arguments import int_at_least, non_negative_int, positive_float
 

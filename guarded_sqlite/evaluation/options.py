@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .._engines.engines import ENGINE_NAMES
+from .._engines import ENGINE_NAMES
 from ..policy import GuardPolicy, GuardSpec, resolve_policy
 from .copy_postgres import DEFAULT_PG_SCHEMA_PREFIX
 from .loaders import InputError, PathLike

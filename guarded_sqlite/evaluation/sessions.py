@@ -188,7 +188,7 @@ class DuckDBSession(Session):
         seconds = time.perf_counter() - started
         report = None if con is raw else con.guard_report
         if _MENTIONS_TRANSACTION.search(sql):
-            from .._engines.engines import DUCKDB
+            from .._engines import DUCKDB
 
             if DUCKDB.in_explicit_transaction(raw):  # a predicted BEGIN must not leak
                 raw.execute("ROLLBACK")

@@ -304,7 +304,7 @@ def test_with_writes_allowed_the_lifted_timeout_is_still_set_again(open_pg: Open
 def test_the_cancel_alone_stops_a_call_at_the_deadline(open_pg: OpenDb, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no server-side timeout set (as after a model lifted it for the guard's own statements), the
     cancel request at the deadline ends the call."""
-    monkeypatch.setattr("guarded_sqlite._engines.engines.pg_statement_timeout", lambda limit: None)
+    monkeypatch.setattr("guarded_sqlite._engines.postgres.pg_statement_timeout", lambda limit: None)
     db = open_pg(timeout=1)
     assert db.query("SELECT current_setting('statement_timeout')").rows == (("0",),)
     started = time.monotonic()

@@ -14,7 +14,7 @@ import pytest
 import guarded_sqlite.evaluation
 from guarded_sqlite import GuardPolicy
 from guarded_sqlite._analysis.transpile import ENGINE_DIALECTS
-from guarded_sqlite._engines.engines import ENGINE_NAMES
+from guarded_sqlite._engines import ENGINE_NAMES
 from guarded_sqlite.cli.commands import _parser, main
 from guarded_sqlite.evaluation import RescueOptions, evaluate
 from guarded_sqlite.evaluation.loaders import InputError

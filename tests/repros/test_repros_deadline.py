@@ -15,7 +15,7 @@ import pytest
 
 import guarded_sqlite
 from guarded_sqlite._core.deadlines import call_deadline, interrupt_after, time_left
-from guarded_sqlite._engines.engines import GuardStatement
+from guarded_sqlite._engines import GuardStatement
 from guarded_sqlite._guard import aggregate_check
 from guarded_sqlite._guard import decide as core
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
@@ -81,7 +81,7 @@ def test_a12_duckdb_corrected_query_does_not_run_after_the_deadline(
     raw.execute("INSERT INTO customers VALUES (1, 'a', 10), (2, 'b', 20)")
     raw.execute("INSERT INTO orders VALUES (1, 1), (2, 1), (3, 2)")
     raw.close()
-    from guarded_sqlite._engines.engines import DUCKDB
+    from guarded_sqlite._engines import DUCKDB
 
     ran: list[tuple[str, float | None]] = []
     real = type(DUCKDB).read_only_fetch

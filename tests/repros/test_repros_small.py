@@ -24,7 +24,7 @@ import guarded_sqlite
 from guarded_sqlite import GuardPolicy, GuardReport
 from guarded_sqlite._analysis.rewrite import quiet_sqlglot
 from guarded_sqlite._core.deadlines import _WATCHDOG, interrupt_after, wait_seconds
-from guarded_sqlite._engines.engines import pg_statement_timeout
+from guarded_sqlite._engines import pg_statement_timeout
 from guarded_sqlite.cli.commands import main
 from guarded_sqlite.evaluation import loaders, thresholds
 from guarded_sqlite.evaluation.loaders import InputError, output_file_problem

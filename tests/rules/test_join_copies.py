@@ -167,19 +167,20 @@ def test_a_left_join_keeps_the_rows_it_null_extends() -> None:
 def test_a_check_that_returns_other_rows_leaves_the_result(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check's projected rows must be the statement's own, else unknown: here the data changes
     between the statement and its check (simulated by a check that sees one order more)."""
-    from guarded_sqlite._engines import engines
+    from guarded_sqlite._engines import GuardStatement
+    from guarded_sqlite._engines.sqlite import SQLiteEngine
 
     con = shop()
-    original = engines.SQLiteEngine.read_only_fetch
+    original = SQLiteEngine.read_only_fetch
 
-    def changed_data(self: Any, raw: Any, statement: engines.GuardStatement) -> Any:
+    def changed_data(self: Any, raw: Any, statement: GuardStatement) -> Any:
         if "__gs_id0" in statement.sql:
             raw.execute("INSERT INTO orders(customer_id) SELECT 2 WHERE 0")  # keeps query_only honest
             rows = original(self, raw, statement)
             return None if rows is None else [*rows[:-1], ("Ben", 2)]
         return original(self, raw, statement)
 
-    monkeypatch.setattr(engines.SQLiteEngine, "read_only_fetch", changed_data)
+    monkeypatch.setattr(SQLiteEngine, "read_only_fetch", changed_data)
     rows, report = served(con, NAMES)
     assert len(rows) == 15 and report.action == "none" and report.provenance == "unknown"
     assert "other rows" in report.decisions[0].reason

@@ -184,12 +184,12 @@ def test_threads_writing_while_others_patch_never_see_the_read_only_window(tmp_p
 def test_an_internal_error_while_patching_keeps_the_original_rows(
     guarded, raw, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import guarded_sqlite._rules.patching as patching
+    import guarded_sqlite._rules.distinct_injection as distinct_injection
 
     def broken(sql: str, dialect: str = "sqlite") -> None:
         raise RecursionError("deep")
 
-    monkeypatch.setattr(patching, "inject_distinct", broken)
+    monkeypatch.setattr(distinct_injection, "inject_distinct", broken)
     cur = guarded.execute(EXPLODING_SQL)
     assert cur.fetchall() == raw.execute(EXPLODING_SQL).fetchall()
     (decision,) = cur.guard_report.decisions

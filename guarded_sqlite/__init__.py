@@ -48,6 +48,7 @@ from sqlite3 import (
 from typing import TYPE_CHECKING, Any
 
 from ._api import connect, install, uninstall, unwrap, wrap
+from ._core.lazy import lazy_exports as _lazy_exports
 from ._guard.decide import GuardedConnection, GuardedCursor
 from ._io.sqlite_fast import GuardedSQLiteConnection, GuardedSQLiteCursor
 from ._version import __version__
@@ -72,15 +73,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy_exports(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -72,6 +72,7 @@ from .guard_statements import (  # read_only_fetch and settle_query_only re-expo
 )
 
 if TYPE_CHECKING:
+    from .._analysis.provenance import Provenance
     from .._rules.patching import PatchOutcome
 
 _SMALL_RESULT = SMALL_RESULT
@@ -302,28 +303,10 @@ def after_fetch(
         outcome = repair_statement(
             guard, getattr(raw, "row_factory", None), sql, parameters, rows, exact_unique, trigger, rescue_inputs
         )
-        repaired = ReportState(
-            mode=mode,
-            sql=sql,
-            final_sql=outcome.final_sql,
-            trigger=trigger,
-            action=outcome.action,
-            rows=count,
-            unique_rows=unique,
-            final_rows=len(outcome.rows),
-            note=None,
-            error=None,
-            decisions=outcome.decisions,
-            detect_ns=detect_ns,
-            patch_ns=outcome.elapsed_ns,
-            rescue=outcome.rescue,
-            provenance=outcome.provenance,
-        )
-        if outcome.description is not None:
-            cursor._self_rescued_description = (repaired, outcome.description)
-        if trigger is not None or outcome.action != "none":
-            log_statement(repaired, guard.dialect)
-        return outcome.rows, repaired
+        return _served_repair(
+            cursor, guard, sql, trigger, outcome,
+            rows=count, unique_rows=unique, detect_ns=detect_ns, error=None, provenance=outcome.provenance,
+        )  # fmt: skip
     if trigger is None and screen is not None and count and mentions_value_aggregate_over_join(sql):
         fanned = check_aggregates(guard, raw, sql, parameters, rows)
         if fanned is not None:
@@ -391,32 +374,56 @@ def after_error(
             guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs
         )
         if outcome.rescue is not None and outcome.rescue.chosen_index is not None:
-            rescued = ReportState(
-                mode=mode,
-                sql=sql,
-                final_sql=outcome.final_sql,
-                trigger=EXEC_ERROR,
-                action=outcome.action,
-                rows=None,
-                unique_rows=None,
-                final_rows=len(outcome.rows),
-                note=None,
-                error=describe_error(error),
-                decisions=outcome.decisions,
-                detect_ns=None,
-                patch_ns=outcome.elapsed_ns,
-                rescue=outcome.rescue,
-            )
-            if outcome.description is not None:
-                cursor._self_rescued_description = (rescued, outcome.description)
-            log_statement(rescued, guard.dialect)
-            return outcome.rows, rescued
+            return _served_repair(
+                cursor, guard, sql, EXEC_ERROR, outcome,
+                rows=None, unique_rows=None, detect_ns=None, error=describe_error(error), provenance=None,
+            )  # fmt: skip
         failed = failed._replace(decisions=outcome.decisions, patch_ns=outcome.elapsed_ns, rescue=outcome.rescue)
     cursor._self_rows = raw
     cursor._self_state = failed
     log_statement(failed, guard.dialect)
     settle(guard, failed, cursor)
     return None
+
+
+def _served_repair(
+    cursor: Any,
+    guard: ConnectionState,
+    sql: str,
+    trigger: str | None,
+    outcome: PatchOutcome,
+    *,
+    rows: int | None,
+    unique_rows: int | PartialCount | None,
+    detect_ns: int | None,
+    error: str | None,
+    provenance: Provenance | None,
+) -> tuple[list[Any], ReportState]:
+    """The rows and report state of a statement ``repair_statement`` served (fetched and flagged, or
+    failed and rescued): ``rows``, ``unique_rows`` and ``detect_ns`` are the probe's, None after an
+    error. Keeps a rescued candidate's description on ``cursor`` and logs a flag or a change."""
+    repaired = ReportState(
+        mode=guard.policy.mode,
+        sql=sql,
+        final_sql=outcome.final_sql,
+        trigger=trigger,
+        action=outcome.action,
+        rows=rows,
+        unique_rows=unique_rows,
+        final_rows=len(outcome.rows),
+        note=None,
+        error=error,
+        decisions=outcome.decisions,
+        detect_ns=detect_ns,
+        patch_ns=outcome.elapsed_ns,
+        rescue=outcome.rescue,
+        provenance=provenance,
+    )
+    if outcome.description is not None:
+        cursor._self_rescued_description = (repaired, outcome.description)
+    if trigger is not None or outcome.action != "none":
+        log_statement(repaired, guard.dialect)
+    return outcome.rows, repaired
 
 
 def repair_statement(

@@ -64,6 +64,15 @@ class PatchOutcome(NamedTuple):
     """The provenance verdict a rule asked for (the last one, after a rescue), else None."""
 
 
+class _Judged(NamedTuple):
+    """The statement the patch rules judge, with its result: the caller's, or the candidate a rescue chose."""
+
+    sql: str
+    rows: list[Any] | None
+    unique_rows: int | None
+    trigger: str | None
+
+
 def repair(
     sql: str,
     rows: list[Any] | None,
@@ -92,7 +101,7 @@ def repair(
     copies = CopyCheck(plain_rerun, user_functions)
     rescue_report: RescueReport | None = None
     rescued: tuple[str, list[Any]] | None = None
-    current = (sql, rows, unique_rows, trigger)
+    current = _Judged(sql, rows, unique_rows, trigger)
     wants_rescue = trigger is not None and context is not None
 
     if wants_rescue and policy.order == "rescue_first":
@@ -101,10 +110,10 @@ def repair(
         if rescued is not None:
             new_sql, new_rows = rescued
             new_unique = count_unique(new_rows)
-            current = (new_sql, new_rows, new_unique, classify(len(new_rows), new_unique, policy.tau_inject))
+            current = _Judged(new_sql, new_rows, new_unique, classify(len(new_rows), new_unique, policy.tau_inject))
 
     patched_sql, patched_rows, patch_action = patches(
-        *current, policy, rerun, may_collate, dialect, decisions, why, copies
+        current, policy, rerun, may_collate, dialect, decisions, why, copies
     )
 
     if wants_rescue and policy.order == "patch_first":
@@ -135,10 +144,7 @@ def repair(
 
 
 def patches(
-    sql: str,
-    rows: list[Any] | None,
-    unique_rows: int | None,
-    trigger: str | None,
+    judged: _Judged,
     policy: GuardPolicy,
     rerun: Rerun,
     may_collate: MayCollate,
@@ -149,6 +155,7 @@ def patches(
 ) -> tuple[str, list[Any] | None, Action]:
     """P1 on an explosion (or, text_to_sql, on duplicates at ``tau_amplified``), P2 on a healthy DISTINCT
     result; appends its decision."""
+    sql, rows, unique_rows, trigger = judged
     if rows is None or unique_rows is None:
         return sql, rows, "none"
     if trigger == CARTESIAN_EXPLOSION or (trigger is None and below_tau_applies(len(rows), unique_rows, policy)):

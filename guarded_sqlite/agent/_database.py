@@ -596,11 +596,12 @@ _WORD = re.compile(r"[A-Za-z_]+")
 def _is_database_error(failure: Exception) -> bool:
     if isinstance(failure, sqlite3.Error):
         return True
-    duckdb = sys.modules.get("duckdb")
-    if duckdb is not None and isinstance(failure, duckdb.Error):
-        return True
-    psycopg = sys.modules.get("psycopg")
-    return psycopg is not None and isinstance(failure, psycopg.Error)
+    # The other drivers' errors can only come from a driver already imported: none is imported here.
+    for name in ("duckdb", "psycopg"):
+        driver = sys.modules.get(name)
+        if driver is not None and isinstance(failure, driver.Error):
+            return True
+    return False
 
 
 def _is_postgres_denial(failure: Exception) -> bool:

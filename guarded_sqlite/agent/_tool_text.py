@@ -1,5 +1,6 @@
 """What the agent-framework tools (``langchain_tools``, ``llama_index_tools``) tell the model about
-themselves: their names and descriptions, written once so both frameworks' tools read alike.
+themselves: their names, descriptions and argument models, written once so both frameworks' tools read
+alike. Only those two modules import it, once their framework (and so pydantic) is imported.
 
 The descriptions name the dialect, the row limit and whether writes are refused, because a model
 writes better SQL when it knows them before its first call rather than from a refusal.
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
+from pydantic import BaseModel, Field
+
 from ._database import GuardedDatabase
 
 if TYPE_CHECKING:
@@ -21,7 +24,9 @@ __all__ = [
     "SCHEMA_TOOL_DESCRIPTION",
     "SCHEMA_TOOL_NAME",
     "SQL_ARGUMENT_DESCRIPTION",
+    "NoInput",
     "OpenOptions",
+    "SQLQueryInput",
     "open_with_tools",
     "query_description",
 ]
@@ -29,6 +34,16 @@ __all__ = [
 QUERY_TOOL_NAME = "sql_query"
 SCHEMA_TOOL_NAME = "sql_schema"
 SQL_ARGUMENT_DESCRIPTION = "One SQL statement: a SELECT, or WITH ... SELECT."
+
+
+class SQLQueryInput(BaseModel):
+    """The query tool's arguments."""
+
+    sql: str = Field(description=SQL_ARGUMENT_DESCRIPTION)
+
+
+class NoInput(BaseModel):
+    """The schema tool takes no arguments."""
 
 
 def query_description(db: GuardedDatabase) -> str:

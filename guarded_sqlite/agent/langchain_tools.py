@@ -35,7 +35,7 @@ except ImportError as missing:  # pragma: no cover - exercised by a test that hi
         "guarded_sqlite.agent.langchain_tools needs langchain-core: pip install 'guarded-sqlite[langchain]'"
     ) from missing
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ._calls import QueryRefused
 from ._database import GuardedDatabase
@@ -43,8 +43,9 @@ from ._tool_text import (
     QUERY_TOOL_NAME,
     SCHEMA_TOOL_DESCRIPTION,
     SCHEMA_TOOL_NAME,
-    SQL_ARGUMENT_DESCRIPTION,
+    NoInput,
     OpenOptions,
+    SQLQueryInput,
     open_with_tools,
     query_description,
 )
@@ -59,16 +60,6 @@ __all__ = [
     "guarded_sql_tools",
     "open_guarded_sql_tools",
 ]
-
-
-class SQLQueryInput(BaseModel):
-    """The query tool's arguments."""
-
-    sql: str = Field(description=SQL_ARGUMENT_DESCRIPTION)
-
-
-class _NoInput(BaseModel):
-    """The schema tool takes no arguments."""
 
 
 class GuardedSQLQueryTool(BaseTool):
@@ -110,7 +101,7 @@ class GuardedSQLSchemaTool(BaseTool):
 
     name: str = SCHEMA_TOOL_NAME
     description: str = SCHEMA_TOOL_DESCRIPTION
-    args_schema: ArgsSchema | None = _NoInput
+    args_schema: ArgsSchema | None = NoInput
 
     def _run(self, run_manager: CallbackManagerForToolRun | None = None) -> str:
         return self.db.schema().text()

@@ -33,16 +33,15 @@ except ImportError as missing:  # pragma: no cover - exercised by a test that hi
         "guarded_sqlite.agent.llama_index_tools needs llama-index-core: pip install 'guarded-sqlite[llama-index]'"
     ) from missing
 
-from pydantic import BaseModel, Field
-
 from ._calls import QueryRefused, QueryResult
 from ._database import GuardedDatabase
 from ._tool_text import (
     QUERY_TOOL_NAME,
     SCHEMA_TOOL_DESCRIPTION,
     SCHEMA_TOOL_NAME,
-    SQL_ARGUMENT_DESCRIPTION,
+    NoInput,
     OpenOptions,
+    SQLQueryInput,
     open_with_tools,
     query_description,
 )
@@ -51,16 +50,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["SQLQueryInput", "guarded_sql_tools", "open_guarded_sql_tools", "query_tool", "schema_tool"]
-
-
-class SQLQueryInput(BaseModel):
-    """The query tool's arguments."""
-
-    sql: str = Field(description=SQL_ARGUMENT_DESCRIPTION)
-
-
-class _NoInput(BaseModel):
-    """The schema tool takes no arguments."""
 
 
 def _observation(output: Any) -> str | None:
@@ -94,7 +83,7 @@ def schema_tool(db: GuardedDatabase) -> FunctionTool:
         return db.schema().text()
 
     return FunctionTool.from_defaults(
-        fn=sql_schema, name=SCHEMA_TOOL_NAME, description=SCHEMA_TOOL_DESCRIPTION, fn_schema=_NoInput
+        fn=sql_schema, name=SCHEMA_TOOL_NAME, description=SCHEMA_TOOL_DESCRIPTION, fn_schema=NoInput
     )
 
 

@@ -277,13 +277,37 @@ def missing_table(error: str | None) -> bool:
     return error is not None and _MISSING_TABLE.search(error) is not None
 
 
+def gold_formatted(record: PairRecord) -> bool:
+    r"""Whether a prediction reads as a line of a gold file (``SQL<TAB>db_id``, its own database's name
+    after the last tab): a gold file passed as the predictions, whose tab and name then run as SQL.
+
+    >>> from types import SimpleNamespace as Pair
+    >>> gold_formatted(Pair(pred_sql="SELECT count(*) FROM singer\tconcert_singer", db_id="concert_singer"))
+    True
+    >>> gold_formatted(Pair(pred_sql="SELECT 'a\tb'", db_id="b"))
+    False
+    """
+    head, tab, tail = record.pred_sql.rpartition("\t")
+    return bool(tab and head.strip()) and tail.strip() == record.db_id
+
+
 def pairing_warnings(records: Sequence[PairRecord]) -> tuple[str, ...]:
-    """A warning when so many predictions name tables their gold database lacks that the predictions
-    are probably paired with the wrong gold order (or the wrong gold file); empty otherwise."""
+    """Warnings that the predictions are not what the evaluation thinks they are: so many name tables
+    their gold database lacks that they are probably paired with the wrong gold order (or the wrong
+    gold file), or so many end in a tab and their database's name that they are a gold file's lines.
+    Empty otherwise."""
+    warnings: list[str] = []
+    share = f"of {len(records)} predictions"
+    tagged = sum(1 for record in records if gold_formatted(record))
+    if tagged >= 5 and tagged >= MISPAIRED_SHARE * len(records):
+        warnings.append(
+            f"{tagged} {share} ({percent(tagged, len(records)):g}%) end in a tab and their database's name, as "
+            "a gold file's lines do (SQL<TAB>db_id): pass the predicted SQL alone, one statement per line"
+        )
     missing = sum(1 for record in records if missing_table(record.error))
-    if missing < 5 or missing < MISPAIRED_SHARE * len(records):
-        return ()
-    return (
-        f"{missing} of {len(records)} predictions ({percent(missing, len(records)):g}%) name a table their "
-        "gold database lacks: are the predictions in the gold file's order, and for this gold file?",
-    )
+    if missing >= 5 and missing >= MISPAIRED_SHARE * len(records):
+        warnings.append(
+            f"{missing} {share} ({percent(missing, len(records)):g}%) name a table their gold database lacks: "
+            "are the predictions in the gold file's order, and for this gold file?"
+        )
+    return tuple(warnings)

@@ -261,6 +261,19 @@ def test_predictions_in_another_order_than_the_gold_are_called_out(
     assert code == 0 and capsys.readouterr().out.splitlines()[1].startswith("WARNING: ")
 
 
+def test_a_gold_file_passed_as_the_predictions_is_called_out(sample: SampleInputs, tmp_path: Path) -> None:
+    """The gold's own SQL with each line's database name after a tab (a gold .sql file's format, given
+    as --pred by mistake): the tab and the name run as part of the SQL, most lines fail or alias a
+    table, and the report must say why rather than score it."""
+    predictions = Path(sample.pred).read_text().splitlines()
+    questions = json.loads(Path(sample.gold).read_text())
+    tagged = tmp_path / "gold_lines.sql"
+    tagged.write_text("".join(f"{sql}\t{question['db_id']}\n" for sql, question in zip(predictions, questions)))
+    with pytest.warns(UserWarning, match="as a gold file's lines do"):
+        report = evaluate(sample.db_root, sample.gold, tagged, guard="patch", workers=1, progress=False)
+    assert any("pass the predicted SQL alone" in warning for warning in report.warnings)
+
+
 def _readme_sample_table() -> dict[str, list[str]]:
     """The docs' table of the sample under each preset (docs/evaluation.md): preset -> its cells."""
     readme = (Path(__file__).resolve().parents[2] / "docs" / "evaluation.md").read_text(encoding="utf-8")

@@ -31,7 +31,7 @@ read (an authorizer's denial, a missing virtual table module, a closed connectio
 
 DuckDB and PostgreSQL (``SnapshotSchemaView``) have no such cheap read per table here: the whole
 catalog is read once and kept until a statement through this connection looks like DDL or fails with
-an unknown-table error (``core.forget_schema``); DDL by other connections is seen only then.
+an unknown-table error (``decide.forget_schema``); DDL by other connections is seen only then.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ _JOIN_TEXT = (
     r"\bjoin\b|\bfrom\b(?:(?!\b(?:select|where|group|order|having|limit|union|intersect|except|window)\b)[^()])*?,"
 )
 AGGREGATE_SCREEN: dict[str, bool] = {}
-"""SQL text -> the pre-screen's answer; read directly by ``core`` on the hot path (a lookup, no call)."""
+"""SQL text -> the pre-screen's answer; read directly by ``_guard.decide`` on the hot path (a lookup, no call)."""
 _SCREEN_SIZE = 4096
 
 

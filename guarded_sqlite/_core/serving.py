@@ -3,7 +3,7 @@ byte budget (``fetch_rest``, ``row_bytes``), the rows past the cap straight from
 (``Streaming``), and the iterator a cursor hands out, which follows the cursor to its next statement as
 sqlite3's cursor (its own iterator) does (``serving``, ``redirect_outstanding``), and letting go of
 the buffer once every row has been served (``buffer_served``; sqlite3 keeps no row it handed out).
-Shared by both I/O layers (``sqlite_fast`` and the ``wrap()`` proxies) through ``core``.
+Shared by both I/O layers (``sqlite_fast`` and the ``wrap()`` proxies) through ``_guard.decide``.
 """
 
 from __future__ import annotations

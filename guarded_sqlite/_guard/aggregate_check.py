@@ -1,7 +1,7 @@
 """The aggregate fan-out rule on a connection, for a healthy result its pre-screen passed: a kept
 confirmation reused while nothing it read can have changed (``guarded_sqlite._rules.confirmations``), else the
 plan (``catalog.plan``), the check bounded to a paging query's groups (``paging``) within the budget,
-run read-only or fenced (``guard_statements``), and ``fanout.confirm``'s decision. ``core`` calls it;
+run read-only or fenced (``guard_statements``), and ``fanout.confirm``'s decision. ``_guard.decide`` calls it;
 the rule's own modules (they load sqlglot) are imported at the first check.
 """
 

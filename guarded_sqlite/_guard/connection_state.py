@@ -2,7 +2,7 @@
 ``guard_scope`` blocks that swap the policy-derived ones for one thread's statements, and ``settle``:
 what happens after each statement besides its cursor (the connection's last report, the report sink).
 
-Split from ``core``, which re-exports these for the I/O layers.
+Split from ``_guard.decide``, which re-exports these for the I/O layers.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ progress handler or ``interrupt()`` kept aborting it)."""
 QUERY_ONLY_FENCE = 2
 """``query_only_due``: a guard check is calling functions the application registered through this
 connection, without query_only (switching it expires every prepared statement of the connection); a
-function that runs SQL through the connection gets it switched on first (``core.settle_query_only``)."""
+function that runs SQL through the connection gets it switched on first (``decide.settle_query_only``)."""
 QUERY_ONLY_FENCED = 3
 """``query_only_due``: the fence switched query_only on; the check switches it off when it ends."""
 QUERY_ONLY_KEPT = 4
@@ -100,7 +100,7 @@ class ConnectionState:
         self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
         self.rescue_spend = 0.0  # their known cost in USD, for GuardPolicy.max_rescue_cost
         # What SQLite's query_only needs before the next statement through this connection's own
-        # methods (``core.settle_query_only``): nothing (0), or see QUERY_ONLY_RESTORE and QUERY_ONLY_FENCE.
+        # methods (``decide.settle_query_only``): nothing (0), or see QUERY_ONLY_RESTORE and QUERY_ONLY_FENCE.
         self.query_only_due = 0
         # Provenance: the schema view (``catalog``), made by the first statement a rule asks about.
         self.catalog: SchemaView | None = None

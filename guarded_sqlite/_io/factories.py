@@ -15,7 +15,7 @@ guard judges and de-duplicates the values sqlite3 returned *before* any row fact
   state and description are in place (a factory reading ``cursor.description`` sees the served rows').
   Rows past ``row_cap`` stream from sqlite3 itself, which applies the restored factory.
 
-``Shaped`` is the head of a ``core.Streaming`` (without a tail for a buffered result), so the serving
+``Shaped`` is the head of a ``decide.Streaming`` (without a tail for a buffered result), so the serving
 machinery (fetch methods, ``iter(cur)`` handed out, re-executing inside a loop) works on it unchanged.
 DuckDB has no row factory; psycopg's ``row_factory`` is left to psycopg (see docs/guide/engines.md).
 """
@@ -97,7 +97,7 @@ def with_plain_rows(set_factory: Callable[[Any], None], factory: Any, run: Calla
 
 
 def shaped(rows: Any, cursor: Any, raw: Any, factory: Any) -> Any:
-    """What ``cursor`` serves for ``rows`` (as ``core.after_fetch`` returned them: plain tuples) when its
+    """What ``cursor`` serves for ``rows`` (as ``decide.after_fetch`` returned them: plain tuples) when its
     row factory is ``factory``: buffered rows through ``Shaped``; a cursor serving rows itself is
     returned as it is (sqlite3 applies the factory). ``raw``: the sqlite3 cursor ``Streaming`` runs
     sqlite3's checks on (a weak proxy when it is ``cursor`` itself, which holds what it serves)."""

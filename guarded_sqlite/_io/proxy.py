@@ -2,7 +2,7 @@
 open (a caller's ``sqlite3.Connection``; ``proxy_psycopg`` and ``proxy_duckdb`` for the other drivers).
 
 These classes do the I/O and nothing else: execute, fetch the result once, and hand the rows to
-``core`` (probe, patch rules, rescue, report state). Everything they do not override goes straight to
+``_guard.decide`` (probe, patch rules, rescue, report state). Everything they do not override goes straight to
 the wrapped object through ``wrapt``'s C proxy, so ``isinstance(con, sqlite3.Connection)`` holds.
 This module imports ``wrapt``; ``guarded_sqlite`` loads it only when ``wrap()`` first needs a proxy.
 
@@ -392,7 +392,7 @@ def _execute_and_probe(
     rescue_inputs: RescueInputs | None = None,
     plain: bool = False,
 ) -> tuple[Any, ReportState]:
-    """The driver I/O of one statement: execute, fetch once, then ``core.after_fetch``; returns the
+    """The driver I/O of one statement: execute, fetch once, then ``decide.after_fetch``; returns the
     serving rows and the report state. ``plain``: the row factory is already set aside (SQLite).
 
     On an execution error the state is stored on ``cursor`` before the error propagates unchanged

@@ -8,7 +8,7 @@ factory). Its cursors are ``GuardedSQLiteCursor`` objects (likewise combined wit
 and need no proxy: attribute reads are plain slot and C-member reads.
 
 The classes only do the I/O: sqlite3's own C methods run the statement and fetch its result once
-(up to ``row_cap + 1`` rows); ``core`` probes, decides, repairs and serves, exactly as for ``wrap()``'s
+(up to ``row_cap + 1`` rows); ``_guard.decide`` probes, decides, repairs and serves, exactly as for ``wrap()``'s
 proxies. sqlite3's ``Connection.execute`` makes its cursor in C without calling an overridden
 ``cursor()``, so ``execute``/``executemany``/``executescript`` are overridden too. A ``row_factory``
 other than None or ``sqlite3.Row`` is set aside while sqlite3 fetches and applied to the rows served
@@ -309,7 +309,7 @@ def _statement(
     cursor: _GuardedT, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
 ) -> _GuardedT:
     """``execute`` on a guarded cursor: the statement's I/O on sqlite3's C methods, inline for the common
-    case, then ``core.after_fetch``; ``_run`` has the rarer cases."""
+    case, then ``decide.after_fetch``; ``_run`` has the rarer cases."""
     if guard.scopes:
         guard = guard.in_scope()
     serial = guard.serial
@@ -364,7 +364,7 @@ def _run(
     rescue_inputs: RescueInputs | None,
     factory: Any,
 ) -> tuple[Any, ReportState]:
-    """One statement's I/O on sqlite3's C methods, then ``core.after_fetch``: the serving rows and the
+    """One statement's I/O on sqlite3's C methods, then ``decide.after_fetch``: the serving rows and the
     report state. On an execution error the state is stored on ``cursor`` before the error propagates
     unchanged (unless a rescue replaced the failed statement with a candidate). ``factory``: the
     cursor's row factory; one other than None or sqlite3.Row is applied to the rows served."""

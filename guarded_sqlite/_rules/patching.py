@@ -26,7 +26,7 @@ copies leaves them too. ``"patch"`` then removes exactly the copies (``"join_cop
 rows. P2 re-executes and commits only if the new rows pass its runtime checks; the key-based presets
 never run it (``GuardPolicy``).
 
-Decisions are logged by ``core`` once the statement's state is final (``guarded_sqlite.sinks``).
+Decisions are logged by ``_guard.decide`` once the statement's state is final (``guarded_sqlite.sinks``).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from .._core.probe import (
     mentions_value_aggregate_over_join,
     probe_large,
 )
-from .._core.serving import (  # re-exported: the I/O layers take everything they share from core
+from .._core.serving import (  # re-exported: the I/O layers take everything they share from here
     FIRST_ROWS,
     LIST_ITERATOR,
     NOTHING,

@@ -132,7 +132,7 @@ class GuardedCursor:
 def unprobed(
     mode: str, sql: str, note: str | None, trigger: str | None = None, error: str | None = None
 ) -> ReportState:
-    """The state of a statement the probe did not measure (built by position: see ``report.STATE_FIELDS``)."""
+    """The state of a statement the probe did not measure (built by position: see ``ReportState``)."""
     return _new_state(
         ReportState, (mode, sql, sql, trigger, "none", None, None, None, note, error, (), None, None, None, None, ())
     )
@@ -233,7 +233,7 @@ def after_fetch(
     ):
         # The common case first: a small result with no duplicate row at all is healthy under every
         # policy (no flag, no P1; too small for P2 or no DISTINCT), so nothing below applies to it. Its
-        # state is built by position, 0.8 µs cheaper than by name (``report.STATE_FIELDS``). A single row needs
+        # state is built by position, 0.8 µs cheaper than by name (see ``ReportState``). A single row needs
         # no comparison, only the check that it can be hashed (as set() would): its probe is not timed.
         try:
             if count == 1:

@@ -352,7 +352,7 @@ def test_report_fields_follow_their_definitions(
 
 
 def test_states_built_by_position_equal_the_same_states_built_by_name() -> None:
-    # The fast path and unprobed() build ReportState by position (report.STATE_FIELDS); a field out of
+    # The fast path and unprobed() build ReportState by position; a field out of
     # place would put, say, the row count in unique_rows.
     con = guarded_sqlite.connect(":memory:")
     con.execute("CREATE TABLE t (a INTEGER)")

@@ -1,5 +1,6 @@
-"""Repros a12 and a13 (``../shared/repros/agent/``): an agent call's time limit bounds the guard's own
-statements too. The deadline is made to fall in the guard's Python work (between the model's statement
+"""Repros a08, a12 and a13 (``../shared/repros/agent/``): an agent call's time limit holds even for a
+statement SQLite cannot interrupt (a08: the worker process is killed), and bounds the guard's own
+statements too. For a12 and a13 the deadline is made to fall in the guard's Python work (between the model's statement
 and the corrected query) by a plan step that outlasts it, so the tests do not depend on timing: the
 corrected query must not run, and the call must end as a timeout rather than serve rows.
 """
@@ -166,6 +167,8 @@ UNINTERRUPTIBLE = "SELECT instr(printf('%.*c', 999000, 'a'), printf('%.*c', 2500
 
 
 def test_a08_a_statement_inside_one_function_call_is_stopped_by_the_worker(shop: Path) -> None:
+    """a08: one instr() call outlasts timeout=1; the worker is killed and restarted, and another call
+    waiting meanwhile is still answered."""
     from guarded_sqlite.agent.isolation import IsolatedDatabase
 
     with GuardedDatabase.open(shop, timeout=LIMIT) as db:

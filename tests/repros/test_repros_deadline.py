@@ -1,8 +1,8 @@
 """Repros a08, a12 and a13 (``../shared/repros/agent/``): an agent call's time limit holds even for a
 statement SQLite cannot interrupt (a08: the worker process is killed), and bounds the guard's own
-statements too. For a12 and a13 the deadline is made to fall in the guard's Python work (between the model's statement
-and the corrected query) by a plan step that outlasts it, so the tests do not depend on timing: the
-corrected query must not run, and the call must end as a timeout rather than serve rows.
+statements too. For a12 and a13 the deadline is made to fall in the guard's Python work (between the
+model's statement and the corrected query) by a plan step that outlasts it, so the tests do not depend
+on timing: the corrected query must not run, and the call must end as a timeout rather than serve rows.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ sqlite3``); the levels below are ``logging``'s numbers.
 
 The message and the structured fields (``record.guarded_sqlite``) show the SQL with its literals
 replaced by ``?`` (``rewrite.normalise_literals``; literals can be secrets); the full SQL goes to a
-separate ``DEBUG`` record. Normalising imports sqlglot, so it runs only for a record a handler keeps.
+separate ``DEBUG`` record. Normalising imports sqlglot, so it runs only for a record a handler keeps;
+no record is made at all when only a ``NullHandler`` would receive it (``_handled``).
 """
 
 from __future__ import annotations
@@ -139,16 +140,40 @@ def log_statement(state: ReportState, dialect: str) -> None:
     if level is None:
         return
     logger = _logger()
-    if logger.isEnabledFor(level):
+    if logger.isEnabledFor(level) and _handled(logger, level):
         report = built(state)
         fields = structured_fields(report, dialect)
         logger.log(level, _message(report, fields), extra={"guarded_sqlite": fields})
-    if not logger.isEnabledFor(_DEBUG):
+    if not (logger.isEnabledFor(_DEBUG) and _handled(logger, _DEBUG)):
         return
     if state.action != "none":
         logger.debug("guarded_sqlite %s, full SQL: %s -> %s", state.action, state.sql, state.final_sql)
     else:
         logger.debug("guarded_sqlite %s, full SQL: %s", state.trigger, state.sql)
+
+
+def _handled(logger: logging.Logger, level: int) -> bool:
+    """Whether a record at ``level`` would reach a handler other than a ``NullHandler`` (or, with no
+    handler at all, ``logging.lastResort``), as ``Logger.callHandlers`` walks the loggers. A record that only
+    a ``NullHandler`` would take is not made: the message and its fields cost more than the probe (a
+    flagged statement repeated by a dashboard pays it on every execution). A logger filter may act on
+    any record, so with one the record is always made."""
+    import logging
+
+    if logger.filters:
+        return True
+    found = False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if level >= handler.level and type(handler) is not logging.NullHandler:
+                return True
+        if not current.propagate:
+            break
+        current = current.parent
+    last = logging.lastResort
+    return not found and last is not None and level >= last.level
 
 
 def structured_fields(report: GuardReport, dialect: str) -> dict[str, Any]:

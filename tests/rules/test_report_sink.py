@@ -311,6 +311,62 @@ def test_nothing_is_built_for_a_level_no_handler_takes(
     assert [r for r in caplog.records if r.name == "guarded_sqlite"] == []
 
 
+def test_no_record_is_made_when_only_null_handlers_would_take_it() -> None:
+    """Without a handler of the application's (the library's NullHandler alone), a WARNING-level finding
+    builds no record; a handler on the root, or a filter on the logger, gets it as before."""
+    from guarded_sqlite import sinks
+
+    made: list[logging.LogRecord] = []
+    factory = logging.getLogRecordFactory()
+
+    def counting(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        if record.name == "guarded_sqlite":
+            made.append(record)
+        return record
+
+    logging.setLogRecordFactory(counting)
+    root = logging.getLogger()
+    saved_handlers = root.handlers[:]
+    sql = "SELECT c.name, SUM(c.id) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.name"
+    try:
+        root.handlers = []  # pytest's own capture handlers would take the record
+        con = _filled(_connect, "patch")
+        assert con.execute(sql).guard_report.trigger == "aggregate_fanout"
+        assert made == []
+        assert sinks._handled(logging.getLogger("guarded_sqlite"), logging.WARNING) is False
+        kept: list[logging.LogRecord] = []
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                kept.append(record)
+
+        handler = Keep(level=logging.ERROR)  # above the record's level: still nothing to make
+        root.addHandler(handler)
+        con.execute(sql).fetchall()
+        assert made == [] and kept == []
+        handler.setLevel(logging.WARNING)
+        con.execute(sql).fetchall()
+        assert [r.levelno for r in made] == [logging.WARNING] and kept == made
+        root.removeHandler(handler)
+        logger = logging.getLogger("guarded_sqlite")
+        seen: list[logging.LogRecord] = []
+
+        def note(record: logging.LogRecord) -> bool:
+            seen.append(record)
+            return True
+
+        logger.addFilter(note)
+        try:
+            con.execute(sql).fetchall()
+        finally:
+            logger.removeFilter(note)
+        assert [r.levelno for r in seen] == [logging.WARNING]
+    finally:
+        root.handlers = saved_handlers
+        logging.setLogRecordFactory(factory)
+
+
 def test_an_aggregate_fan_out_served_unchanged_is_a_warning_and_corrected_is_info(
     opener: Opener, records: pytest.LogCaptureFixture
 ) -> None:

@@ -43,10 +43,11 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, c
 
 from sqlglot import exp
 
-from .._engines import SQLITE
+from .._engines import NO_PARAMETERS, SQLITE
 from ..errors import describe_error
 from .aggregates import AggregatePlan, plan_aggregates
 from .paging import plan_bound
+from .pregroup import scans_whole
 from .provenance import Provenance, analyse_tree, parse_statement, table_names
 from .schema import (
     CatalogUnreadable,
@@ -75,7 +76,7 @@ from .sqltree import rerun_hazard
 if TYPE_CHECKING:
     from .._engines import Engine
 
-__all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "explain", "plan", "schema_view"]
+__all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "cheaper_check", "explain", "plan", "schema_view"]
 
 
 class _Provenance(Protocol):
@@ -145,6 +146,35 @@ def plan(guard: Guarded, sql: str) -> AggregatePlan:
 _SAFE = AggregatePlan(note="no value aggregate at risk (kept while the schema version is unchanged)")
 
 
+def cheaper_check(guard: Guarded, sql: str, parameters: Any, found: AggregatePlan) -> AggregatePlan:
+    """``found`` with its pre-grouped corrected and check queries (``pregroup``) where the statement's
+    query plan reads the pre-grouped table by a full scan, else ``found`` itself. SQLite only; asked
+    once per plan (``EXPLAIN QUERY PLAN`` prepares the statement, it runs nothing), and never for a
+    paging query, whose check is bounded to the groups it served."""
+    view = schema_view(guard)
+    if found.pregrouped is None or found.bounded_sql is not None or not isinstance(view, SqliteSchemaView):
+        return found
+    kept = view.cheaper.get(sql)
+    if kept is not None and kept[0] is found:
+        return kept[1]
+    leaf, corrected, check = found.pregrouped
+    chosen = found
+    try:
+        cur = view.cursor
+        if cur is None:
+            cur = view.cursor = plain_cursor(view.raw)
+        explained = f"EXPLAIN QUERY PLAN {sql}"
+        rows = cur.execute(explained) if parameters is NO_PARAMETERS else cur.execute(explained, parameters)
+        if scans_whole(rows.fetchall(), leaf):
+            chosen = dataclasses.replace(found, corrected_sql=corrected, check_sql=check)
+    except (sqlite3.Error, TypeError, ValueError):  # the grouped check stays: it needs no plan
+        pass
+    if len(view.cheaper) >= VERDICTS and sql not in view.cheaper:
+        del view.cheaper[next(iter(view.cheaper))]
+    view.cheaper[sql] = (found, chosen)
+    return chosen
+
+
 def schema_view(guard: Guarded) -> SqliteSchemaView | SnapshotSchemaView:
     """The connection's schema view, made on first use (a rule's first question)."""
     view = guard.catalog
@@ -196,7 +226,7 @@ rows and its ``PRAGMA index_list``."""
 class SqliteSchemaView:
     """One SQLite connection's verdicts and table facts, reused only on identical declarations."""
 
-    __slots__ = ("cursor", "places", "raw", "safe_aggregates", "tables", "verdicts")
+    __slots__ = ("cheaper", "cursor", "places", "raw", "safe_aggregates", "tables", "verdicts")
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -207,6 +237,8 @@ class SqliteSchemaView:
         self.tables: dict[tuple[Any, ...], TableFacts] = {}
         # SQL text -> PRAGMA schema_version when its aggregate plan put nothing at risk (see ``plan``)
         self.safe_aggregates: dict[str, int] = {}
+        # SQL text -> (its plan, the plan whose check runs: pre-grouped or not; see ``cheaper_check``)
+        self.cheaper: dict[str, tuple[AggregatePlan, AggregatePlan]] = {}
         # (question, SQL text) -> (check statements, their rows when the answer was reached, answer)
         self.verdicts: dict[tuple[str, str], tuple[tuple[Statement, ...], tuple[list[Any], ...], Any]] = {}
 

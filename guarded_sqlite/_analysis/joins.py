@@ -59,6 +59,7 @@ class Instance:
     original: dict[str, str] = field(default_factory=dict)  # folded column -> declared spelling
     partial_keys: tuple[PartialKey, ...] = ()  # unique partial indexes; a key once the query implies one
     foreign: bool = False  # PostgreSQL: a foreign table (no row id of its own)
+    integer_columns: frozenset[str] = frozenset()  # SQLite: INTEGER affinity, BINARY (TableFacts)
 
 
 Col = tuple[int, str]
@@ -180,6 +181,7 @@ class JoinGraph:
             label, fold(display), fold(facts.name), display, kind, columns or None, facts.keys, facts.not_null,
             opaque_reason=opaque, original={fold(c): c for c in facts.columns},
             partial_keys=() if opaque else facts.partial_keys, foreign=facts.foreign,
+            integer_columns=facts.integer_columns,
         )  # fmt: skip
 
     def _derived(self, body: exp.Expression, label: str, display: str, name: str, what: str) -> Instance:

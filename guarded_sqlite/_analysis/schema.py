@@ -131,6 +131,12 @@ class TableFacts:
     foreign: bool = False
     """PostgreSQL: a foreign table, whose ``ctid`` (if any) is its wrapper's, no row identity."""
 
+    integer_columns: frozenset[str] = frozenset()
+    """SQLite: folded names of the columns with INTEGER affinity (a declared type containing ``INT``,
+    and the rowid) that compare under BINARY, i.e. none when the declaration says ``COLLATE`` anywhere.
+    Two such columns compare as the values they hold, with no conversion and no collation, just as
+    grouping one of them compares them (``aggregate_sql.pregrouped``)."""
+
     @property
     def column_names(self) -> frozenset[str]:
         """The folded column names."""
@@ -421,9 +427,15 @@ def sqlite_table_facts(cur: sqlite3.Cursor, schema: str, name: str, kind: str, s
         if predicate:  # a predicate that cannot be read is no key at all
             partial_keys.append(PartialKey(frozenset(names), predicate))
     foreign = _sqlite_foreign_keys(cur, schema, name)
+    integer_columns: frozenset[str] = frozenset()
+    if "collate" not in sql.lower():
+        integer = {fold(_text(row[1])) for row in info if "INT" in _text(row[2] or "").upper()}
+        if rowid_table:
+            integer.update(alias for alias in _ROWID_NAMES if alias not in folded)
+        integer_columns = frozenset(integer)
     return TableFacts(
         name, schema, columns, unique_keys(keys), frozenset(not_null), foreign,
-        rowid=rowid_table, partial_keys=tuple(partial_keys),
+        rowid=rowid_table, partial_keys=tuple(partial_keys), integer_columns=integer_columns,
     )  # fmt: skip
 
 

@@ -42,12 +42,12 @@ def check_aggregates(
     """The aggregate fan-out rule for a healthy result the pre-screen passed (``_rules.fanout``); on SQLite
     a confirmation is reused while nothing it read can have changed (``_rules.confirmations``)."""
     if not _AGGREGATE_RULE:  # imported on first use: it loads sqlglot
-        from .._analysis.catalog import plan
+        from .._analysis.catalog import cheaper_check, plan
         from .._rules import confirmations
         from .._rules.fanout import confirm
 
-        _AGGREGATE_RULE.extend((plan, confirm, confirmations))
-    plan, confirm, kept = _AGGREGATE_RULE
+        _AGGREGATE_RULE.extend((plan, confirm, confirmations, cheaper_check))
+    plan, confirm, kept, cheaper_check = _AGGREGATE_RULE
     if call_time_passed():
         from .._rules.fanout import FanoutOutcome
 
@@ -79,6 +79,8 @@ def check_aggregates(
         found = plan(guard, sql)
         if not found.risks:
             return None
+        if found.pregrouped is not None:
+            found = cheaper_check(guard, sql, parameters, found)
         try:
             # A paging query checks the groups it served (guarded_sqlite._analysis.paging).
             check_sql = kept.bounded_check(found, rows, guard.dialect)
@@ -186,4 +188,5 @@ def _plain_cursor(guard: ConnectionState) -> Any:
 
 
 _AGGREGATE_RULE: list[Any] = []
-"""``catalog.plan``, ``fanout.confirm`` and ``guarded_sqlite._rules.confirmations``, once the rule first runs."""
+"""``catalog.plan``, ``fanout.confirm``, ``guarded_sqlite._rules.confirmations`` and ``catalog.cheaper_check``,
+once the rule first runs."""

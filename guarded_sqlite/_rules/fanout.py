@@ -120,13 +120,16 @@ def realised(plan: AggregatePlan, checked: Sequence[Sequence[Any]]) -> dict[int,
     float rounding (c11); an AVG over a uniform repetition, or repeated rows whose argument is NULL,
     change nothing and are not taken."""
     found: dict[int, tuple[Any, Any]] = {}
-    for row in checked:
-        for j, risk in enumerate(plan.risks):
-            if j in found:
-                continue
-            written, corrected, count, distinct, magnitude = row[plan.width + 5 * j : plan.width + 5 * j + 5]
-            if count != distinct and differs(risk.function, written, corrected, count, magnitude):
-                found[j] = (written, corrected)
+    for j, risk in enumerate(plan.risks):
+        at = plan.width + 5 * j
+        function = risk.function
+        for row in checked:
+            # The counts first: most rows of a realised risk, and every row of an unrealised one,
+            # are told apart by them alone.
+            count = row[at + 2]
+            if count != row[at + 3] and differs(function, row[at], row[at + 1], count, row[at + 4]):
+                found[j] = (row[at], row[at + 1])
+                break
     return found
 
 
@@ -148,6 +151,7 @@ def _other_rows(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequ
 
 
 _EPSILON = 2.0**-52
+_NUMBERS = frozenset({int, float, Decimal})
 
 
 def differs(function: str, written: Any, corrected: Any, count: Any, magnitude: Any) -> bool:
@@ -186,18 +190,19 @@ def _finding(
     risk: AggregateRisk, change: tuple[Any, Any], checked: list[Any], at: int, corrected_sql: str
 ) -> AggregateFinding:
     written_value, corrected_value = change
-    numeric = [
-        (row[at], row[at + 1])
-        for row in checked
-        if isinstance(row[at], (int, float, Decimal))
-        and isinstance(row[at + 1], (int, float, Decimal))
-        and not isinstance(row[at], bool)
-    ]
     factor: float | None = None
+    written_total = corrected_total = 0.0
+    numeric = False
     try:
-        total = sum(float(c) for _, c in numeric)
-        if numeric and total:
-            factor = sum(float(w) for w, _ in numeric) / total
+        for row in checked:
+            written, corrected = row[at], row[at + 1]
+            # Exact types (a bool is not a number here): the check's rows are the driver's plain values.
+            if type(written) in _NUMBERS and type(corrected) in _NUMBERS:
+                numeric = True
+                written_total += float(written)
+                corrected_total += float(corrected)
+        if numeric and corrected_total:
+            factor = written_total / corrected_total
     except (OverflowError, ValueError):
         factor = None
     return AggregateFinding(

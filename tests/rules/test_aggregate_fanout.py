@@ -57,6 +57,7 @@ class Tbl:
     parent: str | None  # the table ``fk`` refers to
     rows: tuple[tuple[Any, ...], ...]  # (id, fk, g, x, y, lk)
     declare_fk: bool = False
+    typed_fk: bool = False  # fk INTEGER: a join the check may pre-group (guarded_sqlite._analysis.pregroup)
 
     @property
     def alias(self) -> str:
@@ -69,7 +70,9 @@ class Tbl:
             "unique": "id INTEGER UNIQUE",
             "without_rowid": "id INTEGER NOT NULL PRIMARY KEY",
         }[self.key]
-        fk = f"fk REFERENCES {self.parent}(id)" if self.declare_fk and self.parent else "fk"
+        fk = "fk INTEGER" if self.typed_fk else "fk"
+        if self.declare_fk and self.parent:
+            fk += f" REFERENCES {self.parent}(id)"
         tail = " WITHOUT ROWID" if self.key == "without_rowid" else ""
         return f"CREATE TABLE {self.name} ({key}, {fk}, g TEXT, x, y REAL, lk INTEGER){tail}"
 
@@ -139,7 +142,7 @@ def databases(draw: Any) -> Db:
         if draw(st.integers(0, 4)) == 0:  # an orphan: its fk is NULL or matches nothing
             counter += 1
             rows.append((_key_value(kind, counter, draw), draw(st.sampled_from([None, 999])), "a", 1, 0.5, None))
-        tables.append(Tbl(f"kid{number}", kind, parent.name, tuple(rows), draw(st.booleans())))
+        tables.append(Tbl(f"kid{number}", kind, parent.name, tuple(rows), draw(st.booleans()), draw(st.booleans())))
     if with_lookup:
         look_rows = tuple((i, None, draw(GROUP_VALUES), draw(NUMBERS), draw(FLOATS), None) for i in look_ids)
         tables.append(Tbl("look", draw(st.sampled_from(["int_pk", "without_rowid"])), None, look_rows))
@@ -618,6 +621,23 @@ def test_grouped_check_computes_what_the_row_numbering_computes(case: tuple[Db, 
         assert len(left) == len(right)
         for a, b in zip(left, right, strict=True):
             assert all(_close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
+        # The pre-grouped form (one table repeating the rows, counted per join key before the join):
+        # the same rows again, the corrected query's too.
+        found = plan_of(raw, q.sql)
+        event("pre-grouped form" if found.pregrouped else "not pre-grouped")
+        if found.pregrouped is None:
+            return
+        _, corrected_sql, check_sql = found.pregrouped
+        note(f"pre-grouped: {check_sql}")
+        for pregrouped_sql, expected in ((check_sql, numbered[1]), (corrected_sql, None)):
+            if expected is None:
+                assert found.corrected_sql is not None
+                expected = raw.execute(found.corrected_sql, q.params).fetchall()
+            rows = sorted(map(comparable, raw.execute(pregrouped_sql, q.params).fetchall()), key=repr)
+            wanted = sorted(map(comparable, expected), key=repr)
+            assert len(rows) == len(wanted)
+            for a, b in zip(wanted, rows, strict=True):
+                assert all(_close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
     finally:
         raw.close()
 

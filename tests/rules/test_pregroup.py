@@ -1,0 +1,190 @@
+"""The pre-grouped aggregate check (``guarded_sqlite._analysis.pregroup``): where it applies, that it
+computes the grouped check's rows, that the guard runs it only where the statement scans the
+pre-grouped table whole, and the generated oracle on shapes it applies to."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+import sqlglot
+from hypothesis import event, given, note, settings
+from hypothesis import strategies as st
+
+import guarded_sqlite
+from guarded_sqlite._analysis.aggregates import plan_aggregates
+from guarded_sqlite._analysis.schema import read_sqlite_schema
+from tests.rules.test_aggregate_fanout import (
+    FLOATS,
+    GROUP_VALUES,
+    NUMBERS,
+    SHOP,
+    AggQuery,
+    Db,
+    Tbl,
+    _close,
+    _filter,
+    _group,
+    _value_agg,
+    check_risky,
+    open_raw,
+)
+
+FANOUT = (
+    "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+    "JOIN items i ON i.order_id = o.id GROUP BY c.id"
+)
+
+
+@pytest.fixture
+def shop() -> Any:
+    con = sqlite3.connect(":memory:")
+    con.executescript(SHOP)
+    yield con
+    con.close()
+
+
+def _plan(con: sqlite3.Connection, sql: str) -> Any:
+    return plan_aggregates(sqlglot.parse_one(sql, read="sqlite"), read_sqlite_schema(con))
+
+
+def test_the_one_table_repeating_the_argument_is_counted_before_the_join(shop: sqlite3.Connection) -> None:
+    found = _plan(shop, FANOUT)
+    assert found.pregrouped is not None
+    leaf, corrected, check = found.pregrouped
+    assert leaf == "i"
+    assert 'JOIN (SELECT "order_id" AS "order_id", COUNT(*) AS "__gs_n" FROM items GROUP BY "order_id") AS "i"' in check
+    assert "MIN(" not in check and "MIN(" not in corrected  # the argument as it is: one row per order
+    for mine, theirs in ((check, found.check_sql), (corrected, found.corrected_sql)):
+        assert sorted(shop.execute(mine).fetchall()) == sorted(shop.execute(theirs).fetchall())
+
+
+@pytest.mark.parametrize(
+    ("sql", "why"),
+    [
+        pytest.param(FANOUT.replace("JOIN items i", "LEFT JOIN items i"), "a LEFT JOIN", id="left-join"),
+        pytest.param(FANOUT.replace("SUM(o.total)", "SUM(o.total), MAX(i.qty)"), "read elsewhere", id="leaf-read"),
+        pytest.param(FANOUT + " HAVING COUNT(i.id) > 0", "read elsewhere", id="leaf-in-having"),
+        pytest.param(FANOUT.replace("GROUP BY", "WHERE i.qty > 1 GROUP BY"), "read elsewhere", id="leaf-in-where"),
+        pytest.param(FANOUT.replace("i.order_id = o.id", "i.order_id = o.id AND i.qty > 0"), "not =", id="on-filter"),
+        pytest.param(FANOUT.replace("i.order_id = o.id", "i.order_id = o.total"), "REAL", id="real-column"),
+        pytest.param(
+            FANOUT.replace("GROUP BY", "JOIN payments p ON p.order_id = o.id GROUP BY"), "two tables repeat", id="two"
+        ),
+        pytest.param(
+            FANOUT.replace("GROUP BY", "WHERE o.id IN (SELECT order_id FROM payments) GROUP BY"),
+            "a subquery",
+            id="subquery",
+        ),
+        pytest.param(FANOUT.replace("SUM(o.total)", "SUM(o.total), COUNT(o.id)"), "a COUNT part", id="count-part"),
+        pytest.param(
+            "SELECT c.name, SUM(c.id) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.name",
+            "",
+            id="applies-one-level",
+        ),
+    ],
+)
+def test_where_the_pre_grouped_form_does_not_apply(shop: sqlite3.Connection, sql: str, why: str) -> None:
+    """Each no-op keeps the grouped check only (``pregrouped`` None); the last case applies."""
+    found = _plan(shop, sql)
+    assert found.risks, found.note
+    if not why:
+        assert found.pregrouped is not None
+    else:
+        assert found.pregrouped is None, why
+
+
+def test_a_collate_in_the_declaration_or_a_text_key_keeps_the_grouped_check() -> None:
+    for orders in (
+        "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, total REAL, note TEXT COLLATE NOCASE)",
+        "CREATE TABLE orders (id TEXT PRIMARY KEY, customer_id INTEGER, total REAL)",
+    ):
+        con = sqlite3.connect(":memory:")
+        con.executescript(
+            "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);"
+            f"{orders};"
+            "CREATE TABLE items (id INTEGER PRIMARY KEY, order_id INTEGER, qty INTEGER);"
+        )
+        found = _plan(con, FANOUT)
+        assert found.risks and found.pregrouped is None, orders
+
+
+def _checks_run(con: Any, sql: str, parameters: tuple[Any, ...] = ()) -> list[str]:
+    seen: list[str] = []
+    con.set_trace_callback(seen.append)
+    try:
+        report = con.execute(sql, parameters).guard_report
+    finally:
+        con.set_trace_callback(None)
+    assert report.trigger == "aggregate_fanout", report
+    return [text for text in seen if "__gs_x0" in text]
+
+
+def test_the_guard_pre_groups_only_where_the_statement_scans_the_table_whole() -> None:
+    con = guarded_sqlite.connect(":memory:")
+    con.executescript(SHOP)
+    (check,) = _checks_run(con, FANOUT)
+    assert "__gs_n" in check  # the statement scans items: grouping it reads what the statement reads
+    # With an index the statement looks items up per order; grouping all of them would read more.
+    con.execute("CREATE INDEX items_order ON items (order_id)")
+    selective = FANOUT.replace("GROUP BY", "WHERE c.id = ? GROUP BY")
+    (check,) = _checks_run(con, selective, (1,))
+    assert "__gs_n" not in check and "MIN(" in check
+    con.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Generated: customers, orders, items joined by INTEGER columns, with odd join values
+# --------------------------------------------------------------------------------------------------
+
+ODD_KEYS = st.sampled_from([None, 999, "abc", "2", 2.5, 1.0, -0.0, b"\x01"])
+
+
+@st.composite
+def pregroup_cases(draw: Any) -> tuple[Db, AggQuery]:
+    root_ids = draw(st.lists(st.integers(1, 5), min_size=1, max_size=4, unique=True))
+    root = Tbl("root", "int_pk", None, tuple((i, None, draw(GROUP_VALUES), draw(NUMBERS), draw(FLOATS), None)
+                                            for i in root_ids))  # fmt: skip
+    tables = [root]
+    counter = 100
+    for number, parent in ((1, root), (2, None)):
+        parent = parent or tables[-1]
+        rows: list[tuple[Any, ...]] = []
+        for parent_id in [*parent.ids(), *draw(st.lists(ODD_KEYS, max_size=2))]:
+            for _ in range(draw(st.integers(0, 3))):
+                counter += 1
+                rows.append((counter, parent_id, draw(GROUP_VALUES), draw(NUMBERS), draw(FLOATS), None))
+        tables.append(Tbl(f"kid{number}", "int_pk", parent.name, tuple(rows), draw(st.booleans()), True))
+    db = Db(tuple(tables))
+    from_sql = "FROM root AS r JOIN kid1 AS c1 ON c1.fk = r.id JOIN kid2 AS c2 ON c2.fk = c1.id"
+    q = AggQuery(from_sql, [], [], None, None, [], [], tables={t.name: t for t in tables})
+    _group(draw, q, db)
+    if draw(st.integers(0, 3)) == 0:
+        _filter(draw, q, db)
+    q.aggs = [_value_agg(draw, db, {"root", "kid1"}) for _ in range(draw(st.integers(1, 2)))]
+    return db, q
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=pregroup_cases())
+def test_generated_pre_grouped_checks_compute_the_grouped_checks_rows(case: tuple[Db, AggQuery]) -> None:
+    """Odd join values (NULL, no match, text, a real, -0.0, a blob in an INTEGER column) count as the
+    join counts them; and the guard, which runs the pre-grouped check here, passes the oracle."""
+    db, q = case
+    raw = open_raw(db)
+    try:
+        found = plan_aggregates(sqlglot.parse_one(q.sql, read="sqlite"), read_sqlite_schema(raw))
+        event("pre-grouped" if found.pregrouped else "not pre-grouped")
+        if found.pregrouped is not None:
+            _, corrected_sql, check_sql = found.pregrouped
+            note(f"pre-grouped: {check_sql}")
+            for mine, theirs in ((check_sql, found.check_sql), (corrected_sql, found.corrected_sql)):
+                rows = sorted(raw.execute(mine, q.params).fetchall(), key=repr)
+                wanted = sorted(raw.execute(theirs, q.params).fetchall(), key=repr)
+                assert len(rows) == len(wanted)
+                for a, b in zip(wanted, rows, strict=True):
+                    assert all(_close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
+    finally:
+        raw.close()
+    check_risky(db, q)

@@ -1,7 +1,7 @@
 """What one agent tool call may take and what it gives back: the default limits, the memory a call may
 cost (``call_memory_bound``), ``QueryResult`` and ``QueryRefused``, and how a PostgreSQL target is told
 from a file. Shared by the in-process database (``_database``), its worker process (``isolation``) and
-the tools over them."""
+the tools over them (``framework_missing``: the error a framework's tools raise when it is not installed)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ __all__ = [
     "QueryRefused",
     "QueryResult",
     "call_memory_bound",
+    "framework_missing",
     "guard_byte_cap",
     "is_postgres_dsn",
     "redact_dsn",
@@ -119,6 +120,17 @@ def redact_dsn(dsn: str) -> str:
     """
     dsn = re.sub(r"(://[^:/@?#]*):[^@/?#]*@", r"\1:***@", dsn)
     return re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", dsn)
+
+
+def framework_missing(tools_module: str, distribution: str, extra: str) -> ImportError:
+    """What ``langchain_tools`` and ``llama_index_tools`` raise when their framework cannot be imported:
+    which distribution ``tools_module`` (the importing module's ``__name__``) needs, and the extra that
+    installs it. Here, not with the tools' texts, because this module imports no framework or pydantic.
+
+    >>> framework_missing("guarded_sqlite.agent.x_tools", "x-core", "x")
+    ImportError("guarded_sqlite.agent.x_tools needs x-core: pip install 'guarded-sqlite[x]'")
+    """
+    return ImportError(f"{tools_module} needs {distribution}: pip install 'guarded-sqlite[{extra}]'")
 
 
 class QueryRefused(Exception):

@@ -30,7 +30,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ._calls import AGENT_GUARD, QueryRefused, QueryResult
+from ._calls import QueryRefused, QueryResult
 from ._database import GuardedDatabase
 from .schema_info import SchemaInfo
 
@@ -140,15 +140,9 @@ class IsolatedDatabase(GuardedDatabase):
     ``GuardedDatabase.open(..., isolated=True)``, the default; ``query``, ``schema`` and ``close`` behave
     as ``GuardedDatabase``'s. ``connection`` is None: the connection is the child's."""
 
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        guard: Any = AGENT_GUARD,
-        read_only: bool = False,
-        allow_writes: bool = False,
-        **limits: Any,
-    ) -> None:
+    # No defaults: ``open`` passes every option, and its defaults are the only ones (the child gets
+    # these as they are, to pass them to ``open`` again).
+    def __init__(self, path: str | Path, *, guard: Any, read_only: bool, allow_writes: bool, **limits: Any) -> None:
         self._options: dict[str, Any] = {
             "path": str(path),
             "guard": guard,

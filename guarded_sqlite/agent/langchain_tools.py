@@ -26,18 +26,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._calls import QueryRefused, framework_missing
+
 try:
     from langchain_core.callbacks import CallbackManagerForToolRun
     from langchain_core.tools import ArgsSchema, BaseTool, ToolException
     from langchain_core.tools.base import ToolExceptionHandlerOutput
 except ImportError as missing:  # pragma: no cover - exercised by a test that hides langchain_core
-    raise ImportError(
-        "guarded_sqlite.agent.langchain_tools needs langchain-core: pip install 'guarded-sqlite[langchain]'"
-    ) from missing
+    raise framework_missing(__name__, "langchain-core", "langchain") from missing
 
 from pydantic import ConfigDict, Field
 
-from ._calls import QueryRefused
 from ._database import GuardedDatabase
 from ._tool_text import (
     QUERY_TOOL_NAME,

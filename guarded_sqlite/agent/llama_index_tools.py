@@ -26,14 +26,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._calls import QueryRefused, QueryResult, framework_missing
+
 try:
     from llama_index.core.tools import FunctionTool
 except ImportError as missing:  # pragma: no cover - exercised by a test that hides llama_index
-    raise ImportError(
-        "guarded_sqlite.agent.llama_index_tools needs llama-index-core: pip install 'guarded-sqlite[llama-index]'"
-    ) from missing
+    raise framework_missing(__name__, "llama-index-core", "llama-index") from missing
 
-from ._calls import QueryRefused, QueryResult
 from ._database import GuardedDatabase
 from ._tool_text import (
     QUERY_TOOL_NAME,

@@ -26,7 +26,7 @@ import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .._engines import ENGINE_NAMES
@@ -145,6 +145,13 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_guard_presets(
+    command: argparse.ArgumentParser, presets: Callable[[str], list[str]], default: str, help: str
+) -> None:
+    # eval's and sweep's --guard: one run per preset named, so the value is a list even with one name.
+    command.add_argument("--guard", type=presets, default=[default], metavar="NAME[,NAME...]", help=help)
+
+
 def _parser() -> argparse.ArgumentParser:
     from ..evaluation.options import ORDERS, RESCUERS, SWEEP_GUARDS
     from .mcp import add_mcp_parser
@@ -174,12 +181,11 @@ def _parser() -> argparse.ArgumentParser:
         "before and after the guard, with flags, patch fixes/breaks, detector precision and MBS recall.",
     )
     _add_inputs(evaluate)
-    evaluate.add_argument(
-        "--guard",
-        type=_preset_list,
-        default=["patch"],
-        metavar="NAME[,NAME...]",
-        help="guard preset: patch (default: the library's, which the system under test would run), "
+    _add_guard_presets(
+        evaluate,
+        _preset_list,
+        "patch",
+        "guard preset: patch (default: the library's, which the system under test would run), "
         "text_to_sql, paper or observe (probe only); several, comma-separated (e.g. patch,text_to_sql,paper), "
         "print one table with a row per preset",
     )
@@ -220,12 +226,11 @@ def _parser() -> argparse.ArgumentParser:
         "grid, for P1 (tau_inject) and P2 (tau_remove), and cross-validate the choice by database.",
     )
     _add_inputs(sweep)
-    sweep.add_argument(
-        "--guard",
-        type=_sweep_preset_list,
-        default=["paper"],
-        metavar="NAME[,NAME...]",
-        help=f"base preset of the grids, among {', '.join(SWEEP_GUARDS)}: paper (default: the thresholds "
+    _add_guard_presets(
+        sweep,
+        _sweep_preset_list,
+        "paper",
+        f"base preset of the grids, among {', '.join(SWEEP_GUARDS)}: paper (default: the thresholds "
         "swept are the paper's, P1's and P2's), patch or text_to_sql (adds the tau_amplified grid and its CV); "
         "several, comma-separated, run one sweep per preset",
     )

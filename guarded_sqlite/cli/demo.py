@@ -13,37 +13,40 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .._api import connect
+from ..evaluation.sample import database_script
 
-CUSTOMERS = [
-    (1, "Ana Lima", "Lisbon", 120),
-    (2, "Ben Okafor", "Lagos", 80),
-    (3, "Chen Wei", "Shanghai", 200),
-    (4, "Dana Novak", "Prague", 50),
-    (5, "Eli Cohen", "Haifa", 310),
-    (6, "Femi Adeyemi", "Lagos", 95),
-]
-PRODUCTS = [
-    (1, "SQL Antipatterns", "books", 35.0),
-    (2, "Designing Data-Intensive Applications", "books", 45.0),
-    (3, "The Art of SQL", "books", 40.0),
-    (4, "Mechanical keyboard", "hardware", 120.0),
-    (5, "USB-C hub", "hardware", 30.0),
-]
 
-SCHEMA = """
-CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, points INTEGER NOT NULL);
-CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, price REAL NOT NULL);
-CREATE TABLE orders (
-    id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), ordered_on TEXT NOT NULL
-);
-CREATE TABLE order_items (
+def _from_the_sample() -> tuple[str, list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    # The demo's shop is the evaluation sample's (evaluation/sample_data/shop.sql), written once there:
+    # its tables but order_items, its first six customers and five products. Order lines get no key
+    # here, so that no key proves the demo's join repeats nothing.
+    sample = sqlite3.connect(":memory:")
+    try:
+        sample.executescript(database_script("shop"))
+        tables = sample.execute(
+            "SELECT sql FROM sqlite_master WHERE name IN ('customers', 'products', 'orders') ORDER BY rowid"
+        ).fetchall()
+        customers = sample.execute("SELECT * FROM customers WHERE id <= 6 ORDER BY id").fetchall()
+        products = sample.execute("SELECT * FROM products WHERE id <= 5 ORDER BY id").fetchall()
+    finally:
+        sample.close()
+    schema = "".join(f"{sql};\n" for (sql,) in tables) + _ORDER_ITEMS
+    return schema, customers, products
+
+
+_ORDER_ITEMS = """CREATE TABLE order_items (
     order_id INTEGER NOT NULL REFERENCES orders(id),
     product_id INTEGER NOT NULL REFERENCES products(id),
     quantity INTEGER NOT NULL
 );
 """
+
+SCHEMA, CUSTOMERS, PRODUCTS = _from_the_sample()
+"""The demo database's tables, and its customers and products as rows (id, name, city, points) and
+(id, name, category, price)."""
 
 QUESTION = "What is the total loyalty balance of the customers who bought books?"
 # What a text-to-SQL model typically writes: correct as a set, wrong as a multiset.

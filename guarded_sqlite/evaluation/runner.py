@@ -45,17 +45,20 @@ def run(
     db_root: PathLike,
     gold: Any,
     pred: Any,
-    guard: GuardSpec = "patch",
-    timeout: float | None = 5.0,
-    workers: int | None = None,
-    exclude_db: Iterable[str] = (),
-    progress: bool | None = None,
+    guard: GuardSpec,
+    timeout: float | None,
+    workers: int | None,
+    exclude_db: Iterable[str],
+    progress: bool | None,
     grid: SweepGrid | None = None,
     engine: EngineSpec = SQLITE_ENGINE,
     candidates: Any = None,
     rescue: RescueOptions = NO_RESCUE_OPTIONS,
 ) -> tuple[EvalReport, list[TaskResult]]:
     """Load, check, copy if needed, execute and summarise: the shared engine of ``evaluate`` and ``sweep``.
+
+    The inputs up to ``progress`` have no defaults here: ``evaluate`` and ``sweep`` pass them all, and
+    their defaults are the public functions' own (``sweep``'s guard differs from ``evaluate``'s).
 
     ``candidates`` (a JSON file, or a list/mapping of index -> list of SQL) turns on candidate rescue,
     with ``rescue`` choosing rescuer and order.

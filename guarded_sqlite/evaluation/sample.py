@@ -59,6 +59,11 @@ def _data(name: str) -> str:
     return resources.files(__package__).joinpath("sample_data").joinpath(name).read_text(encoding="utf-8")
 
 
+def database_script(db_id: str) -> str:
+    """The SQL script that builds the sample's database ``db_id`` (one of ``DB_IDS``)."""
+    return _data(f"{db_id}.sql")
+
+
 def kinds() -> list[str]:
     """Each gold question's ``kind`` (``right``, ``fan_out``, ...), in order."""
     return [str(entry["kind"]) for entry in json.loads(_data(GOLD_FILE))]
@@ -75,7 +80,7 @@ def materialise(folder: Path) -> SampleInputs:
         target.unlink(missing_ok=True)
         con = sqlite3.connect(target)
         try:
-            con.executescript(_data(f"{db_id}.sql"))
+            con.executescript(database_script(db_id))
         finally:
             con.close()
     gold, pred = folder / GOLD_FILE, folder / PRED_FILE

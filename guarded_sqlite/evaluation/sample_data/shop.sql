@@ -1,4 +1,5 @@
--- The evaluation sample's shop: the demo's schema (guarded_sqlite.demo) with more varied orders.
+-- The evaluation sample's shop: the demo's schema (guarded_sqlite.cli.demo) with more varied orders.
+-- The demo builds its database from this file: these tables but order_items, customers 1-6 and products 1-5.
 -- Customers 4 and 8 never order; every order holds two to four products.
 CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, points INTEGER NOT NULL);
 CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, price REAL NOT NULL);

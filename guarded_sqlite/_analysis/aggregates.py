@@ -271,7 +271,8 @@ class _Planner(Analysis):
             for node, _, _ in risks
         )
         (only,) = repeating_tables if len(repeating_tables) == 1 else ((),)
-        leaf = leaf_join(select, self.instances, only[0], self._resolve) if len(only) == 1 and not unseen else None
+        pregroupable = self.dialect == "sqlite" and len(only) == 1 and not unseen
+        leaf = leaf_join(select, self.instances, only[0], self._resolve) if pregroupable else None
         corrected, check, unnamed, pregrouped = self._rewrite(select, groups, risks, leaf)
         return AggregatePlan(
             found,

@@ -165,9 +165,12 @@ def pregrouped(middle: exp.Select, leaf: Leaf) -> exp.Select | None:
 
 
 def scans_whole(plan_rows: Iterable[Sequence[Any]], alias: str) -> bool:
-    """Whether an ``EXPLAIN QUERY PLAN``'s rows read the table the statement calls ``alias`` by a full
-    scan (``SCAN i``, ``SCAN i USING INDEX ...``), not by lookups (``SEARCH i ...``)."""
-    wanted = f"SCAN {alias}"
+    """Whether an ``EXPLAIN QUERY PLAN``'s rows read the table the statement calls ``alias`` whole: a
+    full scan (``SCAN i``, ``SCAN i USING INDEX ...``) or an automatic index, which SQLite builds from
+    one (``SEARCH i USING AUTOMATIC ...``); not lookups in an index of the schema (``SEARCH i ...``)."""
+    scan, automatic = f"SCAN {alias}", f"SEARCH {alias} USING AUTOMATIC "
     return any(
-        isinstance(row[-1], str) and (row[-1] == wanted or row[-1].startswith(wanted + " ")) for row in plan_rows
+        isinstance(row[-1], str)
+        and (row[-1] == scan or row[-1].startswith(scan + " ") or row[-1].startswith(automatic))
+        for row in plan_rows
     )

@@ -134,6 +134,23 @@ def test_the_guard_pre_groups_only_where_the_statement_scans_the_table_whole() -
     con.close()
 
 
+@pytest.mark.parametrize(
+    ("details", "alias", "whole"),
+    [
+        (["SCAN i", "SEARCH o USING INTEGER PRIMARY KEY (rowid=?)"], "i", True),
+        (["SCAN i USING COVERING INDEX items_order"], "i", True),
+        (["SCAN o", "SEARCH i USING AUTOMATIC COVERING INDEX (order_id=?)"], "i", True),
+        (["SCAN o", "SEARCH i USING INDEX items_order (order_id=?)"], "i", False),
+        (["SCAN items_archive"], "items", False),
+        (["SCAN CONSTANT ROW"], "i", False),
+    ],
+)
+def test_scans_whole_reads_the_query_plan(details: list[str], alias: str, whole: bool) -> None:
+    from guarded_sqlite._analysis.pregroup import scans_whole
+
+    assert scans_whole([(n, 0, 0, detail) for n, detail in enumerate(details)], alias) is whole
+
+
 # --------------------------------------------------------------------------------------------------
 # Generated: customers, orders, items joined by INTEGER columns, with odd join values
 # --------------------------------------------------------------------------------------------------

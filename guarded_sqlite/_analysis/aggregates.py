@@ -270,10 +270,10 @@ class _Planner(Analysis):
             )
             for node, _, _ in risks
         )
-        (only,) = repeating_tables if len(repeating_tables) == 1 else ((),)
+        only = next(iter(repeating_tables)) if len(repeating_tables) == 1 else ()
         pregroupable = self.dialect == "sqlite" and len(only) == 1 and not unseen
         leaf = leaf_join(select, self.instances, only[0], self._resolve) if pregroupable else None
-        corrected, check, unnamed, pregrouped = self._rewrite(select, groups, risks, leaf)
+        corrected, check, unnamed, before_join = self._rewrite(select, groups, risks, leaf)
         return AggregatePlan(
             found,
             corrected,
@@ -285,7 +285,7 @@ class _Planner(Analysis):
             unnamed,
             tuple(item.alias for item in select.expressions if item.alias),
             items,
-            pregrouped=pregrouped,
+            pregrouped=before_join,
         )
 
     # ------------------------------------------------------------------ reading
@@ -616,8 +616,17 @@ class _Planner(Analysis):
                 *(exp.alias_(extra, f"__gs_x{i}", quoted=True) for i, extra in enumerate(extras)),
             ],
         )
+
+        def over(query: exp.Select, rows: exp.Select) -> str:
+            """``query`` reading the derived table ``rows``, as SQL."""
+            derived = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier(INNER_TABLE)))
+            query.set("from_", exp.From(this=derived))
+            if with_ is not None:
+                query.set("with_", with_.copy())
+            return query.sql(dialect=self.dialect)
+
         texts: list[str] = []
-        pregrouped_texts: list[str] = []
+        before_join: list[str] = []
         for query, extra_count in ((outer, 0), (check, len(extras))):
             sqlite_form = self.dialect == "sqlite" and len(windows) == 1
             grouped = grouped_form(query, extra_count, inner) if sqlite_form else None
@@ -625,18 +634,11 @@ class _Planner(Analysis):
                 query, rows = grouped
             else:
                 query, rows = query.copy(), inner.copy()
-            shapes = [rows]
-            if grouped is not None and leaf is not None and (before_join := pregrouped(rows, leaf)) is not None:
-                shapes.append(before_join)
-            for shape, made in zip(shapes, (texts, pregrouped_texts), strict=False):
-                derived = exp.Subquery(this=shape, alias=exp.TableAlias(this=exp.to_identifier(INNER_TABLE)))
-                query.set("from_", exp.From(this=derived))
-                if with_ is not None:
-                    query.set("with_", with_.copy())
-                made.append(query.sql(dialect=self.dialect))
-        both = None
-        if leaf is not None and len(pregrouped_texts) == 2:
-            both = (leaf.alias, pregrouped_texts[0], pregrouped_texts[1])
+            texts.append(over(query, rows))
+            leaf_counted = pregrouped(rows, leaf) if grouped is not None and leaf is not None else None
+            if leaf_counted is not None:
+                before_join.append(over(query, leaf_counted))
+        both = (leaf.alias, before_join[0], before_join[1]) if leaf is not None and len(before_join) == 2 else None
         return texts[0], texts[1], tuple(unnamed), both
 
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, c
 
 from sqlglot import exp
 
-from .._engines import NO_PARAMETERS, SQLITE
+from .._engines import SQLITE, execute_with
 from ..errors import describe_error
 from .aggregates import AggregatePlan, plan_aggregates
 from .paging import plan_bound
@@ -127,10 +127,7 @@ def plan(guard: Guarded, sql: str) -> AggregatePlan:
     if not isinstance(view, SqliteSchemaView):
         return view.explain(sql, _AGGREGATES)
     try:
-        cur = view.cursor
-        if cur is None:
-            cur = view.cursor = plain_cursor(view.raw)
-        version = cur.execute("PRAGMA schema_version").fetchone()[0]
+        version = view.own_cursor().execute("PRAGMA schema_version").fetchone()[0]
     except sqlite3.Error as error:
         return AggregatePlan(note=f"catalog unreadable: {describe_error(error)}")
     if view.safe_aggregates.get(sql) == version:
@@ -160,12 +157,9 @@ def cheaper_check(guard: Guarded, sql: str, parameters: Any, found: AggregatePla
     leaf, corrected, check = found.pregrouped
     chosen = found
     try:
-        cur = view.cursor
-        if cur is None:
-            cur = view.cursor = plain_cursor(view.raw)
-        explained = f"EXPLAIN QUERY PLAN {sql}"
-        rows = cur.execute(explained) if parameters is NO_PARAMETERS else cur.execute(explained, parameters)
-        if scans_whole(rows.fetchall(), leaf):
+        cur = view.own_cursor()
+        execute_with(cur, f"EXPLAIN QUERY PLAN {sql}", parameters)
+        if scans_whole(cur.fetchall(), leaf):
             chosen = dataclasses.replace(found, corrected_sql=corrected, check_sql=check)
     except (sqlite3.Error, TypeError, ValueError):  # the grouped check stays: it needs no plan
         pass
@@ -242,11 +236,17 @@ class SqliteSchemaView:
         # (question, SQL text) -> (check statements, their rows when the answer was reached, answer)
         self.verdicts: dict[tuple[str, str], tuple[tuple[Statement, ...], tuple[list[Any], ...], Any]] = {}
 
+    def own_cursor(self) -> sqlite3.Cursor:
+        """The view's plain cursor, made on first use: the guard's own catalog reads, under the
+        connection's lock."""
+        cur = self.cursor
+        if cur is None:
+            cur = self.cursor = plain_cursor(self.raw)
+        return cur
+
     def explain(self, sql: str, analyser: Analyser[T]) -> T:
         try:
-            cur = self.cursor
-            if cur is None:
-                cur = self.cursor = plain_cursor(self.raw)
+            cur = self.own_cursor()
             key = (analyser.kind, sql)
             cached = self.verdicts.get(key)
             if cached is not None and _still(cur, cached[0], cached[1]):

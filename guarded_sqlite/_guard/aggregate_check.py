@@ -178,13 +178,8 @@ def _not_looked(sql: str, rows: list[Any], why: str) -> FanoutOutcome:
 def _plain_cursor(guard: ConnectionState) -> Any:
     """The schema view's plain cursor (made with the view): the guard's own reads on SQLite."""
     from .._analysis.catalog import schema_view
-    from .._analysis.schema import plain_cursor
 
-    view = schema_view(guard)
-    cur = view.cursor  # type: ignore[union-attr]
-    if cur is None:
-        cur = view.cursor = plain_cursor(view.raw)  # type: ignore[union-attr]
-    return cur
+    return schema_view(guard).own_cursor()  # type: ignore[union-attr]
 
 
 _AGGREGATE_RULE: list[Any] = []

@@ -15,16 +15,8 @@ import pytest
 
 import guarded_sqlite
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
-from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import AGGREGATE as AGGREGATE_FAN_OUT
 from tests.agent_cases import FAN_OUT
-
-
-@pytest.fixture
-def shop(tmp_path: Path) -> Path:
-    path = tmp_path / "shop.db"
-    build_shop(path)
-    return path
 
 
 def plain_rows(path: Path, sql: str) -> list[tuple[object, ...]]:

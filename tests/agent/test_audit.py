@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guarded_sqlite.agent.audit import MAX_LOGGED_SQL, AuditLog, audit_record, logged_sql
-from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import AGGREGATE, FAN_OUT
 
 pytest.importorskip("mcp")
@@ -30,13 +29,6 @@ from guarded_sqlite.agent.mcp_server import build_server
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def shop(tmp_path: Path) -> Path:
-    path = tmp_path / "shop.db"
-    build_shop(path)
-    return path
 
 
 def lines(path: Path) -> list[dict[str, Any]]:

@@ -31,19 +31,11 @@ from guarded_sqlite.agent.langchain_tools import (
     guarded_sql_tools,
     open_guarded_sql_tools,
 )
-from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import (
     FAN_OUT_EXISTS,
     FEEDBACK_MARKS,
     loop_cases,
 )
-
-
-@pytest.fixture
-def shop(tmp_path: Path) -> Path:
-    path = tmp_path / "shop.db"
-    build_shop(path)
-    return path
 
 
 def plain_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:

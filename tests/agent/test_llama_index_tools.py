@@ -25,7 +25,6 @@ from pydantic import Field
 
 from guarded_sqlite.agent import GuardedDatabase, QueryResult
 from guarded_sqlite.agent.llama_index_tools import guarded_sql_tools, open_guarded_sql_tools
-from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import (
     FAN_OUT_DISTINCT,
     FEEDBACK_MARKS,
@@ -36,13 +35,6 @@ from tests.agent_cases import (
 # messages_to_prompt writes it ("role: content" lines); the model's own turns start "assistant: ".
 OBSERVATION = "\nuser: Observation: "
 ASSISTANT = "\nassistant: "
-
-
-@pytest.fixture
-def shop(tmp_path: Path) -> Path:
-    path = tmp_path / "shop.db"
-    build_shop(path)
-    return path
 
 
 def plain_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:

@@ -30,7 +30,6 @@ from mcp.types import CallToolResult, TextContent
 from guarded_sqlite.agent import GuardedDatabase
 from guarded_sqlite.agent.mcp_server import INSTALL_HINT, build_server
 from guarded_sqlite.cli.commands import main
-from guarded_sqlite.cli.demo import build_shop
 from tests.agent_cases import AGGREGATE, FAN_OUT
 
 DUPLICATES_SQL = FAN_OUT
@@ -43,13 +42,6 @@ OpenDb = Callable[..., GuardedDatabase]
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # trio is not a dependency
-
-
-@pytest.fixture
-def shop(tmp_path: Path) -> Path:
-    path = tmp_path / "shop.db"
-    build_shop(path)
-    return path
 
 
 @pytest.fixture

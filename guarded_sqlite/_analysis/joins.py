@@ -136,6 +136,15 @@ class JoinGraph:
 
     def _instance(self, source: exp.Expression) -> Instance:
         alias = source.alias if isinstance(source, (exp.Table, exp.Subquery)) else ""
+        listed = _column_list(source, self.ctes)
+        if listed:
+            # ``t(k, id)`` names the columns by position: ``t.id`` may be another column of the body
+            # than its ``id``, so keys found by name would identify the wrong rows.
+            display = alias or source.name or "subquery"
+            return Instance(
+                display, fold(display), fold(display), display, "derived", None,
+                opaque_reason=f"{listed} renames its columns by position: keys unknown",
+            )  # fmt: skip
         if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
             name = source.name
             db = source.db or None
@@ -441,3 +450,16 @@ class JoinGraph:
         if column.table:
             return []
         return self.merged_holders.get(fold(column.name), [])
+
+
+def _column_list(source: exp.Expression, ctes: dict[str, exp.Expression]) -> str:
+    """How ``source`` is given a column list (``AS t(a, b)``, or a CTE ``t(a, b) AS (...)``), or ""."""
+    alias = source.args.get("alias")
+    if isinstance(alias, exp.TableAlias) and alias.columns:
+        return f"the column list of {source.alias}"
+    if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) and not source.db:
+        body = ctes.get(fold(source.name))
+        cte = body.parent if body is not None else None
+        if isinstance(cte, exp.CTE) and isinstance(cte.args.get("alias"), exp.TableAlias) and cte.args["alias"].columns:
+            return f"CTE {source.name}'s column list"
+    return ""

@@ -164,6 +164,26 @@ def test_a_left_join_keeps_the_rows_it_null_extends() -> None:
     assert report.action != "none" and len(rows) == 15 + 6 < len(expected)
 
 
+def test_a_cte_column_list_renaming_by_position_never_merges_two_rows() -> None:
+    """``t(k, id)`` makes ``t.id`` the body's ``f``: two rows of x sharing f = 7 are two rows of t, not
+    copies (a fuzzer's find: the key found by name identified the wrong column and merged them). SQLite
+    has no column list on a derived table; the analysis refuses one too (provenance fixtures)."""
+    sql = "WITH t(k, id) AS (SELECT id, f FROM x) SELECT t.id FROM t JOIN b ON b.k = 1"
+    con = guarded_sqlite.connect(":memory:")
+    raw = sqlite3.connect(":memory:")
+    for c in (con, raw):
+        c.executescript(
+            "CREATE TABLE x (id INTEGER PRIMARY KEY, f INT); INSERT INTO x VALUES (1, 7), (2, 7), (3, 8);"
+            "CREATE TABLE b (id INTEGER PRIMARY KEY, k INT);"
+            "INSERT INTO b (k) VALUES (1), (1), (1), (1), (1), (1), (1), (1), (1), (1);"
+        )
+    for preset in ("patch", "text_to_sql"):
+        with con.guard_scope(guard=preset):
+            rows, report = served(con, sql)
+        assert rows == raw.execute(sql).fetchall() and report.action == "none", (preset, report)
+        assert "renames its columns by position" in report.provenance_evidence
+
+
 def test_a_check_that_returns_other_rows_leaves_the_result(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check's projected rows must be the statement's own, else unknown: here the data changes
     between the statement and its check (simulated by a check that sees one order more)."""

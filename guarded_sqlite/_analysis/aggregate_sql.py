@@ -9,7 +9,7 @@ from typing import cast
 
 from sqlglot import exp
 
-from .sqltree import outer_scope
+from .sqltree import outer_scope, unknown_function
 
 __all__ = [
     "INNER_TABLE",
@@ -17,6 +17,7 @@ __all__ = [
     "aggregate_function",
     "grouped_form",
     "is_aggregate",
+    "may_aggregate",
     "outer_parts",
     "outside_aggregates",
     "read_outside",
@@ -257,3 +258,17 @@ def read_outside(select: exp.Select, name: str) -> bool:
             if isinstance(node, exp.Column) and node.name == name and outside_aggregates(node):
                 return True
     return False
+
+
+def may_aggregate(call: exp.Expr, expression: exp.Expr) -> bool:
+    """Whether ``call`` names a function that may be the application's and stands where an aggregate
+    could in ``expression``: not inside an aggregate's or another unknown call's arguments, and wrapping
+    no aggregate (which would make it a scalar function)."""
+    if not unknown_function(call) or any(is_aggregate(inner) for inner in call.walk() if inner is not call):
+        return False
+    parent = call.parent
+    while parent is not None and parent is not expression.parent:
+        if is_aggregate(parent) or unknown_function(parent):
+            return False
+        parent = parent.parent
+    return True

@@ -45,6 +45,7 @@ from .aggregate_sql import (
     aggregate_function,
     grouped_form,
     is_aggregate,
+    may_aggregate,
     outer_parts,
     outside_aggregates,
     read_outside,
@@ -54,7 +55,7 @@ from .joins import Col, Unanalysable
 from .pregroup import Leaf, leaf_join, pregrouped
 from .provenance import MAX_NODES, Analysis
 from .schema import SchemaFacts, fold
-from .sqltree import outer_scope
+from .sqltree import outer_scope, too_big
 
 __all__ = ["AggregatePlan", "AggregateRisk", "plan_aggregates", "served_sql"]
 
@@ -177,7 +178,7 @@ class _Planner(Analysis):
         select = self.root
         if not isinstance(select, exp.Select):
             return AggregatePlan(note="not a single SELECT")
-        if _too_big(select):
+        if too_big(select, MAX_NODES):
             return AggregatePlan(note=f"query has more than {MAX_NODES} syntax nodes: not analysed")
         with_ = select.args.get("with_") or select.args.get("with")
         if with_ is not None:
@@ -213,6 +214,7 @@ class _Planner(Analysis):
         repeating_tables: set[tuple[int, ...]] = set()
         safe: set[int] = set()  # value aggregates found not at risk: the same value in the corrected query
         refusal = ""
+        filters = [node.parent for node, _ in candidates if isinstance(node.parent, exp.Filter)]
         for node, name in candidates:
             argument = aggregate_argument(node)
             if argument is None or isinstance(node.parent, exp.Filter):
@@ -254,6 +256,8 @@ class _Planner(Analysis):
                     return AggregatePlan(found, None, "GROUP_CONCAT at risk inside an expression: not corrected")
                 separators[risk.column] = "," if separator is None else separator.name
         at_risk = {id(node) for node, _, _ in risks}
+        if filters and risks:  # a FILTER left as written beside a corrected twin would contradict it
+            refusal = refusal or f"{filters[0].sql(dialect=self.dialect)} is left as written: not corrected"
         refusal = refusal or self._refusal(select, groups) or self._mixed(risks, at_risk | safe)
         if refusal:
             return AggregatePlan(found, None, refusal)
@@ -410,13 +414,17 @@ class _Planner(Analysis):
             while expression.parent is not None and not isinstance(expression.parent, _BOUNDARIES):
                 expression = expression.parent
             for other in outer_scope(cast(exp.Expression, expression)):
-                if other is node or id(other) in corrected_or_same or not is_aggregate(other):
+                if not may_aggregate(other, expression) and (
+                    other is node
+                    or id(other) in corrected_or_same
+                    or not is_aggregate(other)
+                    or repetition_invariant(other)
+                ):
                     continue
-                if repetition_invariant(other):
-                    continue
+                left = "the correction leaves as written" if is_aggregate(other) else "may be an application aggregate"
                 return (
                     f"{expression.sql(dialect=self.dialect)} mixes {node.sql(dialect=self.dialect)}, at risk, "
-                    f"with {other.sql(dialect=self.dialect)}, which the correction leaves as written: not corrected"
+                    f"with {other.sql(dialect=self.dialect)}, which {left}: not corrected"
                 )
         return ""
 
@@ -640,9 +648,3 @@ class _Planner(Analysis):
                 before_join.append(over(query, leaf_counted))
         both = (leaf.alias, before_join[0], before_join[1]) if leaf is not None and len(before_join) == 2 else None
         return texts[0], texts[1], tuple(unnamed), both
-
-
-def _too_big(select: exp.Select) -> bool:
-    from .sqltree import too_big
-
-    return too_big(select, MAX_NODES)

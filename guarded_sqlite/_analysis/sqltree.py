@@ -245,6 +245,12 @@ def rerun_hazard(tree: exp.Expression) -> str:
     return ""
 
 
+def unknown_function(node: exp.Expr) -> bool:
+    """Whether ``node`` calls a name that is neither a built-in sqlglot knows nor one of SQLite's: it may
+    be the application's, an aggregate (``create_aggregate``) as well as a scalar function."""
+    return isinstance(node, exp.Anonymous) and bool(_unknown_call(node, aggregates_known=True))
+
+
 def _unknown_call(node: exp.Expr, aggregates_known: bool) -> str:
     """Why one node is not a call of a deterministic built-in (a name that may be a user function, a
     non-deterministic function, the current time), or "". ``aggregates_known``: SQLite's aggregates that

@@ -1467,3 +1467,53 @@ def test_sqlite_check_query_form(shop: sqlite3.Connection, sql: str, grouped: bo
         assert ("ROW_NUMBER" not in text.upper()) == grouped, text
     # Other engines always number the rows.
     assert "ROW_NUMBER" in plan_of(shop, sql, "duckdb").check_sql.upper()
+
+
+class _PlainSum:
+    """An application aggregate (``create_aggregate``): a plain sum, inflated by the join as SUM is."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def step(self, value: int | None) -> None:
+        self.total += value or 0
+
+    def finalize(self) -> int:
+        return self.total
+
+
+@pytest.mark.parametrize(
+    ("sql", "why"),
+    [
+        (
+            "SELECT c.name, SUM(c.points) - mysum(c.points) FROM customers c JOIN orders o ON o.customer_id = c.id "
+            "GROUP BY c.id ORDER BY c.id",
+            "may be an application aggregate: not corrected",
+        ),
+        (
+            "SELECT c.name, SUM(c.points), SUM(c.points) FILTER (WHERE o.status = 'paid') FROM customers c "
+            "JOIN orders o ON o.customer_id = c.id GROUP BY c.id ORDER BY c.id",
+            "FILTER(WHERE o.status = 'paid') is left as written: not corrected",
+        ),
+    ],
+)
+def test_an_aggregate_left_as_written_beside_one_at_risk_keeps_the_row_as_written(sql: str, why: str) -> None:
+    """A fuzzer's finds: ``SUM(x) - mysum(x)`` was served with SUM corrected and the application's
+    aggregate inflated (0 served as -200), and a FILTERed SUM beside a corrected one (paid points over
+    all points). Neither is corrected now; the rows are sqlite3's, the reason in the decision."""
+    script = (
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, points INTEGER);"
+        "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, status TEXT);"
+        "INSERT INTO customers VALUES (1, 'ann', 200), (2, 'bob', 100);"
+        "INSERT INTO orders VALUES (10, 1, 'paid'), (11, 2, 'paid'), (12, 2, 'open'), (13, 2, 'paid');"
+    )
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(script)
+    raw.create_aggregate("mysum", 1, _PlainSum)
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    con.executescript(script)
+    con.create_aggregate("mysum", 1, _PlainSum)
+    cur = con.execute(sql)
+    assert cur.fetchall() == raw.execute(sql).fetchall()
+    assert cur.guard_report is not None
+    assert any(why in d.reason and not d.applied for d in cur.guard_report.decisions), cur.guard_report.decisions

@@ -224,6 +224,14 @@ class GuardedDatabase:
 
         if not isinstance(sql, str) or not sql.strip():
             raise QueryRefused("empty", "No SQL was given: pass one SELECT (or WITH ... SELECT) statement.")
+        try:  # JSON's "\ud800" decodes to a lone surrogate, which no engine's driver can encode
+            sql.encode("utf-8")
+        except UnicodeEncodeError as bad:
+            raise QueryRefused(
+                "sql_error",
+                f"Refused: the statement is not valid Unicode text (a lone surrogate, {sql[bad.start]!r}, at "
+                f"character {bad.start}); send it as plain UTF-8.",
+            ) from None
         if not self.allow_writes and len(sql) > MAX_PARSED_CHARS:
             # Past this length the write check would not read it (its time is not bounded): a SELECT is
             # refused too, and told why, not as a write.
@@ -419,8 +427,10 @@ class GuardedDatabase:
         from ..errors import describe_error
 
         report = getattr(self.connection, "guard_report", None)
-        feedback = report.feedback() if isinstance(report, GuardReport) else ""
-        message = describe_error(failure)
+        # An error may quote the model's value whole (DuckDB's error('x' * 10**7), a failed CAST): clipped
+        # before anything reads it, so the reply stays small and the DECLARE pattern's time bounded.
+        feedback = _clipped(report.feedback()) if isinstance(report, GuardReport) else ""
+        message = _clipped(describe_error(failure))
         if self.dialect == "postgres":  # the model wrote the query, not the DECLARE around it
             feedback, message = _DECLARED.sub("", feedback), _DECLARED.sub("", message)
         if timed_out:
@@ -610,3 +620,13 @@ def _is_postgres_denial(failure: Exception) -> bool:
     if psycopg is None or not isinstance(failure, psycopg.Error):
         return False
     return isinstance(failure, (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege))
+
+
+ERROR_CHARS = 2_000
+"""Most characters of a database error (and of the guard's feedback on it) a refusal quotes."""
+
+
+def _clipped(text: str) -> str:
+    if len(text) <= ERROR_CHARS:
+        return text
+    return f"{text[:ERROR_CHARS]}... ({len(text) - ERROR_CHARS:,} more characters not shown)"

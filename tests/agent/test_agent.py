@@ -322,3 +322,28 @@ def test_a_long_select_with_writes_off_is_refused_as_too_long_not_as_a_write(tmp
         assert f"{len(long_select):,} characters" in str(refused.value) and "not a query" not in str(refused.value)
     with GuardedDatabase.open(path, isolated=False, allow_writes=True) as db:
         assert db.query(long_select).rows == ()  # with writes on nothing needs the write check
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_a_lone_surrogate_in_the_sql_is_refused_not_raised(shop: Path, isolated: bool) -> None:
+    """A tool call's JSON may carry ``"\\ud800"``: the driver cannot encode it, and the UnicodeEncodeError
+    (a WorkerError from the worker) ended LangChain's and LlamaIndex's agent runs (a fuzzer's find)."""
+    sql = json.loads("\"SELECT '\\ud800' AS x\"")
+    with GuardedDatabase.open(shop, isolated=isolated) as db:
+        with pytest.raises(QueryRefused) as refused:
+            db.query(sql)
+        assert refused.value.kind == "sql_error" and "lone surrogate" in str(refused.value)
+        assert db.query("SELECT 1").rows == ((1,),)
+
+
+def test_an_error_quoting_the_models_value_is_clipped(shop: Path) -> None:
+    """SQLite quotes a bad JSON path whole: the refusal was 999,133 characters (5x ``max_chars``), and on
+    PostgreSQL the DECLARE pattern's time grew with the square of it (a fuzzer's find)."""
+    from guarded_sqlite.agent._database import ERROR_CHARS
+
+    with GuardedDatabase.open(shop, isolated=False) as db:
+        with pytest.raises(QueryRefused) as refused:
+            db.query("SELECT json_extract('{}', printf('%.*c', 999000, 'x'))")
+    text = str(refused.value)
+    assert refused.value.kind == "sql_error" and "more characters not shown" in text
+    assert len(text) < 2 * ERROR_CHARS + 500, len(text)

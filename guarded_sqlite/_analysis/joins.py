@@ -454,12 +454,10 @@ class JoinGraph:
 
 def _column_list(source: exp.Expression, ctes: dict[str, exp.Expression]) -> str:
     """How ``source`` is given a column list (``AS t(a, b)``, or a CTE ``t(a, b) AS (...)``), or ""."""
-    alias = source.args.get("alias")
-    if isinstance(alias, exp.TableAlias) and alias.columns:
+    if source.alias_column_names:
         return f"the column list of {source.alias}"
     if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) and not source.db:
         body = ctes.get(fold(source.name))
-        cte = body.parent if body is not None else None
-        if isinstance(cte, exp.CTE) and isinstance(cte.args.get("alias"), exp.TableAlias) and cte.args["alias"].columns:
+        if body is not None and isinstance(body.parent, exp.CTE) and body.parent.alias_column_names:
             return f"CTE {source.name}'s column list"
     return ""

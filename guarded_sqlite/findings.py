@@ -38,6 +38,10 @@ class AggregateFinding:
     corrected_sql: str
     """The query that computes the corrected values (the same for every finding of a statement)."""
 
+    chose: str = ""
+    """Where the inflated values chose which rows are served or their order (``"HAVING"``, ``"ORDER BY
+    with LIMIT"``): the corrected query serves other rows there; "" where they only changed values."""
+
     def describe(self) -> str:
         """One line: ``SUM(o.total) counts o (orders) once per row of i (items): 350.0 -> 150.0``."""
         repeated, repeating = ", ".join(self.repeated), ", ".join(self.repeating)
@@ -46,4 +50,6 @@ class AggregateFinding:
             line += f": {self.written!r} -> {self.corrected!r}"
         if self.factor is not None:
             line += f" (factor {self.factor:.3g})"
+        if self.chose:
+            line += f"; by {self.chose} it chose other rows than the corrected values choose"
         return line

@@ -27,8 +27,7 @@ correction leaves as written and the join inflates (``SUM(x) / COUNT(x)``) is re
 LEFT JOIN's ON fixes nothing of the groups; row identities are the engine's own where a key could
 mislead (``_Planner._identities_of``: SQLite's rowid or a key compared under BINARY, DuckDB's rowid
 unless a column takes the name, PostgreSQL's ``tableoid`` with ``ctid``). ``check_sql`` adds the counts
-``guarded_sqlite._rules.fanout`` decides from, and ``served_sql`` names the served columns as the caller's
-cursor did. Whether the data realises the risk is decided by running it; this module only reads trees.
+``guarded_sqlite._rules.fanout`` decides from; ``served_sql`` names the served columns as the caller's did.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ from .joins import Col, Unanalysable
 from .pregroup import Leaf, leaf_join, pregrouped
 from .provenance import MAX_NODES, Analysis
 from .schema import SchemaFacts, fold
-from .sqltree import outer_scope, too_big
+from .sqltree import conjuncts, outer_scope, too_big
 
 __all__ = ["AggregatePlan", "AggregateRisk", "plan_aggregates", "served_sql"]
 
@@ -122,13 +121,23 @@ class AggregatePlan:
     """With ``bounded_sql``: each GROUP BY key's SQL, as the derived table reads it."""
     paging: str = ""
     """Why a paging query's confirmation cannot be bounded to its groups (it is then not run), or ""."""
+    whole_sql: str | None = None
+    """``check_sql`` without HAVING, ORDER BY, LIMIT, OFFSET where an aggregate decides which rows are served
+    (``guarded_sqlite._analysis.deciding``): every group's counts; None where the check's rows hold them all."""
+    whole_binds: tuple[int, int] | None = None
+    """The slice of the statement's positional parameters ``whole_sql`` binds (None: all of them)."""
+    nested: int = 0
+    """An aggregate at risk in a subquery or CTE: the width of that SELECT, whose check over every group
+    ``whole_sql`` is; ``corrected_sql`` and ``check_sql`` are the statement with it corrected. Else 0."""
+    decides: str = ""
+    """What an aggregate decides the rows or their order by (``"HAVING"``, ``"ORDER BY with LIMIT"``), or ""."""
     pregrouped: tuple[str, str, str] | None = None
     """SQLite: (the leaf's name, ``corrected_sql``, ``check_sql``) with the one table that repeats the
     argument's rows pre-grouped (``guarded_sqlite._analysis.pregroup``), to run instead where the statement
     scans that table whole; None where the shape does not allow it."""
 
 
-_PLACEHOLDER = "__gs_c"
+_PLACEHOLDER, _AT_RISK = "__gs_c", "with an aggregate at risk"
 # Argument shapes that are NULL wherever a column they read is NULL (a LEFT JOIN's unmatched rows).
 _NULL_PROPAGATING = (
     exp.Column, exp.Literal, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Cast, exp.Identifier,
@@ -202,8 +211,6 @@ class _Planner(Analysis):
             return AggregatePlan(note="one table: nothing repeats its rows")
         where = select.args.get("where")
         if where is not None:
-            from .sqltree import conjuncts
-
             for conjunct in conjuncts(where.this):
                 self._constraint(conjunct, inner=None)
         groups = self._group_expressions(select)
@@ -267,13 +274,8 @@ class _Planner(Analysis):
             if not any(id(node) in at_risk for node in outer_scope(item))
             and any(isinstance(node, (exp.AggFunc, exp.Anonymous)) for node in outer_scope(item))
         )
-        items = tuple(
-            next(
-                (i for i, item in enumerate(select.expressions) if any(n is node for n in outer_scope(item))),
-                None,
-            )
-            for node, _, _ in risks
-        )
+        places = {id(n): i for i, item in enumerate(select.expressions) for n in outer_scope(item)}
+        items = tuple(places.get(id(node)) for node, _, _ in risks)
         only = next(iter(repeating_tables)) if len(repeating_tables) == 1 else ()
         pregroupable = self.dialect == "sqlite" and len(only) == 1 and not unseen
         leaf = leaf_join(select, self.instances, only[0], self._resolve) if pregroupable else None
@@ -430,9 +432,7 @@ class _Planner(Analysis):
 
     def _alias_reference(self, column: exp.Column, aliases: dict[str, exp.Expression]) -> bool:
         """Whether ``column`` is an unqualified name that a select-list alias takes."""
-        if column.table or isinstance(column.this, exp.Star):
-            return False
-        return fold(column.name) in aliases
+        return not column.table and not isinstance(column.this, exp.Star) and fold(column.name) in aliases
 
     def _refusal(self, select: exp.Select, groups: list[exp.Expression]) -> str:
         """Why the corrected query could not be written for this SELECT, or ''."""
@@ -446,8 +446,7 @@ class _Planner(Analysis):
                     return "a window function in the query: not corrected"
         for key in ("qualify", "windows", "distinct", "connect", "prewhere"):
             if select.args.get(key):
-                what = "SELECT DISTINCT" if key == "distinct" else key.upper()
-                return f"{what} with an aggregate at risk: not corrected"
+                return f"{'SELECT DISTINCT' if key == 'distinct' else key.upper()} {_AT_RISK}: not corrected"
         for item in select.expressions:
             body = item.unalias()
             if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and isinstance(body.this, exp.Star)):

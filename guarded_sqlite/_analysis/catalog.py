@@ -46,6 +46,7 @@ from sqlglot import exp
 from .._engines import SQLITE, execute_with
 from ..errors import describe_error
 from .aggregates import AggregatePlan, plan_aggregates
+from .deciding import plan_nested, plan_whole
 from .paging import plan_bound
 from .pregroup import scans_whole
 from .provenance import Provenance, analyse_tree, parse_statement, table_names
@@ -199,8 +200,9 @@ _PROJECTED: Analyser[Provenance] = Analyser(
 def _aggregate_plan(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> AggregatePlan:
     found = plan_aggregates(tree, facts, dialect)
     if not found.risks:
-        return found
-    return plan_bound(dataclasses.replace(found, hazard=rerun_hazard(tree)), tree, dialect)
+        nested = plan_nested(tree, facts, dialect)
+        return found if nested is None else dataclasses.replace(nested, hazard=rerun_hazard(tree))
+    return plan_whole(plan_bound(dataclasses.replace(found, hazard=rerun_hazard(tree)), tree, dialect), tree, dialect)
 
 
 _AGGREGATES: Analyser[AggregatePlan] = Analyser("aggregates", _aggregate_plan, lambda why: AggregatePlan(note=why))

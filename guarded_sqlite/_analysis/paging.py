@@ -12,7 +12,8 @@ derived table), so that a user function runs once per join row of the served gro
 
 This is exact only when the corrected query would serve the same groups: the groups are ordered and
 filtered by what the correction leaves as it is. So a statement whose ORDER BY or HAVING reads an
-aggregate keeps the whole check (the corrected values can reorder the groups); a statement whose
+aggregate (by itself, its alias or its position, c22) keeps the whole check (the corrected values can
+reorder or filter the groups), and so does one with a positional parameter in LIMIT or OFFSET; a statement whose
 GROUP BY keys are not all select items cannot tell which groups it served and is refused
 (``AggregatePlan.paging``); so are served key values that cannot be written exactly as literals (a
 float, a date, a NUL in a string), which ``bounded_check`` says.
@@ -21,7 +22,7 @@ float, a date, a NUL in a string), which ``bounded_check`` says.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, cast
 
@@ -29,7 +30,9 @@ import sqlglot
 from sqlglot import exp
 
 from .._core.serving import row_values
+from .aggregate_sql import is_aggregate
 from .aggregates import AggregatePlan
+from .deciding import reads_aggregate
 
 __all__ = ["MAX_KEYS", "bounded_check", "plan_bound"]
 
@@ -41,7 +44,6 @@ MAX_COMPOSITE = 100
 
 _MARKER = '"__gs_bound"'
 _INNER = "__gs_t"
-_AGGREGATE_NAMES = frozenset({"group_concat", "string_agg", "total", "json_group_array", "json_group_object"})
 
 
 def plan_bound(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> AggregatePlan:
@@ -55,6 +57,10 @@ def plan_bound(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
     if not groups:
         return plan  # one group at most: the check reads what the statement reads
     if _ordered_by_aggregate(tree):
+        return plan
+    if any(isinstance(node, exp.Placeholder) and not node.this for node in _limits(tree)):
+        # The bounded check drops LIMIT and OFFSET, and positional parameters bind by place: the whole
+        # check keeps them and binds every parameter as the statement does (R5).
         return plan
     positions = []
     for group in groups:
@@ -150,31 +156,19 @@ def _groups(select: exp.Select) -> list[exp.Expression]:
     return found
 
 
-def _is_aggregate(node: exp.Expr) -> bool:
-    return isinstance(node, exp.AggFunc) or (
-        isinstance(node, exp.Anonymous) and str(node.name).lower() in _AGGREGATE_NAMES
-    )
+def _limits(select: exp.Select) -> Iterator[exp.Expr]:
+    for key in ("limit", "offset"):
+        part = select.args.get(key)
+        if part is not None:
+            yield from part.walk()
 
 
 def _ordered_by_aggregate(select: exp.Select) -> bool:
-    """Whether HAVING or ORDER BY reads an aggregate, directly or by a select item's alias or position."""
-    having = select.args.get("having")
-    if having is not None and any(_is_aggregate(node) for node in having.walk()):
-        return True
-    order = select.args.get("order")
-    if order is None:
-        return False
-    aggregated = {i for i, item in enumerate(select.expressions) if any(_is_aggregate(node) for node in item.walk())}
-    names = {item.alias.lower() for i, item in enumerate(select.expressions) if i in aggregated and item.alias}
-    for term in order.expressions:
-        body = term.this if isinstance(term, exp.Ordered) else term
-        if any(_is_aggregate(node) for node in body.walk()):
-            return True
-        if isinstance(body, exp.Literal) and body.is_int and int(body.name) - 1 in aggregated:
-            return True
-        if any(isinstance(node, exp.Column) and not node.table and node.name.lower() in names for node in body.walk()):
-            return True
-    return False
+    """Whether HAVING or ORDER BY reads an aggregate, directly or by a select item's alias or position
+    (an alias in HAVING too: c22)."""
+    return any(
+        (part := select.args.get(key)) is not None and reads_aggregate(select, part) for key in ("having", "order")
+    )
 
 
 def _hoist_calls(outer: exp.Select, inner: exp.Select) -> None:
@@ -207,9 +201,9 @@ def _hoist_calls(outer: exp.Select, inner: exp.Select) -> None:
 
 def _hoistable(node: exp.Expression, columns: Mapping[str, exp.Expression]) -> bool:
     # Calls sqlglot does not know (the application's functions): built-ins are cheap and do nothing else.
-    if not isinstance(node, exp.Anonymous) or _is_aggregate(node):
+    if not isinstance(node, exp.Anonymous) or is_aggregate(node):
         return False
-    if any(_is_aggregate(inside) or isinstance(inside, (exp.Window, exp.Star)) for inside in node.walk()):
+    if any(is_aggregate(inside) or isinstance(inside, (exp.Window, exp.Star)) for inside in node.walk()):
         return False
     reads = list(node.find_all(exp.Column))
     return bool(reads) and all(column.table == _INNER and column.name in columns for column in reads)

@@ -8,11 +8,13 @@ the rule's own modules (they load sqlglot) are imported at the first check.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core.deadlines import time_left
-from .._engines import SQLITE
+from .._engines import NO_PARAMETERS, SQLITE
 from ..errors import TransactionLost, describe_error
 from ..report import RuleDecision
 from .connection_state import ConnectionState
@@ -121,13 +123,13 @@ def check_aggregates(
             and not kept.names_function(check_text, functions - guard.registered_functions)
         )
 
-        def rerun(new_sql: str, max_rows: int) -> list[Any] | None:
+        def rerun(new_sql: str, max_rows: int, bound: Any = parameters) -> list[Any] | None:
             began = perf_counter_ns()
             try:
                 checked = read_only_fetch(
                     guard,
                     new_sql,
-                    parameters,
+                    bound,
                     plain,
                     max_rows,
                     time_limit=limit,
@@ -141,12 +143,18 @@ def check_aggregates(
             ran.append(checked)
             return checked
 
+        whole: Callable[[str, int], list[Any] | None] | None = None
+        if found.whole_sql is not None:
+            kept_parameters = _binding(parameters, found.whole_binds)
+            if kept_parameters is not _CANNOT:
+                whole = functools.partial(rerun, bound=kept_parameters)
+
         outcome = confirm(
-            sql, rows, checked_plan, rerun, guard.policy.row_cap, guard.defan, guard.dialect, names, shape
+            sql, rows, checked_plan, rerun, guard.policy.row_cap, guard.defan, guard.dialect, names, shape, whole
         )
         if stopped:
             return _not_looked(sql, rows, kept.over_budget(limit, own, left))
-        if token is not None and len(ran) == 1 and not found.hazard:
+        if token is not None and ran and not found.hazard and not found.nested:
             checked = ran[0]
             # ``functions`` was read before the check; a registration since moved the epoch in the token.
             if (
@@ -167,6 +175,19 @@ def check_aggregates(
 
         why = f"internal error while checking aggregates: {describe_error(error)}"
         return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
+
+
+_CANNOT = object()
+
+
+def _binding(parameters: Any, binds: tuple[int, int] | None) -> Any:
+    """The slice ``binds`` of the positional ``parameters`` (None, or a mapping, which binds by name:
+    all of them), or ``_CANNOT`` where they are not a sequence that long."""
+    if binds is None or parameters is NO_PARAMETERS or isinstance(parameters, Mapping):
+        return parameters
+    if isinstance(parameters, (list, tuple)) and len(parameters) >= binds[1]:
+        return parameters[binds[0] : binds[1]]
+    return _CANNOT
 
 
 def _not_looked(sql: str, rows: list[Any], why: str) -> FanoutOutcome:

@@ -5,11 +5,12 @@ The check query is the corrected query with, per aggregate at risk, the value as
 corrected, the join rows with a non-NULL argument and the distinct rows of the argument's tables among
 them, and the magnitudes summed. A risk is realised where the join counted a row several times (the two
 counts differ) and that changed a value the statement shows (``differs``: exact for integers and exact
-sums, within the rounding bound of the magnitudes summed for floats); one in HAVING or ORDER BY alone
-shows only if the corrected query serves other rows. Float rounding can neither invent a fan-out nor
-hide one (c11); an AVG over a uniform repetition, or repeated rows whose argument is NULL, is right as
-written and not flagged. A plan at risk that cannot be corrected exactly is reported (a decision, not
-applied) and changes nothing.
+sums, within the rounding bound of the magnitudes summed for floats), or, for one that decides which
+rows are served (HAVING, ORDER BY, an outer query: ``guarded_sqlite._analysis.deciding``), where some
+group's rows were counted several times and the corrected query serves other rows. Float rounding
+can neither invent a fan-out nor hide one (c11); an AVG over a uniform repetition, or repeated rows
+whose argument is NULL, is right as written and not flagged. A plan at risk that cannot be corrected
+exactly is reported (a decision, not applied) and changes nothing.
 
 Only statements the pre-screen passes (``probe.mentions_value_aggregate_over_join``) and the analysis
 finds at risk get here; a risk the data does not realise is not flagged. The corrected query runs as
@@ -61,6 +62,7 @@ def confirm(
     dialect: str,
     names: Sequence[Any] | None = None,
     shape: Callable[[list[tuple[Any, ...]]], list[Any]] | None = None,
+    whole: Rerun | None = None,
 ) -> FanoutOutcome | None:
     """Run ``plan``'s check query and decide from its counts whether the join counted an argument row
     several times where that changes a value; None when nothing is at risk or the data does not
@@ -68,7 +70,12 @@ def confirm(
 
     ``rerun`` must give plain tuples; ``names`` are the written statement's column names (the served
     SQL's items take them, ``aggregates.served_sql``) and ``shape`` makes the served rows from plain
-    tuples as the caller's cursor makes its rows (its row factory over its own description)."""
+    tuples as the caller's cursor makes its rows (its row factory over its own description).
+
+    Where an aggregate decides which rows are served (``plan.whole_sql``, ``guarded_sqlite._analysis.
+    deciding``) and the check's rows show no repeated argument row, ``whole`` (``rerun`` binding the
+    parameters ``whole_sql`` keeps) runs the check over every group: the groups the inflated values
+    chose may be ones the corrected query does not serve."""
     if not plan.risks:
         return None
     started = time.perf_counter_ns()
@@ -77,36 +84,64 @@ def confirm(
         return _unconfirmed(sql, rows, f"aggregate at risk, not checked: {plan.note}", started)
     if not is_read_only_query(sql, dialect):
         return None
-    try:
-        checked = rerun(check_sql, row_cap)
-    except RerunRefused as refusal:
-        return _unconfirmed(sql, rows, f"corrected query not run: {refusal}", started)
-    except TransactionLost:
-        raise
-    except Exception as error:  # the original result stands whatever the corrected query does
-        return _unconfirmed(sql, rows, f"corrected query failed: {describe_error(error)}", started)
-    if checked is None:
-        return _unconfirmed(sql, rows, f"corrected query returned more than row_cap={row_cap} rows", started)
     width = plan.width
-    changes = realised(plan, checked)
-    shown = [j for j in changes if j < len(plan.items) and plan.items[j] is not None]
-    if not shown and not (changes and _other_rows(plan, rows, checked)):
-        # No argument row counted twice where it changes a value the statement shows, on this data
-        # (one in HAVING or ORDER BY alone shows only if other rows are served).
+    if plan.nested:
+        # An aggregate at risk in a subquery: its groups first (realised or not), then the statement.
+        every_group = _attempt(whole, plan.whole_sql, row_cap, "check of the subquery's groups")
+        if isinstance(every_group, str):
+            return _unconfirmed(sql, rows, every_group, started)
+        changes = realised(AggregatePlan(plan.risks, width=plan.nested), every_group)
+        if not changes:
+            return None
+        counted, at = every_group, plan.nested
+    checked = _attempt(rerun, check_sql, row_cap, "corrected query")
+    if isinstance(checked, str):
+        return _unconfirmed(sql, rows, checked, started)
+    if plan.nested:
+        shown, chose = [], _other_rows(plan, rows, checked)
+    else:
+        changes = realised(plan, checked)
+        counted, at = checked, width  # the rows the changes were found in, and where their counts start
+        shown = [j for j in changes if j < len(plan.items) and plan.items[j] is not None]
+        if not changes and plan.whole_sql is not None and _other_rows(plan, rows, checked):
+            every_group = _attempt(whole, plan.whole_sql, row_cap, "check of every group")
+            if isinstance(every_group, str):
+                return _unconfirmed(sql, rows, f"{_CHOSE.format(plan.decides)}; {every_group}", started)
+            changes, counted = realised(plan, every_group), every_group
+        chose = bool(changes) and _other_rows(plan, rows, checked)
+    if not shown and not chose:
+        # No argument row counted twice where it changes a value the statement shows, on this data,
+        # nor which rows it serves or their order (an aggregate in HAVING or ORDER BY alone).
         return None
     findings = tuple(
-        _finding(risk, changes[j], checked, width + 5 * j, corrected_sql)
+        _finding(risk, changes[j], counted, at + 5 * j, corrected_sql, plan.decides if chose else "")
         for j, risk in enumerate(plan.risks)
         if j in changes
     )
     described = "; ".join(finding.describe() for finding in findings)
     if serve:
-        corrected = [tuple(row[:width]) for row in checked]
+        corrected = [tuple(row[:width]) if width else tuple(row) for row in checked]
         served = shape(corrected) if shape is not None else corrected
         decision = RuleDecision("aggregate", True, f"corrected values served: {described}")
         return FanoutOutcome(findings, served, corrected_sql, decision, time.perf_counter_ns() - started)
     decision = RuleDecision("aggregate", False, f"rows left as written ({described})")
     return FanoutOutcome(findings, rows, sql, decision, time.perf_counter_ns() - started)
+
+
+def _attempt(run: Rerun | None, check: str | None, row_cap: int, what: str) -> list[Any] | str:
+    """``run(check)``'s rows, or why there are none (the statement's rows then stand, whatever the check
+    query does)."""
+    if run is None or check is None:
+        return f"{what} not run: its positional parameters cannot be told apart"
+    try:
+        checked = run(check, row_cap)
+    except RerunRefused as refusal:
+        return f"{what} not run: {refusal}"
+    except TransactionLost:
+        raise
+    except Exception as error:
+        return f"{what} failed: {describe_error(error)}"
+    return f"{what} returned more than row_cap={row_cap} rows" if checked is None else checked
 
 
 def _unconfirmed(sql: str, rows: list[Any], why: str, started: int) -> FanoutOutcome:
@@ -135,19 +170,25 @@ def realised(plan: AggregatePlan, checked: Sequence[Sequence[Any]]) -> dict[int,
 
 def _other_rows(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequence[Any]]) -> bool:
     """Whether the corrected query serves other rows than the statement, compared on the columns
-    without an aggregate (the groups: exact values, taken from the same rows) as a multiset. A row
-    that cannot be read as a sequence of ``plan.width`` values counts as other (the rows differ as far
-    as anything can tell)."""
+    without an aggregate (the groups: exact values, taken from the same rows) as a multiset, or as a
+    sequence where ORDER BY reads an aggregate (``plan.decides``). A row that cannot be read as a
+    sequence of ``plan.width`` values counts as other (the rows differ as far as anything can tell)."""
     aggregated = set(plan.steady) | {p for p in plan.items if p is not None}
-    plain = [i for i in range(plan.width) if i not in aggregated]
-    written: Counter[tuple[Any, ...]] = Counter()
+    width = plan.width or (len(checked[0]) if checked else 0)  # a statement with a subquery corrected: whole rows
+    plain = [i for i in range(width) if i not in aggregated]
+    written: list[tuple[Any, ...]] = []
     for row in rows:
         values = row_values(row)
-        if values is None or len(values) != plan.width:
+        if values is None or len(values) != width:
             return True
-        written[tuple(values[i] for i in plain)] += 1
-    corrected = Counter(tuple(row[i] for i in plain) for row in checked)
-    return written != corrected
+        written.append(tuple(values[i] for i in plain))
+    corrected = [tuple(row[i] for i in plain) for row in checked]
+    if "ORDER BY" in plan.decides:
+        return written != corrected
+    return Counter(written) != Counter(corrected)
+
+
+_CHOSE = "the aggregate may decide the rows served ({})"
 
 
 _EPSILON = 2.0**-52
@@ -187,7 +228,7 @@ def differs(function: str, written: Any, corrected: Any, count: Any, magnitude: 
 
 
 def _finding(
-    risk: AggregateRisk, change: tuple[Any, Any], checked: list[Any], at: int, corrected_sql: str
+    risk: AggregateRisk, change: tuple[Any, Any], checked: list[Any], at: int, corrected_sql: str, chose: str
 ) -> AggregateFinding:
     written_value, corrected_value = change
     factor: float | None = None
@@ -214,4 +255,5 @@ def _finding(
         corrected_value,
         factor,
         corrected_sql,
+        chose,
     )

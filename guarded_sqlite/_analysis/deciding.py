@@ -1,0 +1,150 @@
+"""Aggregates that decide which rows a statement serves: read by ``HAVING``, or by ``ORDER BY`` under
+``LIMIT``/``OFFSET`` (issue 34, c24).
+
+``SELECT c.name FROM customers c JOIN orders o ... JOIN items i ... GROUP BY c.id ORDER BY SUM(o.total)
+DESC LIMIT 1`` shows no inflated number: the inflated sum picks *who* is served. The check query
+(``AggregatePlan.check_sql``) is the corrected query, so it orders, filters and limits by the corrected
+values, and its rows are the groups the truth serves; when none of those groups had an argument row
+counted twice, nothing in them shows the fan-out, while the groups the inflation chose are not there to
+see. For such a statement ``plan_whole`` writes ``AggregatePlan.whole_sql``: the check query without
+its ``HAVING``, ``ORDER BY``, ``LIMIT`` and ``OFFSET``, whose rows are every group's counts. The rule
+runs it only when the check's own rows show nothing, and flags (or corrects) the statement only where
+some group's argument rows were counted several times *and* the corrected query serves other rows, or
+the same rows in another order when ``ORDER BY`` reads the aggregate.
+
+Positional parameters in the dropped clauses (``LIMIT ?``) are not bound to the whole check:
+``AggregatePlan.whole_dropped`` says how many of the statement's last positional parameters to leave
+out (those clauses end a SELECT, so their parameters are its last ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import sqlglot
+from sqlglot import exp
+
+from .aggregate_sql import aggregate_function, is_aggregate, outer_parts
+from .aggregates import AggregatePlan, plan_aggregates, served_sql
+from .schema import SchemaFacts, fold
+from .sqltree import outer_reference, outer_scope
+
+__all__ = ["plan_nested", "plan_whole", "reads_aggregate"]
+
+_TAIL = ("having", "order", "limit", "offset")
+
+
+def plan_whole(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> AggregatePlan:
+    """``plan`` with ``whole_sql``, ``whole_dropped`` and ``decides`` set where an aggregate it may put at
+    risk decides which rows are served, or in which order; unchanged otherwise."""
+    if plan.check_sql is None or not isinstance(tree, exp.Select):
+        return plan
+    having = tree.args.get("having")
+    order = tree.args.get("order")
+    limited = tree.args.get("limit") is not None or tree.args.get("offset") is not None
+    by_having = having is not None and reads_aggregate(tree, having, value_only=True)
+    by_order = order is not None and reads_aggregate(tree, order, value_only=True)
+    if not (by_having or by_order):
+        return plan
+    ordered = "ORDER BY" + (" with LIMIT" if limited else "")
+    decides = " and ".join(part for part, used in (("HAVING", by_having), (ordered, by_order)) if used)
+    if not (by_having or limited):
+        # Every group is in the check's rows already: only their order is decided.
+        return dataclasses.replace(plan, decides=decides)
+    check = sqlglot.parse_one(plan.check_sql, read=dialect)
+    if not isinstance(check, exp.Select):
+        return plan
+    for key in _TAIL:
+        check.set(key, None)
+    tail = sum(_positional(part) for key in _TAIL if (part := tree.args.get(key)) is not None)
+    binds = (0, _positional(tree) - tail) if tail else None
+    return dataclasses.replace(plan, whole_sql=check.sql(dialect=dialect), whole_binds=binds, decides=decides)
+
+
+def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> AggregatePlan | None:
+    """For a statement whose own SELECT puts no aggregate at risk: the first subquery, derived table or
+    CTE body (any depth) whose SELECT does, as an ``AggregatePlan`` with ``nested`` set (the statement
+    with that SELECT corrected, and that SELECT's check over every group); None where there is none.
+
+    The SELECT is checked on its own, so one that reads the outer query's columns (correlated) is
+    refused, as is one whose positional parameters cannot be told apart from the statement's (some
+    inside it and some outside: they bind by place)."""
+    if not isinstance(tree, (exp.Select, exp.SetOperation)):
+        return None
+    with_ = tree.args.get("with_") or tree.args.get("with")
+    if with_ is not None and with_.args.get("recursive"):
+        return None
+    ctes = {fold(cte.alias_or_name): cte.this for cte in with_.expressions} if with_ is not None else {}
+    for index, inner in enumerate(tree.find_all(exp.Select)):
+        if inner is tree or not any(
+            aggregate_function(node) is not None for part in outer_parts(inner) for node in outer_scope(part)
+        ):
+            continue
+        alone = inner.copy()
+        if with_ is not None and any(fold(table.name) in ctes for table in inner.find_all(exp.Table)):
+            alone.set("with_", with_.copy())
+        found = plan_aggregates(alone, facts, dialect)
+        if not found.risks:
+            continue
+        if found.corrected_sql is None or found.check_sql is None:
+            return dataclasses.replace(found, width=0, note=f"in a subquery: {found.note}")
+        why = outer_reference(inner, facts, ctes)
+        positional, inside = _positional(tree), _positional(inner)
+        if not why and inside not in (0, positional):
+            why = "positional parameters both inside and outside it"
+        if why:
+            return dataclasses.replace(found, corrected_sql=None, check_sql=None, note=f"a subquery {why}: not checked")
+        whole = sqlglot.parse_one(found.check_sql, read=dialect)
+        for key in _TAIL:
+            whole.set(key, None)
+        corrected = sqlglot.parse_one(served_sql(found, None) or "", read=dialect)
+        corrected.set("with_", None)  # in its place the statement's own CTEs are in scope again
+        statement = tree.copy()
+        # The copy walks as the tree does: the same place, not an equal SELECT elsewhere.
+        next(node for at, node in enumerate(statement.find_all(exp.Select)) if at == index).replace(corrected)
+        written = statement.sql(dialect=dialect)
+        return AggregatePlan(
+            found.risks,
+            written,
+            check_sql=written,
+            whole_sql=whole.sql(dialect=dialect),
+            whole_binds=(0, inside),
+            nested=found.width,
+            decides="an outer query" + (" with ORDER BY" if tree.args.get("order") is not None else ""),
+        )
+    return None
+
+
+def _positional(node: exp.Expression) -> int:
+    """How many positional (unnamed) parameters ``node`` holds."""
+    return sum(1 for inside in node.walk() if isinstance(inside, exp.Placeholder) and not inside.this)
+
+
+def reads_aggregate(select: exp.Select, part: exp.Expression, value_only: bool = False) -> bool:
+    """Whether ``part`` (``select``'s HAVING or ORDER BY) reads an aggregate (``value_only``: a SUM,
+    AVG, TOTAL or GROUP_CONCAT), directly or through a select item's alias or position. A name that is
+    both an alias and a column counts as the alias: reading too much costs a check, never an answer."""
+
+    def wanted(node: exp.Expr) -> bool:
+        return aggregate_function(node) is not None if value_only else is_aggregate(node)
+
+    return any(wanted(node) for node in _resolved(select, part))
+
+
+def _resolved(select: exp.Select, part: exp.Expression) -> Iterator[exp.Expr]:
+    items = select.expressions
+    aliases = {item.alias.lower(): item.unalias() for item in items if item.alias}
+    positional = isinstance(part, exp.Order)
+    for node in part.walk():
+        yield node
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            yield from aliases[node.name.lower()].walk()
+        elif (
+            positional
+            and isinstance(node, exp.Literal)
+            and node.is_int
+            and isinstance(node.parent, exp.Ordered)
+            and 1 <= int(node.name) <= len(items)
+        ):
+            yield from items[int(node.name) - 1].walk()

@@ -154,15 +154,15 @@ def check_aggregates(
         )
         if stopped:
             return _not_looked(sql, rows, kept.over_budget(limit, own, left))
-        if token is not None and ran and not found.hazard and not found.nested:
-            checked = ran[0]
+        if token is not None and ran and not found.hazard:
+            checked = ran[0]  # the corrected query's rows: every check runs it first
             # ``functions`` was read before the check; a registration since moved the epoch in the token.
             if (
                 functions is not None
                 and (checked is None or len(checked) <= kept.KEPT_ROWS)
                 and not kept.names_function(sql, functions)
             ):
-                width = found.width
+                width = found.width or None  # a statement with a subquery corrected: whole rows
                 corrected = None if checked is None else [tuple(row[:width]) for row in checked]
                 # Not this execution's rows: each reuse serves its own.
                 stripped = None if outcome is None else outcome._replace(rows=[])

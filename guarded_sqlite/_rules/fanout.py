@@ -85,20 +85,19 @@ def confirm(
     if not is_read_only_query(sql, dialect):
         return None
     width = plan.width
-    if plan.nested:
-        # An aggregate at risk in a subquery: its groups first (realised or not), then the statement.
-        every_group = _attempt(whole, plan.whole_sql, row_cap, "check of the subquery's groups")
-        if isinstance(every_group, str):
-            return _unconfirmed(sql, rows, every_group, started)
-        changes = realised(AggregatePlan(plan.risks, width=plan.nested), every_group)
-        if not changes:
-            return None
-        counted, at = every_group, plan.nested
     checked = _attempt(rerun, check_sql, row_cap, "corrected query")
     if isinstance(checked, str):
         return _unconfirmed(sql, rows, checked, started)
     if plan.nested:
-        shown, chose = [], _other_rows(plan, rows, checked)
+        # An aggregate at risk in a subquery: the statement with it corrected first (the same rows end
+        # it there, in one query), then whether the subquery's groups counted a row several times.
+        if not _other_rows(plan, rows, checked):
+            return None
+        every_group = _attempt(whole, plan.whole_sql, row_cap, "check of the subquery's groups")
+        if isinstance(every_group, str):
+            return _unconfirmed(sql, rows, every_group, started)
+        changes = realised(AggregatePlan(plan.risks, width=plan.nested), every_group)
+        counted, at, shown, chose = every_group, plan.nested, [], bool(changes)
     else:
         changes = realised(plan, checked)
         counted, at = checked, width  # the rows the changes were found in, and where their counts start

@@ -178,3 +178,21 @@ def test_c22_paging_bound_reads_an_aggregate_alias_in_having(engine: str) -> Non
         cur.execute(C22_SQL)
     assert [tuple(row) for row in cur.fetchall()] == C22_TRUTH
     assert cur.guard_report.action == "aggregate_defanned"
+
+
+def test_c24_a_subquerys_confirmation_is_kept_while_the_data_is_unchanged() -> None:
+    """A statement whose subquery was corrected is decided again from its kept rows while nothing it
+    read changed, and checked anew after a write."""
+    raw = database("data 2")
+    con = guarded(raw, "text_to_sql")
+    sql, truth_sql = (SHAPES["a derived table read by MAX"].format(F=f) for f in (J, T))
+    first = con.execute(sql)
+    assert first.fetchall() == raw.execute(truth_sql).fetchall() == [(210.0,)]
+    again = con.execute(sql)
+    assert again.fetchall() == [(210.0,)]
+    assert any("confirmation reused" in d.reason for d in again.guard_report.decisions)
+    con.execute("UPDATE orders SET total = 500 WHERE id = 2")
+    raw.execute("UPDATE orders SET total = 500 WHERE id = 2")
+    after = con.execute(sql)
+    assert after.fetchall() == raw.execute(truth_sql).fetchall() == [(500.0,)]
+    assert not any("confirmation reused" in d.reason for d in after.guard_report.decisions)

@@ -174,12 +174,15 @@ def _ordered_by_aggregate(select: exp.Select) -> bool:
 def _hoist_calls(outer: exp.Select, inner: exp.Select) -> None:
     """Compute each call of a function sqlglot does not know (an application's) in ``outer`` that reads
     only the derived table's columns once per derived-table row: a projection of ``inner`` the outer
-    query reads instead (the check query repeats the argument in five places)."""
+    query reads instead (the check query repeats the argument in five places). Only a call that must
+    be a scalar function moves: one inside a known aggregate's argument (aggregates do not nest) or in
+    GROUP BY; elsewhere ``mycount(o.id)`` may be the application's aggregate, which computed per row
+    would make the derived table one row (R6)."""
     columns = {item.alias: item.this for item in inner.expressions if isinstance(item, exp.Alias) and item.alias}
     hoisted: dict[str, str] = {}
 
-    def visit(node: exp.Expression) -> None:
-        if _hoistable(node, columns):
+    def visit(node: exp.Expression, scalar: bool) -> None:
+        if scalar and _hoistable(node, columns):
             source = node.copy()
             for column in list(source.find_all(exp.Column)):
                 column.replace(columns[column.name].copy())
@@ -191,12 +194,12 @@ def _hoist_calls(outer: exp.Select, inner: exp.Select) -> None:
             node.replace(exp.column(name, table=_INNER, quoted=True))
             return
         for child in list(node.iter_expressions()):
-            visit(child)
+            visit(child, scalar or is_aggregate(node))
 
     for key in ("expressions", "group", "having", "order"):
         part = outer.args.get(key)
         for node in part if isinstance(part, list) else [part] if part is not None else []:
-            visit(cast(exp.Expression, node))
+            visit(cast(exp.Expression, node), key == "group")
 
 
 def _hoistable(node: exp.Expression, columns: Mapping[str, exp.Expression]) -> bool:

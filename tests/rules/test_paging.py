@@ -379,3 +379,32 @@ def test_checks_are_not_fenced_where_functions_may_bypass_the_guarded_object() -
     shop(fresh, customers=20)
     sqlite3.Connection.create_function(fresh, "fx", 1, pure)  # registered past the guarded methods
     assert "PRAGMA query_only = ON" in _statements(fresh, PAGE)
+
+
+class _CountNonNull:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def step(self, value: Any) -> None:
+        self.n += value is not None
+
+    def finalize(self) -> int:
+        return self.n
+
+
+def test_an_application_aggregate_beside_the_risk_is_not_computed_per_row() -> None:
+    """R6: ``mycount(o.id)`` outside any aggregate may be the application's aggregate: the bounded
+    check leaves it in the outer query (only calls inside a known aggregate's argument or in GROUP BY
+    move into the derived table), so the fan-out is found and the truth served with mycount's value."""
+    setup = (
+        "CREATE TABLE c(id INTEGER PRIMARY KEY, v INTEGER); CREATE TABLE o(id INTEGER PRIMARY KEY, cid INTEGER);"
+        "INSERT INTO c VALUES (1, 5), (2, 7), (3, 4); INSERT INTO o VALUES (1, 1), (2, 1), (3, 1), (4, 2), (5, 3);"
+    )
+    sql = "SELECT c.id, SUM(c.v), mycount(o.id) FROM c JOIN o ON o.cid = c.id GROUP BY c.id ORDER BY c.id LIMIT 2"
+    for preset, served in (("patch", [(1, 15, 3), (2, 7, 1)]), ("text_to_sql", [(1, 5, 3), (2, 7, 1)])):
+        con = guarded_sqlite.connect(":memory:", guard=preset)  # type: ignore[call-overload]
+        con.executescript(setup)
+        con.create_aggregate("mycount", 1, _CountNonNull)
+        cur = con.execute(sql)
+        assert cur.fetchall() == served
+        assert cur.guard_report.trigger == "aggregate_fanout"

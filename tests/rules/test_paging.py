@@ -408,3 +408,31 @@ def test_an_application_aggregate_beside_the_risk_is_not_computed_per_row() -> N
         cur = con.execute(sql)
         assert cur.fetchall() == served
         assert cur.guard_report.trigger == "aggregate_fanout"
+
+
+def test_the_check_runs_with_the_collector_paused_and_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A garbage collection during the check must not spend its budget: the collector is paused while
+    the check runs (seen by the check's own function) and is on again after, as the caller had it."""
+    import gc
+
+    seen: list[bool] = []
+    con = guarded_sqlite.connect(":memory:")
+    shop(con, customers=20)
+    con.create_function("fx", 1, lambda value: seen.append(gc.isenabled()) or value, deterministic=True)
+    assert gc.isenabled()
+    con.execute(PAGE).fetchall()
+    assert gc.isenabled()
+    plain = sqlite3.connect(":memory:")
+    shop(plain, customers=20)
+    own: list[bool] = []
+    plain.create_function("fx", 1, lambda value: own.append(True) or value, deterministic=True)
+    plain.execute(PAGE).fetchall()
+    statement_calls = len(own)  # the statement's own calls come first, with the collector on
+    assert seen[:statement_calls] == [True] * statement_calls
+    assert seen[statement_calls:] and not any(seen[statement_calls:])
+    gc.disable()
+    try:
+        con.execute(PAGE.replace("LIMIT 10", "LIMIT 11")).fetchall()
+        assert not gc.isenabled()  # the caller's choice is kept
+    finally:
+        gc.enable()

@@ -15,7 +15,7 @@ from .._core.deadlines import time_left
 from .._engines import SQLITE
 from ..errors import TransactionLost, describe_error
 from ..report import RuleDecision
-from .connection_state import ConnectionState
+from .connection_state import ConnectionState, writing_blob
 from .guard_statements import CALL_TIME_PASSED, call_time_passed, read_only_fetch
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def check_aggregates(
                 key = (sql, params, guard.policy.row_cap, guard.defan)
                 entry = guard.confirmations.get(key)
         if entry is not None:
-            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
+            token = _data_token(guard, kept)
             if entry.token == token and entry.functions == user_functions(guard):
                 kept_outcome = entry.outcome
                 if kept_outcome is None:
@@ -90,7 +90,7 @@ def check_aggregates(
             note = found.note
         if key is not None and token is None and not found.hazard:
             # Read before the check runs: a commit meanwhile makes the kept rows older than the token says.
-            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
+            token = _data_token(guard, kept)
         checked_plan = (
             found if check_sql == found.check_sql else dataclasses.replace(found, check_sql=check_sql, note=note)
         )
@@ -173,6 +173,18 @@ def _not_looked(sql: str, rows: list[Any], why: str) -> FanoutOutcome:
     from .._rules.fanout import FanoutOutcome
 
     return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
+
+
+def _data_token(guard: ConnectionState, kept: Any) -> tuple[Any, ...] | None:
+    """``confirmations.sqlite_token``, or None while a blob opened for writing through the connection
+    may still write (no number moves with its writes)."""
+    if guard.blobs and writing_blob(guard):
+        return None
+    functions = user_functions(guard)
+    # The probe of LIKE's case would call the application's own ``like``.
+    like = functions is not None and "like" not in functions
+    token: tuple[Any, ...] | None = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch, like)
+    return token
 
 
 def _plain_cursor(guard: ConnectionState) -> Any:

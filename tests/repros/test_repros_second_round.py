@@ -9,6 +9,13 @@ own mechanisms.
 
 from __future__ import annotations
 
+import sqlite3
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
 import guarded_sqlite
 
 # --- c20 ---------------------------------------------------------------------------------------------
@@ -44,3 +51,59 @@ def test_c20_a_natural_join_reading_the_leaf_keeps_its_condition() -> None:
     assert "210 -> 110" in reason, reason
     con.close()
     default.close()
+
+
+# --- c21 ---------------------------------------------------------------------------------------------
+
+C21 = """
+CREATE TABLE c(id INTEGER PRIMARY KEY, region TEXT, points INTEGER);
+CREATE TABLE o(id INTEGER PRIMARY KEY, cid INTEGER NOT NULL);
+INSERT INTO c VALUES (1, 'north', 10), (2, 'south', 20), (3, 'north', 5);
+INSERT INTO o(cid) VALUES (1), (1), (2), (2), (2), (3);
+"""
+C21_SQL = "SELECT c.region, SUM(c.points) FROM c JOIN o ON o.cid = c.id GROUP BY c.region ORDER BY c.region"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="sqlite3 has blobopen() from Python 3.11")
+def test_c21_a_blob_write_invalidates_the_kept_confirmation(tmp_path: Path) -> None:
+    """c21: ``blobopen()`` + ``write`` turns customer 1's region into 'south' with no statement: the
+    confirmation kept before is not reused (north 5 / south 30 is the truth, not north 15 / south 20)."""
+    path = tmp_path / "c21.db"
+    raw = sqlite3.connect(path)
+    raw.executescript(C21)
+    raw.close()
+    con = guarded_sqlite.connect(path, guard="text_to_sql")
+    assert con.execute(C21_SQL).fetchall() == [("north", 15), ("south", 20)]
+    assert con.execute(C21_SQL).fetchall() == [("north", 15), ("south", 20)]  # kept, then reused
+    with con.blobopen("c", "region", 1) as blob:
+        blob.write(b"south")
+    con.commit()
+    cur = con.execute(C21_SQL)
+    assert cur.fetchall() == [("north", 5), ("south", 30)]
+    assert not any("reused" in decision.reason for decision in cur.guard_report.decisions)
+    con.close()
+
+
+# --- c23 ---------------------------------------------------------------------------------------------
+
+
+def test_c23_a_dirty_read_of_a_shared_cache_is_never_served_from_a_kept_confirmation() -> None:
+    """c23: under ``read_uncommitted`` the statement reads another connection's uncommitted UPDATE, which
+    moves no number of the token: nothing is kept or reused there, so the served values are the truth
+    on what the statement read (north 1005 / south 20)."""
+    uri = f"file:c23_{uuid.uuid4().hex}?mode=memory&cache=shared"
+    other = sqlite3.connect(uri, uri=True, isolation_level=None)
+    other.executescript(C21)
+    con = guarded_sqlite.connect(uri, uri=True, guard="text_to_sql", isolation_level=None)
+    con.execute("PRAGMA read_uncommitted = 1")
+    assert con.execute(C21_SQL).fetchall() == [("north", 15), ("south", 20)]
+    assert con.execute(C21_SQL).fetchall() == [("north", 15), ("south", 20)]
+    other.execute("BEGIN")
+    other.execute("UPDATE c SET points = 1000 WHERE id = 1")
+    cur = con.execute(C21_SQL)
+    assert cur.fetchall() == [("north", 1005), ("south", 20)]
+    assert not any("reused" in decision.reason for decision in cur.guard_report.decisions)
+    other.execute("ROLLBACK")
+    assert not con._self_guard.confirmations
+    con.close()
+    other.close()

@@ -13,6 +13,7 @@ import sqlite3
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,3 +108,90 @@ def test_c23_a_dirty_read_of_a_shared_cache_is_never_served_from_a_kept_confirma
     assert not con._self_guard.confirmations
     con.close()
     other.close()
+
+
+# --- c19 ---------------------------------------------------------------------------------------------
+
+C19 = """
+CREATE TABLE audit_log(v);
+CREATE TABLE c(id INTEGER PRIMARY KEY, city TEXT, points INTEGER,
+               pts2 INTEGER GENERATED ALWAYS AS (audit(points)) VIRTUAL);
+CREATE TABLE o(id INTEGER PRIMARY KEY, cid INTEGER NOT NULL, total INTEGER);
+INSERT INTO c(id, city, points) VALUES (1, 'A', 10), (2, 'B', 20), (3, 'A', 30);
+INSERT INTO o(cid, total) VALUES (1, 1), (1, 2), (2, 3), (2, 4), (2, 5), (3, 1);
+CREATE VIEW v AS SELECT id, city, audit(points) AS p FROM c;
+"""
+C19_SQL = "SELECT c.city, SUM(c.pts2) FROM c JOIN o ON o.cid = c.id GROUP BY c.city ORDER BY c.city"
+
+
+def _audited(guard: str | None) -> tuple[Any, list[int]]:
+    """A connection (plain sqlite3 when ``guard`` is None) whose ``audit``, registered through it,
+    writes a row per call through it."""
+    if guard is None:
+        con: Any = sqlite3.connect(":memory:", isolation_level=None)
+    else:
+        con = guarded_sqlite.connect(":memory:", guard=guard, isolation_level=None)  # type: ignore[arg-type]
+    calls = [0]
+
+    def audit(value: Any) -> Any:
+        calls[0] += 1
+        con.execute("INSERT INTO audit_log VALUES (?)", (value,))
+        return value
+
+    con.create_function("audit", 1, audit, deterministic=True)
+    con.executescript(C19)
+    return con, calls
+
+
+def _written(con: Any, sql: str) -> tuple[int, Any]:
+    """The audit rows ``sql`` writes, and its report (None on sqlite3)."""
+    con.execute("DELETE FROM audit_log")
+    cur = con.execute(sql)
+    cur.fetchall()
+    return int(con.execute("SELECT COUNT(*) FROM audit_log").fetchone()[0]), getattr(cur, "guard_report", None)
+
+
+@pytest.mark.parametrize("guard", ["patch", "text_to_sql"])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        pytest.param(C19_SQL, id="generated-column"),
+        pytest.param(
+            C19_SQL.replace("c.pts2", "c.points").replace(
+                "GROUP BY", "WHERE c.id IN (SELECT id FROM v WHERE p > 0) GROUP BY"
+            ),
+            id="view",
+        ),
+    ],
+)
+def test_c19_a_function_a_generated_column_calls_is_not_run_writable_by_the_check(guard: str, sql: str) -> None:
+    """c19: the statement names no function, but ``c.pts2`` (and the view's ``p``) calls ``audit``, which
+    writes: the aggregate check is fenced as for a function named in the text, so it writes nothing
+    (the statement's rows only, as with sqlite3), and no confirmation is kept."""
+    plain, _ = _audited(None)
+    expected, _ = _written(plain, sql)
+    plain.close()
+    con, _ = _audited(guard)
+    for _ in range(2):
+        written, report = _written(con, sql)
+        assert written == expected
+        # The check ran fenced: audit's INSERT met query_only, and the check failed rather than wrote.
+        assert [d.reason for d in report.decisions] == [
+            "corrected query failed: OperationalError: user-defined function raised exception"
+        ]
+    assert not con._self_guard.confirmations
+    con.close()
+
+
+def test_c19_the_join_copy_check_never_runs_a_generated_columns_function_again() -> None:
+    """c19 under text_to_sql: P1's join-copy check re-ran the statement, calling ``audit`` 12 times for
+    the statement's 6; it is not run now (the decision says why), as for a function named in the text."""
+    con, calls = _audited("text_to_sql")
+    con.execute("DELETE FROM audit_log")
+    calls[0] = 0
+    cur = con.execute("SELECT c.city, c.pts2 FROM c JOIN o ON o.cid = c.id")
+    assert len(cur.fetchall()) == 6
+    assert calls[0] == 6
+    (decision,) = cur.guard_report.decisions
+    assert "audit(), a function of the application's, without naming it" in decision.reason
+    con.close()

@@ -321,6 +321,40 @@ def test_never_kept_with_a_user_function_named_as_a_builtin(path: Path) -> None:
     assert not con._self_guard.confirmations
 
 
+@pytest.mark.parametrize("name", ["fx", "a_function_named_past_sixteen_bytes"])
+def test_never_kept_with_a_user_function_a_generated_column_calls(path: Path, name: str) -> None:
+    """c19: the text names no function, the generated column calls the application's: checked every
+    time, never kept (EXPLAIN cuts names at 16 bytes: a longer one is still found). The same
+    connection's statements that reach no such function are kept as before."""
+    calls = [0]
+
+    def fx(value: Any) -> Any:
+        calls[0] += 1
+        return value
+
+    con = guarded_sqlite.connect(path, guard="text_to_sql")
+    con.create_function(name, 1, fx, deterministic=True)
+    warmed(con)
+    con.execute(f"ALTER TABLE orders ADD COLUMN t2 INTEGER GENERATED ALWAYS AS ({name}(total)) VIRTUAL")
+    sql = AT_RISK.replace("o.total", "o.t2")
+    for _ in range(3):
+        calls[0] = 0
+        assert run(con, sql) == (TRUTH, False)
+        assert calls[0] > 6  # the statement's own calls (6 join rows) and the check's, fenced
+    assert all(key[0] != sql for key in con._self_guard.confirmations)
+    assert run(con) == (TRUTH, False)  # the ALTER moved the schema version
+    assert run(con) == (TRUTH, True)
+
+
+def test_never_kept_with_an_application_like_the_operator_calls(path: Path) -> None:
+    con = guarded_sqlite.connect(path, guard="text_to_sql")
+    con.create_function("like", 2, lambda pattern, value: value.startswith(pattern[:-1]), deterministic=True)
+    sql = AT_RISK.replace("GROUP BY", "WHERE c.name LIKE 'a%' GROUP BY")
+    for _ in range(3):
+        assert run(con, sql) == (TRUTH[:1], False)
+    assert not con._self_guard.confirmations
+
+
 def test_never_kept_when_not_deterministic(path: Path) -> None:
     con = guarded_sqlite.connect(path)
     sql = AT_RISK.replace("SUM(o.total)", "SUM(o.total + (random() % 1))")

@@ -259,8 +259,9 @@ def note_blob(guard: ConnectionState, blob: Any, readonly: bool) -> None:
     if readonly:
         return
     guard.epoch += 1
-    # sqlite3 tracks its blobs by weak reference too, so a Blob always takes one.
-    guard.blobs = [*guard.blobs, weakref.ref(blob)]
+    # sqlite3 tracks its blobs by weak reference too, so a Blob always takes one. Closed ones go here
+    # as well: an application writing many blobs and running no check must not grow the list.
+    guard.blobs = [*(handle for handle in guard.blobs if _is_open(handle())), weakref.ref(blob)]
 
 
 def writing_blob(guard: ConnectionState) -> bool:

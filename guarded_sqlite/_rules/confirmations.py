@@ -35,8 +35,9 @@ through what moves the epoch.
 
 A statement is never reused that calls a function that may be non-deterministic or the application's
 (``sqltree.rerun_hazard``, read when the plan is made: ``AggregatePlan.hazard``), or that names one of
-the connection's application functions (which may override a built-in's name): its rows would be
-computed by a function run fewer times than the caller's code expects, or would go stale.
+the connection's application functions (which may override a built-in's name) or reaches one unnamed,
+through a view, a generated column or an operator (``aggregate_check.reached_functions``): its rows
+would be computed by a function run fewer times than the caller's code expects, or would go stale.
 
 DuckDB and PostgreSQL keep nothing: neither gives a cheap number that moves with every commit by
 other connections (DuckDB's connections of one database in a process share its data; PostgreSQL's

@@ -215,6 +215,18 @@ def test_a_blob_read_only_or_closed_keeps_the_confirmation(path: Path) -> None:
     assert run(con) == (TRUTH, True)
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="sqlite3 has blobopen() from Python 3.11")
+def test_closed_blobs_are_not_remembered(path: Path) -> None:
+    con = guarded_sqlite.connect(path, guard="text_to_sql")
+    kept = []
+    for _ in range(50):
+        with con.blobopen("customers", "name", 1) as blob:
+            blob.write(b"ann")
+        kept.append(con.blobopen("customers", "name", 2))
+        kept.pop().close()
+    assert len(con._self_guard.blobs) <= 1
+
+
 def test_shared_cache_read_uncommitted(tmp_path: Path) -> None:
     """c23: a shared cache's other connection's commit moves data_version, its uncommitted write locks
     the table; under ``read_uncommitted`` the statement reads that write, which moves nothing: not kept."""

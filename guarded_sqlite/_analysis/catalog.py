@@ -77,7 +77,16 @@ from .sqltree import rerun_hazard
 if TYPE_CHECKING:
     from .._engines import Engine
 
-__all__ = ["MAX_NAMES", "SnapshotSchemaView", "SqliteSchemaView", "cheaper_check", "explain", "plan", "schema_view"]
+__all__ = [
+    "MAX_NAMES",
+    "SnapshotSchemaView",
+    "SqliteSchemaView",
+    "cheaper_check",
+    "explain",
+    "plan",
+    "program_functions",
+    "schema_view",
+]
 
 
 class _Provenance(Protocol):
@@ -170,6 +179,60 @@ def cheaper_check(guard: Guarded, sql: str, parameters: Any, found: AggregatePla
     return chosen
 
 
+def program_functions(guard: Guarded, sql: str, parameters: Any, keep: bool = True) -> frozenset[str] | None:
+    """The functions ``sql``'s compiled program calls on SQLite, lower-cased and cut to 16 characters as
+    ``EXPLAIN`` shows them, or None when that cannot be read; frozenset() on the other engines.
+
+    The text alone does not say (c19): a view's body and a generated column the statement reads call
+    functions it never names, and an operator calls one too (``x LIKE y`` is ``like()``, which the
+    application may replace). The program says, views and generated columns compiled in: ``EXPLAIN``
+    prepares the statement and runs nothing (about 80 us). ``keep``: kept per SQL text while no schema's
+    version changes (a view redefined, a generated column added), nor the list of schemas, which costs
+    a statement per schema to tell: for a statement asked about on every execution."""
+    view = schema_view(guard)
+    if not isinstance(view, SqliteSchemaView):
+        return frozenset()
+    try:
+        cur = view.own_cursor()
+        stamp = None
+        if keep:
+            schemas = tuple(cur.execute("PRAGMA database_list").fetchall())
+            versions = tuple(
+                cur.execute(f'PRAGMA "{str(row[1]).replace(chr(34), chr(34) * 2)}".schema_version').fetchone()[0]
+                for row in schemas
+            )
+            stamp = (schemas, versions)
+            kept = view.calls.get(sql)
+            if kept is not None and kept[0] == stamp:
+                return kept[1]
+        execute_with(cur, f"EXPLAIN {sql}", parameters)
+        called = frozenset(
+            _as_text(row[5]).rpartition("(")[0].lower()
+            for row in cur.fetchall()
+            if _as_text(row[1]) in _CALLING_OPCODES
+        )
+    except (sqlite3.Error, TypeError, ValueError, IndexError):  # an authorizer, a closed connection
+        return None
+    if stamp is not None:
+        if len(view.calls) >= VERDICTS and sql not in view.calls:
+            del view.calls[next(iter(view.calls))]
+        view.calls[sql] = (stamp, called)
+    return called
+
+
+def _as_text(value: Any) -> str:
+    """An ``EXPLAIN`` column as text, whatever the connection's ``text_factory`` made of it."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+_CALLING_OPCODES = frozenset(
+    {"Function", "Function0", "PureFunc", "PureFunc0", "AggStep", "AggStep1", "AggValue", "AggInverse", "AggFinal"}
+)
+"""The VDBE opcodes whose P4 is a function called (``name(arguments)``)."""
+
+
 def schema_view(guard: Guarded) -> SqliteSchemaView | SnapshotSchemaView:
     """The connection's schema view, made on first use (a rule's first question)."""
     view = guard.catalog
@@ -222,7 +285,7 @@ rows and its ``PRAGMA index_list``."""
 class SqliteSchemaView:
     """One SQLite connection's verdicts and table facts, reused only on identical declarations."""
 
-    __slots__ = ("cheaper", "cursor", "places", "raw", "safe_aggregates", "tables", "verdicts")
+    __slots__ = ("calls", "cheaper", "cursor", "places", "raw", "safe_aggregates", "tables", "verdicts")
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -235,6 +298,8 @@ class SqliteSchemaView:
         self.safe_aggregates: dict[str, int] = {}
         # SQL text -> (its plan, the plan whose check runs: pre-grouped or not; see ``cheaper_check``)
         self.cheaper: dict[str, tuple[AggregatePlan, AggregatePlan]] = {}
+        # SQL text -> (schemas and their versions when read, the functions its program calls; ``program_functions``)
+        self.calls: dict[str, tuple[Any, frozenset[str]]] = {}
         # (question, SQL text) -> (check statements, their rows when the answer was reached, answer)
         self.verdicts: dict[tuple[str, str], tuple[tuple[Statement, ...], tuple[list[Any], ...], Any]] = {}
 

@@ -18,7 +18,9 @@ are equal as SQLite compares them there: two INTEGER-affinity columns declared w
 ``COLLATE`` compare with no conversion and under BINARY, as ``GROUP BY`` does (``TableFacts.
 integer_columns``), so a group's rows all match or all miss any other row, and its count is their
 number. An inner join only (a LEFT JOIN's unmatched rows have one copy, not zero); no subquery, CTE or
-USING; parts only ``MIN`` of the argument and ``COUNT(*)``.
+USING; no later USING or NATURAL join that may compare a leaf's column by name (it reads the leaf with
+no Column node, and the pre-grouped leaf keeps only its ON's columns); parts only ``MIN`` of the
+argument and ``COUNT(*)``.
 
 Cheaper only where the statement reads the whole leaf anyway: grouping it reads every row, which a
 statement that looks its rows up by index (a paging query, a selective WHERE) never does.
@@ -104,6 +106,8 @@ def leaf_join(
         declared = instance.original.get(name, name)
         if declared not in columns:
             columns.append(declared)
+    if _compared_by_name(joins[position + 1 :], instances, instance):
+        return None
     in_on = {id(node) for node in on.find_all(exp.Column)}
     leaf_names = {instance.alias, instance.name}
     for node in select.find_all(exp.Column):
@@ -116,6 +120,36 @@ def leaf_join(
         elif fold(node.table) in leaf_names or (not node.table and fold(node.name) in (instance.columns or ())):
             return None  # a name that may be the leaf's (a select-list alias in ORDER BY is not)
     return Leaf(position, table.alias_or_name, tuple(columns))
+
+
+def _compared_by_name(later: Sequence[exp.Join], instances: Sequence[Instance], leaf: Instance) -> bool:
+    """Whether a USING or NATURAL join after the leaf's may compare one of the leaf's columns. Such a
+    join reads the tables to its left by name, with no Column node to resolve, and the pre-grouped leaf
+    keeps only its ON's columns: a condition on any other would be lost (c20). Unsure is yes."""
+    if leaf.columns is None:
+        return True
+    held = _named(leaf) | {COPIES}
+    for join in later:
+        using = join.args.get("using")
+        if using:
+            if any(fold(name.name) in held for name in using):
+                return True
+        elif (join.method or "").upper() == "NATURAL":
+            right = join.this
+            if not isinstance(right, (exp.Table, exp.Subquery)):
+                return True
+            named = [i for i in instances if i.alias == fold(right.alias_or_name)]
+            if len(named) != 1 or named[0].columns is None or not _named(named[0]).isdisjoint(held):
+                return True
+    return False
+
+
+def _named(instance: Instance) -> frozenset[str]:
+    """The columns a NATURAL join can see: a table's rowid is not one, unless a column takes its name."""
+    columns = instance.columns or frozenset()
+    if instance.kind != "table":
+        return columns
+    return columns - (ROWID_NAMES - instance.original.keys())
 
 
 def _qualified_column(node: exp.Expression) -> bool:

@@ -18,13 +18,13 @@ from .._core.deadlines import time_left
 from .._engines import NO_PARAMETERS, SQLITE
 from ..errors import TransactionLost, describe_error
 from ..report import RuleDecision
-from .connection_state import ConnectionState
+from .connection_state import ConnectionState, writing_blob
 from .guard_statements import CALL_TIME_PASSED, call_time_passed, read_only_fetch
 
 if TYPE_CHECKING:
     from .._rules.fanout import FanoutOutcome
 
-__all__ = ["check_aggregates", "user_functions"]
+__all__ = ["check_aggregates", "reached_functions", "user_functions"]
 
 
 def user_functions(guard: ConnectionState) -> frozenset[str] | None:
@@ -37,6 +37,27 @@ def user_functions(guard: ConnectionState) -> frozenset[str] | None:
             return None
         guard.listed_functions = listed
     return listed | guard.registered_functions
+
+
+def reached_functions(guard: ConnectionState, sql: str, parameters: Any, keep: bool = True) -> frozenset[str] | None:
+    """The application's functions running ``sql`` calls, named in its text or not (a view's body, a
+    generated column it reads, an operator such as LIKE: c19), or None when that cannot be told. Reads
+    the statement's program only where the connection has functions of the application's (``keep``:
+    ``catalog.program_functions``'s)."""
+    functions = user_functions(guard)
+    if not functions:
+        return functions
+    from .._analysis.catalog import program_functions
+
+    called = program_functions(guard, sql, parameters, keep)
+    if called is None:
+        return None
+    # EXPLAIN cuts a name to 16 bytes: a longer one is matched by what is left of it.
+    return frozenset(
+        name
+        for name in functions
+        if name[:16] in called or any(len(c.encode()) > 12 and name.startswith(c) for c in called)
+    )
 
 
 def check_aggregates(
@@ -67,7 +88,7 @@ def check_aggregates(
                 key = (sql, params, guard.policy.row_cap, guard.defan)
                 entry = guard.confirmations.get(key)
         if entry is not None:
-            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
+            token = _data_token(guard, kept)
             if entry.token == token and entry.functions == user_functions(guard):
                 kept_outcome = entry.outcome
                 if kept_outcome is None:
@@ -93,7 +114,7 @@ def check_aggregates(
             note = found.note
         if key is not None and token is None and not found.hazard:
             # Read before the check runs: a commit meanwhile makes the kept rows older than the token says.
-            token = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch)
+            token = _data_token(guard, kept)
         checked_plan = (
             found if check_sql == found.check_sql else dataclasses.replace(found, check_sql=check_sql, note=note)
         )
@@ -116,11 +137,22 @@ def check_aggregates(
         own_methods = guard.engine is SQLITE and guard.proxy is guard.raw and not guard.extensions_loadable
         functions = user_functions(guard) if not found.hazard or own_methods else None
         check_text = check_sql or ""
-        writes_possible = bool(found.hazard) or functions is None or kept.names_function(check_text, functions)
+        # What the text does not name but the statement calls (views, generated columns): the check,
+        # which reads the same tables, calls it too.
+        reached = reached_functions(guard, sql, parameters) if functions else frozenset()
+        writes_possible = (
+            bool(found.hazard)
+            or functions is None
+            or reached is None
+            or bool(reached)
+            or kept.names_function(check_text, functions)
+        )
         fenced = (
             writes_possible
             and own_methods
             and functions is not None
+            and reached is not None
+            and reached <= guard.registered_functions
             and not kept.names_function(check_text, functions - guard.registered_functions)
         )
 
@@ -169,6 +201,8 @@ def check_aggregates(
             # ``functions`` was read before the check; a registration since moved the epoch in the token.
             if (
                 functions is not None
+                and not reached
+                and reached is not None
                 and (checked is None or len(checked) <= kept.KEPT_ROWS)
                 and not kept.names_function(sql, functions)
             ):
@@ -204,6 +238,18 @@ def _not_looked(sql: str, rows: list[Any], why: str) -> FanoutOutcome:
     from .._rules.fanout import FanoutOutcome
 
     return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
+
+
+def _data_token(guard: ConnectionState, kept: Any) -> tuple[Any, ...] | None:
+    """``confirmations.sqlite_token``, or None while a blob opened for writing through the connection
+    may still write (no number moves with its writes)."""
+    if guard.blobs and writing_blob(guard):
+        return None
+    functions = user_functions(guard)
+    # The probe of LIKE's case would call the application's own ``like``.
+    like = functions is not None and "like" not in functions
+    token: tuple[Any, ...] | None = kept.sqlite_token(_plain_cursor(guard), guard.raw, guard.epoch, like)
+    return token
 
 
 def _plain_cursor(guard: ConnectionState) -> Any:

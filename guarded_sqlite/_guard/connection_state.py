@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,6 +53,7 @@ class ConnectionState:
 
     __slots__ = (
         "aggregate_screen",
+        "blobs",
         "byte_cap",
         "catalog",
         "confirmations",
@@ -119,6 +121,8 @@ class ConnectionState:
         # count of what changes the data or the schema unseen by SQLite's version numbers.
         self.confirmations: dict[Any, Any] = {}
         self.epoch = 0
+        # Blob handles opened for writing through the connection (weak: the caller's to close or drop).
+        self.blobs: list[weakref.ref[Any]] = []
 
     def configure(self, policy: GuardPolicy) -> None:
         """The slots derived from ``policy``."""
@@ -197,7 +201,18 @@ def _shared(name: str) -> property:
 
 
 # ``serial`` stays the scope's own: configure() sets it from the shared lock and the scope's mode.
-_SHARED = ("catalog", "confirmations", "epoch", "rescues", "rescue_spend", "query_only_due", "last", "scopes", "lock")
+_SHARED = (
+    "blobs",
+    "catalog",
+    "confirmations",
+    "epoch",
+    "rescues",
+    "rescue_spend",
+    "query_only_due",
+    "last",
+    "scopes",
+    "lock",
+)
 for _name in (*_SHARED, "extensions_loadable", "listed_functions", "registered_functions"):
     setattr(_ScopedState, _name, _shared(_name))
 
@@ -235,6 +250,36 @@ def note_change(guard: ConnectionState) -> None:
     """Something changed the data or the schema that SQLite's version numbers may not show (a statement
     returning no rows, ``deserialize()``, a backup into the connection): no kept confirmation holds."""
     guard.epoch += 1
+
+
+def note_blob(guard: ConnectionState, blob: Any, readonly: bool) -> None:
+    """A blob handle opened through the connection (``blobopen``). Its writes are not statements: they
+    move neither ``total_changes`` nor, on the connection's own database, ``data_version`` (c21). So
+    what was kept before goes now, and nothing is kept or reused while the handle may write."""
+    if readonly:
+        return
+    guard.epoch += 1
+    # sqlite3 tracks its blobs by weak reference too, so a Blob always takes one. Closed ones go here
+    # as well: an application writing many blobs and running no check must not grow the list.
+    guard.blobs = [*(handle for handle in guard.blobs if _is_open(handle())), weakref.ref(blob)]
+
+
+def writing_blob(guard: ConnectionState) -> bool:
+    """Whether a blob handle ``note_blob`` saw may still write: not closed, nor collected."""
+    open_handles = [handle for handle in guard.blobs if _is_open(handle())]
+    if len(open_handles) != len(guard.blobs):
+        guard.blobs = open_handles
+    return bool(open_handles)
+
+
+def _is_open(blob: Any) -> bool:
+    if blob is None:
+        return False
+    try:
+        len(blob)
+    except Exception:  # sqlite3.ProgrammingError: the blob (or its connection) is closed
+        return False
+    return True
 
 
 def settle(guard: ConnectionState, state: ReportState, cursor: Any) -> None:

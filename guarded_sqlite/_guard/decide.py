@@ -57,7 +57,7 @@ from ..errors import TransactionLost, describe_error
 from ..policy import GuardPolicy
 from ..report import GuardReport, ReportState, RuleDecision, RuleName
 from ..sinks import built, log_statement
-from .aggregate_check import check_aggregates, user_functions
+from .aggregate_check import check_aggregates, reached_functions, user_functions
 from .connection_state import (  # SMALL_RESULT, ConnectionState, policy_scope and settle re-exported
     SMALL_RESULT,
     ConnectionState,
@@ -471,6 +471,8 @@ def repair_statement(
             functools.partial(explain, guard),
             plain_rerun,
             functools.partial(user_functions, guard),
+            # A flagged statement's join-copy check runs it again anyway: one EXPLAIN, not the stamp.
+            lambda statement: reached_functions(guard, statement, parameters, keep=False),
         )
     except TransactionLost:
         raise

@@ -31,7 +31,7 @@ import wrapt
 
 from .._core.probe import PartialCount
 from .._engines import NO_PARAMETERS, SQLITE, Engine, execute_with
-from .._guard.connection_state import note_change, note_function
+from .._guard.connection_state import note_blob, note_change, note_function
 from .._guard.decide import (
     GUARD_OFF,
     NOT_ROW_RETURNING,
@@ -184,10 +184,31 @@ class ConnectionProxy(_Proxy, GuardedConnection):
         return self
 
     def __getattr__(self, name: str) -> Any:
-        return _subclass_aware_getattr(self, name)
+        found = _subclass_aware_getattr(self, name)
+        if name in _UNSEEN_CHANGES and callable(found):
+            return _noting_change(self._self_guard, name, found)
+        return found
 
     def __exit__(self, *exc_info: Any) -> Any:
         return self.__wrapped__.__exit__(*exc_info)
+
+
+_UNSEEN_CHANGES = frozenset({"blobopen", "load_extension", "set_authorizer"})
+"""sqlite3's methods that change what a statement reads with no statement or version number showing it
+(``guarded_sqlite._io.sqlite_unseen``); looked up, not defined, so a psycopg connection has none."""
+
+
+def _noting_change(guard: ConnectionState, name: str, method: Any) -> Any:
+    @functools.wraps(method)
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        result = method(*args, **kwargs)
+        if name == "blobopen":
+            note_blob(guard, result, bool(kwargs.get("readonly")))
+        else:
+            note_change(guard)
+        return result
+
+    return noting
 
 
 class CursorProxy(_Proxy, GuardedCursor):

@@ -62,6 +62,7 @@ from .._guard.decide import (
 from ..policy import GuardPolicy, GuardSpec, resolve_policy
 from ..sinks import deliver
 from .factories import native, reshape, shaped, with_plain_rows
+from .sqlite_unseen import UnseenChanges
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -449,8 +450,9 @@ def connection_class(factory: type) -> type:
     return _combined(_CONNECTION_CLASSES, factory, _CursorHookMethods if overrides_cursor else ConnectionMethods)
 
 
-class ConnectionMethods(sqlite3.Connection, GuardedConnection):
-    """The guarded connection's behaviour, without instance layout of its own (see ``CursorMethods``)."""
+class ConnectionMethods(UnseenChanges, GuardedConnection):
+    """The guarded connection's behaviour, without instance layout of its own (see ``CursorMethods``);
+    ``UnseenChanges`` has the methods that change what no statement shows."""
 
     __slots__ = ()
     _self_guard: ConnectionState
@@ -578,19 +580,6 @@ class ConnectionMethods(sqlite3.Connection, GuardedConnection):
     def create_collation(self, name: str, callable: Any, /) -> None:
         sqlite3.Connection.create_collation(self, name, callable)
         note_change(self._self_guard)  # text may compare (and group) differently from now on
-
-    if sys.version_info >= (3, 11):
-
-        def deserialize(self, data: Any, /, **kwargs: Any) -> None:
-            # A schema's content replaced: neither data_version nor total_changes moves.
-            sqlite3.Connection.deserialize(self, data, **kwargs)
-            note_change(self._self_guard)
-
-        def blobopen(self, *args: Any, **kwargs: Any) -> sqlite3.Blob:
-            # A blob opened from a function a guard check calls is as read-only as the check's SQL.
-            if self._self_guard.query_only_due:
-                settle_query_only(self._self_guard)
-            return sqlite3.Connection.blobopen(self, *args, **kwargs)
 
     def iterdump(self, *args: Any, **kwargs: Any) -> Generator[str, None, None]:
         """sqlite3's ``iterdump``, on plain cursors: the dump's statements never go through the guard."""

@@ -11,9 +11,20 @@ check ran is unchanged. The token is:
 * ``total_changes``: the connection's own INSERT, UPDATE and DELETE rows, committed or not (it never
   goes back, so a rolled-back change still moves it);
 * ``PRAGMA <schema>.schema_version``: the connection's own DDL, which the two above do not see;
+* whether LIKE compares case-sensitively (``SELECT 'a' LIKE 'A'``): ``PRAGMA case_sensitive_like`` run
+  through a plain ``sqlite3.Cursor`` of the connection, which the guard does not see;
 * the connection's *epoch* (``ConnectionState.epoch``), which the guarded connection moves on what none
   of these numbers show: a statement that returns no rows (ATTACH, DETACH, a PRAGMA that changes how
-  text compares, DDL), a function or collation registered, ``deserialize()``, a ``backup()`` into it.
+  text compares, DDL), a function or collation registered, an authorizer set (it can make a column
+  read as NULL), an extension loaded, ``deserialize()``, a ``backup()`` into it, a blob opened for
+  writing (``blobopen()``: its writes are not statements, so neither ``total_changes`` nor the own
+  connection's ``data_version`` moves).
+
+Where the numbers cannot tell, nothing is kept or reused: while a blob opened for writing through the
+connection is open (``connection_state.writing_blob``), and under ``PRAGMA read_uncommitted`` (on a
+shared cache the statement then reads other connections' uncommitted writes, which move nothing; a
+shared cache without it is covered: another connection's commit moves ``data_version``, and its
+uncommitted writes lock the tables they changed).
 
 None of these moves on a ROLLBACK, which can undo a change the token already counted into the kept
 rows. So nothing is kept or reused while a transaction is open (``in_transaction``): outside one,
@@ -24,8 +35,9 @@ through what moves the epoch.
 
 A statement is never reused that calls a function that may be non-deterministic or the application's
 (``sqltree.rerun_hazard``, read when the plan is made: ``AggregatePlan.hazard``), or that names one of
-the connection's application functions (which may override a built-in's name): its rows would be
-computed by a function run fewer times than the caller's code expects, or would go stale.
+the connection's application functions (which may override a built-in's name) or reaches one unnamed,
+through a view, a generated column or an operator (``aggregate_check.reached_functions``): its rows
+would be computed by a function run fewer times than the caller's code expects, or would go stale.
 
 DuckDB and PostgreSQL keep nothing: neither gives a cheap number that moves with every commit by
 other connections (DuckDB's connections of one database in a process share its data; PostgreSQL's
@@ -140,12 +152,15 @@ def _value(value: Any) -> tuple[str, Any] | None:
     return None
 
 
-def sqlite_token(cur: Any, raw: Any, epoch: int) -> tuple[Any, ...] | None:
-    """The data token of a SQLite connection (see the module docstring), or None inside a transaction
-    (nothing is kept or reused there) or when the numbers cannot be read. ``cur``: a plain cursor of
-    ``raw``."""
+def sqlite_token(cur: Any, raw: Any, epoch: int, like: bool = True) -> tuple[Any, ...] | None:
+    """The data token of a SQLite connection (see the module docstring), or None inside a transaction,
+    under ``read_uncommitted`` (nothing is kept or reused there) or when the numbers cannot be read.
+    ``cur``: a plain cursor of ``raw``; ``like``: whether built-in LIKE may be called (not the
+    application's own ``like``)."""
     try:
         if raw.in_transaction:
+            return None
+        if cur.execute("PRAGMA read_uncommitted").fetchone()[0]:
             return None
         changes = raw.total_changes
         schemas = cur.execute("PRAGMA database_list").fetchall()
@@ -154,9 +169,16 @@ def sqlite_token(cur: Any, raw: Any, epoch: int) -> tuple[Any, ...] | None:
             quoted = _quoted(name)
             versions.append(cur.execute(f"PRAGMA {quoted}.data_version").fetchone()[0])
             versions.append(cur.execute(f"PRAGMA {quoted}.schema_version").fetchone()[0])
+        if like:
+            versions.append(cur.execute(_LIKE_CASE).fetchone()[0])
     except Exception:  # an authorizer's denial, a closed connection: keep nothing, reuse nothing
         return None
     return (epoch, changes, tuple(schemas), tuple(versions))
+
+
+_LIKE_CASE = "SELECT 'a' LIKE 'A'"
+"""0 under ``PRAGMA case_sensitive_like = 1``, which a plain ``sqlite3.Cursor`` can run unseen and which
+changes what LIKE matches in the statement, its views and generated columns alike."""
 
 
 _QUOTED: dict[str, str] = {}

@@ -13,7 +13,18 @@ from .._core.probe import count_unique, distinct_in_order, dup_ratio, hashable_r
 from ..policy import GuardPolicy
 from ..report import RuleDecision
 from .copies import UNCOMPARABLE, CopyCount, count_copies, values_of, without_copies
-from .reruns import SET_CHANGED, Explain, MayCollate, PlainRerun, Rerun, RuleResult, UserFunctions, run_again, same_set
+from .reruns import (
+    SET_CHANGED,
+    Explain,
+    MayCollate,
+    PlainRerun,
+    ReachedFunctions,
+    Rerun,
+    RuleResult,
+    UserFunctions,
+    run_again,
+    same_set,
+)
 
 if TYPE_CHECKING:
     from .._analysis.provenance import Provenance
@@ -52,13 +63,17 @@ class Why:
 
 class CopyCheck:
     """How the join-copy check reaches the connection: a re-execution that returns plain tuples, and
-    the names of the connection's own functions (a statement calling one is never run again)."""
+    the names of the connection's own functions (a statement calling one is never run again), and
+    those of them a statement calls without naming them."""
 
-    __slots__ = ("rerun", "user_functions")
+    __slots__ = ("reached", "rerun", "user_functions")
 
-    def __init__(self, rerun: PlainRerun | None, user_functions: UserFunctions) -> None:
+    def __init__(
+        self, rerun: PlainRerun | None, user_functions: UserFunctions, reached: ReachedFunctions | None = None
+    ) -> None:
         self.rerun = rerun
         self.user_functions = user_functions
+        self.reached = reached
 
 
 def below_tau_applies(rows: int, unique_rows: int, policy: GuardPolicy) -> bool:
@@ -217,6 +232,15 @@ def _find_copies(
     called = _calls_any(sql, functions)
     if called:
         return f"the statement calls {called}(), a function of the application's: not run again"
+    if functions:
+        reached = None if copies.reached is None else copies.reached(sql)
+        if reached is None:
+            return "which of the application's functions the statement calls cannot be told: not run again"
+        if reached:
+            return (
+                f"the statement calls {min(reached)}(), a function of the application's, without naming it "
+                "(a view, a generated column, an operator): not run again"
+            )
     values = values_of(rows)
     if values is None:
         return "the row factory's rows cannot be read back as values"

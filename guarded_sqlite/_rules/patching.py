@@ -40,7 +40,7 @@ from ..report import Action, RuleDecision
 from ..rescue import RescueReport
 from .distinct_injection import CopyCheck, Why, below_tau_applies, inject
 from .distinct_removal import remove
-from .reruns import Explain, MayCollate, PlainRerun, Rerun, UserFunctions
+from .reruns import Explain, MayCollate, PlainRerun, ReachedFunctions, Rerun, UserFunctions
 from .rescue_candidates import RescueContext, rescue
 
 if TYPE_CHECKING:
@@ -86,19 +86,20 @@ def repair(
     explain: Explain | None = None,
     plain_rerun: PlainRerun | None = None,
     user_functions: UserFunctions = lambda: None,
+    reached_functions: ReachedFunctions | None = None,
 ) -> PatchOutcome:
     """Run the rescue (if the statement is flagged and came with candidates) and the patch rules.
 
     ``rows`` is None only for ``exec_error``; then only a rescue can produce rows, and the outcome's
     ``rows`` stays empty with ``action == "none"`` when it does not. ``explain`` gives the provenance
     verdict when ``policy.provenance`` asks for one; without it the rules act as the paper's.
-    ``plain_rerun`` and ``user_functions`` serve the join-copy check (without them it cannot run, and
-    a verdict that needs it leaves the rows as they are).
+    ``plain_rerun``, ``user_functions`` and ``reached_functions`` serve the join-copy check (without
+    them it cannot run, and a verdict that needs it leaves the rows as they are).
     """
     started = time.perf_counter_ns()
     decisions: list[RuleDecision] = []
     why = Why(explain if policy.provenance != "off" else None)
-    copies = CopyCheck(plain_rerun, user_functions)
+    copies = CopyCheck(plain_rerun, user_functions, reached_functions)
     rescue_report: RescueReport | None = None
     rescued: tuple[str, list[Any]] | None = None
     current = _Judged(sql, rows, unique_rows, trigger)

@@ -19,6 +19,7 @@ __all__ = [
     "Explain",
     "MayCollate",
     "PlainRerun",
+    "ReachedFunctions",
     "Rerun",
     "RuleResult",
     "UserFunctions",
@@ -41,6 +42,10 @@ calls no application function), which SQLite runs without switching ``query_only
 
 UserFunctions = Callable[[], "frozenset[str] | None"]
 """Folded names of the connection's functions that are not the engine's built-ins (None: cannot tell)."""
+
+ReachedFunctions = Callable[[str], "frozenset[str] | None"]
+"""Those of ``UserFunctions`` a statement calls, its text naming them or not (a view's body, a generated
+column it reads: c19); None: cannot tell."""
 
 MayCollate = Callable[[], bool]
 """Whether the engine may compare text with a non-binary collation in this database (asked only when

@@ -95,6 +95,37 @@ def test_where_the_pre_grouped_form_does_not_apply(shop: sqlite3.Connection, sql
         assert found.pregrouped is None, why
 
 
+@pytest.mark.parametrize(
+    ("join", "applies"),
+    [
+        pytest.param("NATURAL JOIN tags", False, id="natural-reads-leaf"),
+        pytest.param("JOIN tags USING (order_id, qty)", False, id="using-reads-leaf"),
+        pytest.param("NATURAL JOIN regions", True, id="natural-elsewhere"),
+        pytest.param("JOIN regions USING (city)", True, id="using-elsewhere"),
+    ],
+)
+def test_a_later_join_comparing_the_leaf_by_name_keeps_the_grouped_check(
+    shop: sqlite3.Connection, join: str, applies: bool
+) -> None:
+    """c20: a NATURAL or USING join compares columns by name, with no Column node; where one of them
+    is the leaf's, the pre-grouped leaf (its ON's columns only) would lose the comparison. Where the
+    names are other tables' only, the leaf is still pre-grouped, and both checks give the same rows.
+    tags is a lookup by order (order_id its key), which NATURAL also matches on qty, an items column."""
+    shop.executescript(
+        "CREATE TABLE tags (order_id INTEGER PRIMARY KEY, qty INTEGER);"
+        "CREATE TABLE regions (city TEXT PRIMARY KEY, zone TEXT);"
+        "INSERT INTO tags VALUES (10, 1), (11, 1), (12, 1);"
+        "INSERT INTO regions VALUES ('oslo', 'north'), ('rome', 'south');"
+    )
+    found = _plan(shop, FANOUT.replace("GROUP BY", f"{join} GROUP BY"))
+    assert found.risks, found.note
+    assert (found.pregrouped is not None) is applies
+    if found.pregrouped is not None:
+        _, corrected, check = found.pregrouped
+        for mine, theirs in ((check, found.check_sql), (corrected, found.corrected_sql)):
+            assert sorted(shop.execute(mine).fetchall()) == sorted(shop.execute(theirs).fetchall())
+
+
 def test_a_collate_in_the_declaration_or_a_text_key_keeps_the_grouped_check() -> None:
     for orders in (
         "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, total REAL, note TEXT COLLATE NOCASE)",

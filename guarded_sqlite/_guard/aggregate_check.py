@@ -101,7 +101,8 @@ def check_aggregates(
                 reused = RuleDecision(decision.rule, decision.applied, f"{decision.reason}; {kept.REUSED}")
                 return cast("FanoutOutcome", kept_outcome._replace(rows=served, decision=reused, elapsed_ns=0))
         found = plan(guard, sql)
-        if not found.risks:
+        if not found.risks or (not rows and found.whole_sql is None and not found.nested):
+            # No rows, and the aggregate only shows values: the corrected query has no rows either.
             return None
         if found.pregrouped is not None:
             found = cheaper_check(guard, sql, parameters, found)

@@ -307,7 +307,13 @@ def after_fetch(
             cursor, guard, sql, trigger, outcome,
             rows=count, unique_rows=unique, detect_ns=detect_ns, error=None, provenance=outcome.provenance,
         )  # fmt: skip
-    if trigger is None and screen is not None and count and mentions_value_aggregate_over_join(sql):
+    if (
+        (trigger is None or (trigger == EMPTY_RESULT and rescue_inputs is None))
+        and screen is not None
+        and mentions_value_aggregate_over_join(sql)
+    ):
+        # An empty result too: an inflated HAVING (or an outer filter over an inflated subquery) can
+        # filter out every group the truth keeps.
         fanned = check_aggregates(guard, raw, sql, parameters, rows)
         if fanned is not None:
             findings = fanned.findings
@@ -315,7 +321,7 @@ def after_fetch(
                 mode=mode,
                 sql=sql,
                 final_sql=fanned.final_sql,
-                trigger=AGGREGATE_FANOUT if findings else None,
+                trigger=AGGREGATE_FANOUT if findings else trigger,
                 action="aggregate_defanned" if fanned.decision.applied else "none",
                 rows=count,
                 unique_rows=unique,

@@ -196,3 +196,30 @@ def test_c24_a_subquerys_confirmation_is_kept_while_the_data_is_unchanged() -> N
     after = con.execute(sql)
     assert after.fetchall() == raw.execute(truth_sql).fetchall() == [(500.0,)]
     assert not any("confirmation reused" in d.reason for d in after.guard_report.decisions)
+
+
+def test_c24_an_inflated_having_that_filters_out_every_group_is_checked() -> None:
+    """D3 (found by the deciding oracle): ``HAVING SUM(o.total) > 0`` where the inflated sum is negative
+    serves no rows at all; the empty result is checked too: flagged under ``"patch"`` (the trigger
+    says the aggregate, not just "empty"), the truth's one group under ``"text_to_sql"``."""
+    setup = (
+        "CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT);"
+        "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INT, total REAL);"
+        "CREATE TABLE items(id INTEGER PRIMARY KEY, order_id INT, sku TEXT);"
+        "INSERT INTO customers VALUES (1, 'ana'); INSERT INTO orders VALUES (1, 1, 10), (2, 1, -5);"
+        "INSERT INTO items(order_id) VALUES (1), (2), (2), (2);"
+    )
+    sql = f"SELECT c.id {J} GROUP BY c.id HAVING SUM(o.total) > 0"
+    for preset, served in (("patch", []), ("text_to_sql", [(1,)])):
+        con = guarded_sqlite.connect(":memory:", guard=preset)  # type: ignore[call-overload]
+        con.executescript(setup)
+        cur = con.execute(sql)
+        assert cur.fetchall() == served
+        assert cur.guard_report.trigger == "aggregate_fanout"
+    # No-op: an empty result of an aggregate that only shows values stays an empty result, unchecked.
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    con.executescript(setup)
+    cur = con.execute(f"SELECT c.id, SUM(o.total) {J} WHERE c.id = 2 GROUP BY c.id")
+    assert cur.fetchall() == []
+    assert cur.guard_report.trigger == "empty_result"
+    assert cur.guard_report.decisions == ()

@@ -1,10 +1,12 @@
 """MySQL and MariaDB (PyMySQL): the guard's statements run on a cursor of the caller's own connection,
 so they see what the caller's statement saw, uncommitted changes included.
 
-- Outside a transaction: in ``START TRANSACTION READ ONLY`` (the server refuses every write to a
-  non-temporary table, error 1792), then ``ROLLBACK``; under autocommit, a statement proven unable to
+- Under autocommit, outside a transaction: in ``START TRANSACTION READ ONLY`` (the server refuses
+  every write to a non-temporary table, error 1792), then ``ROLLBACK``; a statement proven unable to
   write (``GuardStatement.writes_possible``) runs alone, as every autocommit statement does.
-- Inside the caller's transaction, which the server cannot make read-only once it has begun: a
+- Inside the caller's transaction, and whenever autocommit is off (PyMySQL's default; a transaction
+  a SELECT began cannot be told apart, and ``START TRANSACTION`` would commit it and release its
+  locks), because the server cannot make a transaction read-only once it has begun: a
   statement proven unable to write runs as it is (a failing SELECT leaves a MySQL transaction intact);
   any other runs between ``SAVEPOINT`` and ``ROLLBACK TO SAVEPOINT``, which undoes what it wrote to
   transactional tables (a write to a MyISAM table by a stored function it calls is not undone: the
@@ -33,9 +35,8 @@ __all__ = ["MYSQL", "MySQLEngine", "in_transaction", "is_mariadb"]
 
 _IN_TRANS = 1
 """``SERVER_STATUS_IN_TRANS``: the server's status flag for an open transaction."""
-_TRANSACTION_ROLLED_BACK = frozenset({1213, 1205})
-"""Deadlock, and a lock wait timeout (which rolls back the whole transaction under
-``innodb_rollback_on_timeout``): the caller's transaction may be gone."""
+_DEADLOCK = 1213
+"""A deadlock rolls back the whole transaction (a lock wait timeout, by default, the statement only)."""
 _NO_SAVEPOINT = 1305
 _SAVEPOINT = "__guarded_sqlite"
 _EXECUTABLE_COMMENT = re.compile(r"/\*[mM]?!")
@@ -55,7 +56,10 @@ def is_mariadb(raw: Any) -> bool:
 
 
 def in_transaction(raw: Any) -> bool:
-    """Whether the caller's connection has a transaction open (the status of the last server reply)."""
+    """Whether the status of the server's last OK reply says a transaction is open. PyMySQL keeps no
+    status from a result set's end, so under ``autocommit = 0`` a transaction a SELECT began is not
+    seen here: the engine then takes the caller's transaction as open whatever this says. Under
+    autocommit only BEGIN/START TRANSACTION, answered with OK, begins one, and COMMIT/ROLLBACK ends it."""
     return bool(int(getattr(raw, "server_status", 0) or 0) & _IN_TRANS)
 
 
@@ -107,9 +111,9 @@ class MySQLEngine(Engine):
             limited = f"SET STATEMENT max_statement_time = {max(time_limit, 0.001):.3f} FOR {sql}"
         cursor = raw.cursor(row_factory) if row_factory is not None else raw.cursor(pymysql.cursors.Cursor)
         try:
-            if in_transaction(raw):
-                return self._in_callers_transaction(cursor, raw, statement, limited, mariadb)
-            if not writes_possible and raw.get_autocommit():
+            if not raw.get_autocommit() or in_transaction(raw):
+                return self._in_callers_transaction(cursor, statement, limited, mariadb)
+            if not writes_possible:
                 with _SessionTimeLimit(cursor, time_limit, mariadb):
                     execute_with(cursor, limited, parameters)
                     rows = fetch_described(cursor, max_rows + 1, description)
@@ -126,7 +130,7 @@ class MySQLEngine(Engine):
             cursor.close()
 
     def _in_callers_transaction(
-        self, cursor: Any, raw: Any, statement: GuardStatement, sql: str, mariadb: bool
+        self, cursor: Any, statement: GuardStatement, sql: str, mariadb: bool
     ) -> list[Any] | None:
         import pymysql
 
@@ -139,7 +143,7 @@ class MySQLEngine(Engine):
                 execute_with(cursor, sql, parameters)
                 rows = fetch_described(cursor, max_rows + 1, description)
         except pymysql.err.MySQLError as error:
-            if error.args and error.args[0] in _TRANSACTION_ROLLED_BACK and not in_transaction(raw):
+            if error.args and error.args[0] == _DEADLOCK:
                 raise TransactionLost(f"the server rolled back the transaction: {describe_error(error)}") from error
             raise
         finally:

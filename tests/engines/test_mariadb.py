@@ -302,3 +302,20 @@ def test_a_schema_change_through_the_connection_is_seen(my_db: EngineDB) -> None
     rows, after = my_db.fetch(con, EXPLODING_SQL)
     assert len(rows) == 24 and after.provenance == "unknown" and after.action == "none"
     assert "no row identity for c (customers)" in after.decisions[0].reason
+
+
+def test_a_key_matched_under_another_collation_is_not_taken_for_a_lookup(my_db: EngineDB) -> None:
+    """``codes.code`` is unique byte for byte (latin1_bin: 'a' and 'A' are two codes), but equal to a
+    utf8mb4_general_ci column it compares under that column's collation, case-insensitively: each order
+    matches both codes. The key does not bound the join, and the guard says so instead of calling the
+    orders' repeats a lookup's."""
+    my_db.raw_run("CREATE TABLE codes (code VARCHAR(5) CHARACTER SET latin1 COLLATE latin1_bin NOT NULL UNIQUE)")
+    my_db.raw_run("CREATE TABLE tickets (id INT PRIMARY KEY, code VARCHAR(5) COLLATE utf8mb4_general_ci)")
+    my_db.raw_many("INSERT INTO codes VALUES (%s)", [("a",), ("A",)])
+    my_db.raw_many("INSERT INTO tickets VALUES (%s, %s)", [(1, "a"), (2, "a"), (3, "A")])
+    sql = "SELECT t.id FROM tickets AS t JOIN codes AS k ON t.code = k.code"
+    assert sorted(my_db.raw_rows(sql)) == [(1,), (1,), (2,), (2,), (3,), (3,)]
+    rows, report = my_db.fetch(my_db.guarded(GuardPolicy(tau_inject=0.1)), sql)
+    assert len(rows) == 6 and report.trigger == "cartesian_explosion" and report.action == "none"
+    assert report.provenance == "unknown"
+    assert "matched under another collation (utf8mb4_general_ci = latin1_bin)" in report.provenance_evidence

@@ -425,7 +425,9 @@ class SnapshotSchemaView:
     def explain(self, sql: str, analyser: Analyser[T]) -> T:
         facts = self.facts
         if facts is None:
-            facts = self.facts = self.reader(self.raw)
+            facts = self.reader(self.raw)
+            if facts.tables:  # an unreadable catalog (or none) is read again next time, not kept
+                self.facts = facts
         key = (analyser.kind, sql)
         if key in self.verdicts:
             return self.verdicts[key]  # type: ignore[no-any-return]

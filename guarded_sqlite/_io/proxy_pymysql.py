@@ -32,7 +32,7 @@ class PyMySQLCursor(CursorProxy):
             query = raw.mogrify(query, args)
             candidates = rescue_inputs.get("candidates")
             if candidates is not None:
-                rescue_inputs["candidates"] = [raw.mogrify(candidate, args) for candidate in candidates]
+                rescue_inputs["candidates"] = [_bound(raw, candidate, args) for candidate in candidates]
         super().execute(query, NO_PARAMETERS, **rescue_inputs)
         return self.rowcount
 
@@ -118,6 +118,16 @@ class PyMySQLCursor(CursorProxy):
 
     def __exit__(self, *exc_info: Any) -> Any:
         return self.__wrapped__.__exit__(*exc_info)
+
+
+def _bound(raw: Any, candidate: str, args: Any) -> str:
+    """A rescue candidate with the statement's parameters bound, or as written when they do not fit it
+    (then it fails, or runs, as a candidate on its own: never the caller's statement)."""
+    try:
+        bound: str = raw.mogrify(candidate, args)
+    except (TypeError, ValueError, KeyError):
+        return candidate
+    return bound
 
 
 def _as_driver(raw: Any, rows: list[Any], empty: Any) -> Any:

@@ -319,3 +319,35 @@ def test_a_key_matched_under_another_collation_is_not_taken_for_a_lookup(my_db: 
     assert len(rows) == 6 and report.trigger == "cartesian_explosion" and report.action == "none"
     assert report.provenance == "unknown"
     assert "matched under another collation (utf8mb4_general_ci = latin1_bin)" in report.provenance_evidence
+
+
+def test_the_catalog_is_never_read_past_an_open_stream(my_db: EngineDB) -> None:
+    """While an ``SSCursor``'s rows are still being read, running anything else on the connection would
+    make PyMySQL read (and drop) the rest: the guard's catalog read is refused instead (no table known,
+    and nothing kept, so it is read when next needed), and the stream delivers every row."""
+    import pymysql.cursors
+
+    from guarded_sqlite._analysis.schema_mysql import read_mysql_schema
+
+    conn = _maria(my_db).connect()
+    streaming = guarded_sqlite.wrap(conn).cursor(pymysql.cursors.SSCursor)
+    streaming.execute("SELECT id FROM customers ORDER BY id")
+    assert streaming.fetchone() == (0,)
+    assert read_mysql_schema(conn).tables == ()
+    assert list(streaming.fetchall()) == [(1,), (2,), (3,)]
+    assert read_mysql_schema(conn).table("customers") is not None
+
+
+def test_candidates_take_the_statements_parameters(my_db: EngineDB) -> None:
+    """Rescue candidates are bound with the statement's parameters, as PyMySQL binds the statement; one
+    they do not fit (a literal %) runs as written."""
+    con = my_db.guarded(GuardPolicy(rescue=DupRatioSelector()))
+    cur = con.cursor()
+    cur.execute(
+        EXPLODING_SQL + " WHERE o.amount >= %s",
+        (0,),
+        candidates=["SELECT name FROM customers WHERE id >= %s ORDER BY name", "SELECT 'x%'"],
+    )
+    assert list(cur.fetchall()) == DISTINCT_NAMES and cur.guard_report.action == "candidate_selected"
+    assert cur.guard_report.rescue.candidates[0].sql.endswith("id >= 0 ORDER BY name")
+    assert cur.guard_report.rescue.candidates[1].sql == "SELECT 'x%'"

@@ -351,3 +351,66 @@ def test_candidates_take_the_statements_parameters(my_db: EngineDB) -> None:
     assert list(cur.fetchall()) == DISTINCT_NAMES and cur.guard_report.action == "candidate_selected"
     assert cur.guard_report.rescue.candidates[0].sql.endswith("id >= 0 ORDER BY name")
     assert cur.guard_report.rescue.candidates[1].sql == "SELECT 'x%'"
+
+
+def test_scroll_callproc_and_the_schema_summary(my_db: EngineDB) -> None:
+    """``scroll`` moves over rows served as PyMySQL returned them and refuses patched ones; ``callproc``
+    passes the procedure's result through unprobed; the rescue prompt's schema lists this database."""
+    import pymysql
+
+    from guarded_sqlite._engines import MYSQL
+
+    cur = my_db.guarded("observe").cursor()
+    cur.execute("SELECT id FROM customers ORDER BY id")
+    assert cur.fetchone() == (0,)
+    cur.scroll(2, "absolute")
+    assert cur.fetchone() == (2,) and cur.rownumber == 3
+    patched = my_db.con.cursor()
+    patched.execute(EXPLODING_SQL)
+    with pytest.raises(pymysql.err.NotSupportedError):
+        patched.scroll(1)
+    my_db.raw_run("CREATE PROCEDURE two() SELECT 1 UNION ALL SELECT 1")
+    cur = my_db.con.cursor()
+    assert cur.callproc("two") == ()
+    assert cur.fetchall() == ((1,), (1,)) and not cur.guard_report.probed
+    assert "callproc()" in cur.guard_report.note
+    summary = MYSQL.schema_summary(my_db.raw).splitlines()
+    assert "customers(id, name, city)" in summary and "orders(id, customer_id, amount)" in summary
+
+
+def test_mysqls_own_time_limit_is_set_and_restored() -> None:
+    """On MySQL's server (not MariaDB's) the guard's statement runs under the session's
+    ``max_execution_time`` in milliseconds, restored after, also when the statement fails."""
+    from guarded_sqlite._engines.mysql import _SessionTimeLimit
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def execute(self, sql: str) -> None:
+            self.sent.append(sql)
+
+        def fetchone(self) -> tuple[int]:
+            return (2500,)
+
+    cursor = Recorder()
+    with pytest.raises(RuntimeError), _SessionTimeLimit(cursor, 0.3, mariadb=False):
+        raise RuntimeError("the statement failed")
+    assert cursor.sent == [
+        "SELECT @@SESSION.max_execution_time",
+        "SET SESSION max_execution_time = 300",
+        "SET SESSION max_execution_time = 2500",
+    ]
+    quiet = Recorder()
+    with _SessionTimeLimit(quiet, 0.3, mariadb=True), _SessionTimeLimit(quiet, None, mariadb=False):
+        pass
+    assert quiet.sent == []  # MariaDB limits the statement itself; no limit, nothing set
+
+
+def test_the_agent_tools_refuse_a_mariadb_connection_for_now(my_db: EngineDB) -> None:
+    """``GuardedDatabase`` (the agent tools, the MCP server) does not take MySQL/MariaDB yet: it says so
+    rather than serve a model without the per-call lockdown the other engines have."""
+    from guarded_sqlite.agent import GuardedDatabase
+
+    with pytest.raises(TypeError, match="not mysql"):
+        GuardedDatabase(my_db.con)

@@ -73,7 +73,10 @@ class MySQLEngine(Engine):
         import pymysql.cursors
 
         kind = type(raw_cursor)
-        return kind if issubclass(kind, pymysql.cursors.DictCursorMixin) else None
+        if not issubclass(kind, pymysql.cursors.DictCursorMixin):
+            return None
+        # The guard's own statements are always read whole: never unbuffered (SSDictCursor).
+        return pymysql.cursors.DictCursor if issubclass(kind, pymysql.cursors.SSCursor) else kind
 
     def plain_rows(self, raw_cursor: Any) -> tuple[Any, Callable[[list[tuple[Any, ...]]], list[Any]] | None]:
         if self.row_factory(raw_cursor) is None:

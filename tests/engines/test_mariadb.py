@@ -414,3 +414,17 @@ def test_the_agent_tools_refuse_a_mariadb_connection_for_now(my_db: EngineDB) ->
 
     with pytest.raises(TypeError, match="not mysql"):
         GuardedDatabase(my_db.con)
+
+
+def test_the_guards_own_statements_are_buffered_and_shaped_as_the_callers_rows(my_db: EngineDB) -> None:
+    """The guard's statements use the caller's dict shape but never an unbuffered cursor class."""
+    import pymysql.cursors
+
+    from guarded_sqlite._engines import MYSQL
+
+    for kind, expected in [
+        (pymysql.cursors.Cursor, None),
+        (pymysql.cursors.DictCursor, pymysql.cursors.DictCursor),
+        (pymysql.cursors.SSDictCursor, pymysql.cursors.DictCursor),
+    ]:
+        assert MYSQL.row_factory(my_db.raw.cursor(kind)) is expected

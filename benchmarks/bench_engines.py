@@ -1,4 +1,4 @@
-"""Raw vs guarded on each engine: SQLite, DuckDB and PostgreSQL (psycopg 3), same process.
+"""Raw vs guarded on each engine: SQLite, DuckDB, PostgreSQL (psycopg 3) and MariaDB (PyMySQL), same process.
 
 Workloads per engine, each ``execute(sql, params)`` then ``fetchall()``, raw and guarded runs
 interleaved, reporting the median of per-pair ratios and the median overhead per query:
@@ -8,9 +8,10 @@ interleaved, reporting the median of per-pair ratios and the median overhead per
 3. 100,000 rows (INTEGER, INTEGER, TEXT);
 4. a join explosion of 100,000 rows with 10 distinct values (patch mode: flagged and patched).
 
-PostgreSQL runs against a throwaway server started with ``tests/pg_server.py`` (skipped, with a
-message, when the server binaries are missing). Run from the repository root:
-``.venv/bin/python benchmarks/bench_engines.py [--quick]``.
+PostgreSQL runs against a throwaway server started with ``tests/pg_server.py``, MariaDB against one
+started with ``tests/mariadb_server.py`` (each skipped, with a message, when its server binaries are
+missing). Run from the repository root:
+``.venv/bin/python benchmarks/bench_engines.py [--quick] [--engine NAME ...]``.
 """
 
 from __future__ import annotations
@@ -113,6 +114,37 @@ def postgres_engine() -> Iterator[Engine | None]:
         raw.close()
 
 
+@contextmanager
+def mariadb_engine() -> Iterator[Engine | None]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from mariadb_server import mariadb_server, server_binaries
+
+    if server_binaries() is None:
+        print("MariaDB server binary (mariadbd) not found: skipping MariaDB", file=sys.stderr)
+        yield None
+        return
+    import pymysql
+
+    with mariadb_server() as params:
+        admin = pymysql.connect(**params, autocommit=True)
+        admin.cursor().execute("CREATE DATABASE bench")
+        admin.close()
+        raw = pymysql.connect(**params, database="bench", autocommit=True)
+        cur = raw.cursor()
+        _fill(cur.execute, cur.executemany, "%s")
+        cur.execute("ANALYZE TABLE t, g, k")
+
+        def run(con: Any, sql: str, params: tuple[Any, ...]) -> list[Any]:
+            with con.cursor() as cur:
+                cur.execute(sql, params)
+                return cur.fetchall()  # type: ignore[no-any-return]
+
+        yield Engine("MariaDB", raw, "%s", run)
+        raw.close()
+
+
+ENGINES = {"sqlite": sqlite_engine, "duckdb": duckdb_engine, "postgres": postgres_engine, "mariadb": mariadb_engine}
+
 WORKLOADS = [
     ("1-row point query", "SELECT * FROM t WHERE id = ?", (5,), 2000),
     ("100 rows", "SELECT * FROM t WHERE id < ?", (100,), 300),
@@ -139,6 +171,9 @@ def measure(engine: Engine, sql: str, params: tuple[Any, ...], repeats: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, not for quoting)")
+    parser.add_argument(
+        "--engine", action="append", choices=sorted(ENGINES), help="only these engines (repeatable; default: all)"
+    )
     args = parser.parse_args()
     print(
         f"Machine: {platform.machine()}, Python {platform.python_version()}; raw and guarded interleaved in one "
@@ -146,7 +181,8 @@ def main() -> None:
     )
     print("| engine | workload | raw | guarded | ratio (median of pairs) | overhead per query |")
     print("|---|---|---:|---:|---:|---:|")
-    for factory in (sqlite_engine, duckdb_engine, postgres_engine):
+    for name in args.engine or list(ENGINES):
+        factory = ENGINES[name]
         with factory() as engine:
             if engine is None:
                 continue

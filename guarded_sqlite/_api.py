@@ -160,9 +160,10 @@ def wrap(connection: T, guard: GuardSpec = None, dialect: str | None = None) -> 
 
 
 def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -> Any:
-    """Guard an open connection: a ``sqlite3.Connection``, a ``duckdb.DuckDBPyConnection`` or a
-    ``psycopg.Connection`` (PostgreSQL). ``dialect`` (``"sqlite"``, ``"duckdb"``, ``"postgres"``)
-    defaults to the driver's and must agree with it. ``guard`` takes what ``connect`` takes.
+    """Guard an open connection: a ``sqlite3.Connection``, a ``duckdb.DuckDBPyConnection``, a
+    ``psycopg.Connection`` (PostgreSQL) or a ``pymysql.connections.Connection`` (MySQL, MariaDB).
+    ``dialect`` (``"sqlite"``, ``"duckdb"``, ``"postgres"``, ``"mysql"``) defaults to the driver's and
+    must agree with it. ``guard`` takes what ``connect`` takes.
 
     Wrapping a guarded connection returns it unchanged, unless ``guard`` asks for a different policy,
     which gives a new proxy over the same connection. A proxy over a ``sqlite3.Connection`` is typed as
@@ -197,6 +198,10 @@ def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -
         from ._io.proxy_psycopg import PsycopgConnectionProxy
 
         return PsycopgConnectionProxy(connection, policy, engine, single_thread=single_thread)
+    if engine.name == "mysql":
+        from ._io.proxy_pymysql import PyMySQLConnectionProxy
+
+        return PyMySQLConnectionProxy(connection, policy, engine, single_thread=single_thread)
     from ._io.proxy import ConnectionProxy
 
     return ConnectionProxy(connection, policy, engine, single_thread=single_thread)

@@ -1,5 +1,6 @@
 """Shared fixtures: in-memory databases with a join that fans out, the items table in each guard mode,
-optional extras, and one PostgreSQL server per session. Plain constants and helpers are in helpers.py."""
+optional extras, and one PostgreSQL and one MariaDB server per session. Plain constants and helpers are
+in helpers.py."""
 
 from __future__ import annotations
 
@@ -120,3 +121,30 @@ def no_warnings() -> Iterator[list[warnings.WarningMessage]]:
         warnings.simplefilter("always")
         yield caught
     assert [str(w.message) for w in caught] == []
+
+
+REQUIRE_MARIADB = os.environ.get("GUARDED_SQLITE_REQUIRE_MARIADB") == "1"
+
+
+@pytest.fixture(scope="session")
+def mariadb_params() -> Iterator[dict[str, object]]:
+    """PyMySQL's connection arguments for one throwaway MariaDB server shared by the whole test session.
+
+    Skips with the reason when pymysql or the server binary is missing, unless
+    GUARDED_SQLITE_REQUIRE_MARIADB=1 (CI), where that is a failure.
+    """
+    from .mariadb_server import mariadb_server, server_binaries
+
+    missing = None
+    try:
+        import pymysql  # noqa: F401
+    except ImportError:
+        missing = "pymysql is not installed"
+    if missing is None and server_binaries() is None:
+        missing = "MariaDB server binary (mariadbd) not found"
+    if missing is not None:
+        if REQUIRE_MARIADB:
+            pytest.fail(f"{missing}, and GUARDED_SQLITE_REQUIRE_MARIADB=1 requires MariaDB")
+        pytest.skip(f"{missing}; set GUARDED_SQLITE_REQUIRE_MARIADB=1 to make this a failure")
+    with mariadb_server() as params:
+        yield params

@@ -29,7 +29,7 @@ connection came in between: the verdict is then ``unknown`` and nothing is kept.
 read (an authorizer's denial, a missing virtual table module, a closed connection) makes the verdict
 ``unknown``, with the reason.
 
-DuckDB and PostgreSQL (``SnapshotSchemaView``) have no such cheap read per table here: the whole
+DuckDB, PostgreSQL and MySQL/MariaDB (``SnapshotSchemaView``) have no such cheap read per table here: the whole
 catalog is read once and kept until a statement through this connection looks like DDL or fails with
 an unknown-table error (``decide.forget_schema``); DDL by other connections is seen only then.
 """
@@ -71,6 +71,7 @@ from .schema import (
     sqlite_table_facts,
     sqlite_temp_names,
 )
+from .schema_mysql import read_mysql_schema
 from .schema_servers import read_duckdb_schema, read_postgres_schema
 from .sqltree import rerun_hazard
 
@@ -479,7 +480,7 @@ class SnapshotSchemaView:
     __slots__ = ("dialect", "facts", "raw", "reader", "verdicts")
 
     def __init__(self, guard: Guarded) -> None:
-        readers: dict[str, Callable[[Any], SchemaFacts]] = {"duckdb": read_duckdb_schema}
+        readers: dict[str, Callable[[Any], SchemaFacts]] = {"duckdb": read_duckdb_schema, "mysql": read_mysql_schema}
         self.reader = readers.get(guard.engine.name, read_postgres_schema)
         self.raw = guard.raw
         self.dialect = guard.dialect
@@ -489,7 +490,9 @@ class SnapshotSchemaView:
     def explain(self, sql: str, analyser: Analyser[T]) -> T:
         facts = self.facts
         if facts is None:
-            facts = self.facts = self.reader(self.raw)
+            facts = self.reader(self.raw)
+            if facts.tables:  # an unreadable catalog (or none) is read again next time, not kept
+                self.facts = facts
         key = (analyser.kind, sql)
         if key in self.verdicts:
             return self.verdicts[key]  # type: ignore[no-any-return]

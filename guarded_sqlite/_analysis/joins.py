@@ -6,7 +6,8 @@ its keys from ``SchemaFacts``, a view, a derived table seen through when simple,
 records what the conditions say: ``A = B`` between columns (both ways, or one way for a LEFT JOIN's
 ON), ``col = f(columns)`` for a deterministic ``f`` (the columns determine ``col``), pins to constants
 and parameters, ``IS`` (as ``=``, except that it matches NULL), and conditions it does not model (a
-user or non-deterministic function, a ``COLLATE``), which mark their instance *undecidable*. A unique
+user or non-deterministic function, a ``COLLATE``; on MySQL, an equality of two columns of different
+collations, which compares them under one of them), which mark their instance *undecidable*. A unique
 partial index of a table becomes a key of an instance once the conditions constraining that instance
 state its whole predicate (``_imply_partial_keys``). Deciding
 what follows from all this is ``guarded_sqlite._analysis.provenance``'s job; the pure questions about a sqlglot
@@ -60,6 +61,7 @@ class Instance:
     partial_keys: tuple[PartialKey, ...] = ()  # unique partial indexes; a key once the query implies one
     foreign: bool = False  # PostgreSQL: a foreign table (no row id of its own)
     integer_columns: frozenset[str] = frozenset()  # SQLite: INTEGER affinity, BINARY (TableFacts)
+    collations: dict[str, str] = field(default_factory=dict)  # MySQL: folded text column -> collation
 
 
 Col = tuple[int, str]
@@ -190,7 +192,7 @@ class JoinGraph:
             label, fold(display), fold(facts.name), display, kind, columns or None, facts.keys, facts.not_null,
             opaque_reason=opaque, original={fold(c): c for c in facts.columns},
             partial_keys=() if opaque else facts.partial_keys, foreign=facts.foreign,
-            integer_columns=facts.integer_columns,
+            integer_columns=facts.integer_columns, collations=dict(facts.collations),
         )  # fmt: skip
 
     def _derived(self, body: exp.Expression, label: str, display: str, name: str, what: str) -> Instance:
@@ -290,6 +292,14 @@ class JoinGraph:
                 if column is not None:
                     self.undecidable.setdefault(column[0], "matched under an explicit COLLATE")
             return
+        if a is not None and b is not None and self.dialect == "mysql":
+            # MySQL compares two columns of different collations (or text with a number, as numbers)
+            # under one of them: a key unique under its own may then match several rows.
+            one, other = self.instances[a[0]].collations.get(a[1]), self.instances[b[0]].collations.get(b[1])
+            if one != other:
+                for column in (a, b):
+                    self.undecidable.setdefault(column[0], f"matched under another collation ({one} = {other})")
+                return
         if a is not None and b is not None:
             if inner is None:
                 self._equal(a, b, directed=False, strict=strict)

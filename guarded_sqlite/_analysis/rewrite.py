@@ -413,7 +413,7 @@ def _aggregate_in_outer_scope(select: exp.Select, include_windows: bool) -> str 
     return None
 
 
-_DISTINCT_ORDER_STRICT = frozenset({"postgres"})
+_DISTINCT_ORDER_STRICT = frozenset({"postgres", "mysql"})
 """Dialects whose engine rejects ``SELECT DISTINCT ... ORDER BY`` an expression outside the select list."""
 
 

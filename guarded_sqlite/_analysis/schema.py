@@ -3,7 +3,8 @@
 The provenance analysis (``guarded_sqlite._analysis.provenance``) needs, for every table a query names, its
 columns, the column sets that identify a row (keys), which columns may hold NULL, and whether the name
 is a view. This module holds that engine-neutral shape and reads it from SQLite (``PRAGMA``);
-``guarded_sqlite._analysis.schema_servers`` reads it from DuckDB and PostgreSQL.
+``guarded_sqlite._analysis.schema_servers`` reads it from DuckDB and PostgreSQL, ``schema_mysql`` from
+MySQL and MariaDB.
 Which tables are read, and when facts read earlier may be reused, is ``guarded_sqlite._analysis.catalog``'s job.
 
 What counts as a key:
@@ -136,6 +137,12 @@ class TableFacts:
     and the rowid) that compare under BINARY, i.e. none when the declaration says ``COLLATE`` anywhere.
     Two such columns compare as the values they hold, with no conversion and no collation, just as
     grouping one of them compares them (``aggregate_sql.pregrouped``)."""
+
+    collations: tuple[tuple[str, str], ...] = ()
+    """MySQL/MariaDB: (folded column name, collation) of each text column. A key is unique under its
+    columns' collations, where values that differ only in case or trailing spaces (the default
+    collations) are one value: it tells rows apart where it is compared under that collation, not
+    where an equality compares it under another (``joins``)."""
 
     @property
     def column_names(self) -> frozenset[str]:

@@ -1,5 +1,5 @@
 """What differs between database drivers: one small ``Engine`` per supported driver, one
-module each (``sqlite``, ``postgres``, ``duckdb``; ``base`` for what they share).
+module each (``sqlite``, ``postgres``, ``duckdb``, ``mysql``; ``base`` for what they share).
 
 The probe and the rules are engine-independent; re-executing a patch or a candidate is not. Each
 engine knows how to run one query *read-only* on the caller's connection without disturbing it, how
@@ -16,6 +16,9 @@ real row set or a status (DuckDB answers ``CREATE`` and ``INSERT`` with a one-co
 - DuckDB: no savepoints, and any error inside an explicit transaction aborts it, so re-execution runs
   only when no explicit transaction is open, on a duplicate cursor in ``BEGIN TRANSACTION READ ONLY``,
   with ``interrupt()`` from the watchdog thread past the time limit.
+- MySQL/MariaDB (PyMySQL): ``START TRANSACTION READ ONLY`` outside a transaction; inside the caller's,
+  which cannot be made read-only, a statement proven unable to write as it is and any other between a
+  savepoint and its rollback; MariaDB's ``SET STATEMENT max_statement_time`` (see ``mysql``).
 
 Drivers are imported only to recognise their connections, never by ``import guarded_sqlite``.
 """
@@ -28,12 +31,14 @@ from typing import Any
 
 from .base import NO_PARAMETERS, Engine, GuardStatement, RerunRefused, WritableNotRestored, execute_with
 from .duckdb import DUCKDB
+from .mysql import MYSQL
 from .postgres import POSTGRES, pg_statement_timeout
 from .sqlite import SQLITE
 
 __all__ = [
     "DUCKDB",
     "ENGINE_NAMES",
+    "MYSQL",
     "NO_PARAMETERS",
     "POSTGRES",
     "SQLITE",
@@ -47,22 +52,29 @@ __all__ = [
 ]
 
 ENGINE_NAMES: tuple[str, ...] = ("sqlite", "duckdb", "postgres")
-"""The supported engines, by the names ``dialect=``, ``--engine`` and reports use."""
-_BY_DIALECT = {"sqlite": SQLITE, "postgres": POSTGRES, "postgresql": POSTGRES, "duckdb": DUCKDB}
+"""The engines the evaluation, the agent tools and the CLI take (MySQL/MariaDB: ``wrap()`` only, so far)."""
+_BY_DIALECT = {
+    "sqlite": SQLITE,
+    "postgres": POSTGRES,
+    "postgresql": POSTGRES,
+    "duckdb": DUCKDB,
+    "mysql": MYSQL,
+    "mariadb": MYSQL,
+}
 
 
 def engine_for(connection: Any, dialect: str | None = None) -> Engine:
     """The engine for an open connection; ``dialect``, when given, must agree with the driver."""
     detected = _detect(connection)
     if detected is None:
-        supported = "sqlite3.Connection, duckdb.DuckDBPyConnection, psycopg.Connection"
+        supported = "sqlite3.Connection, duckdb.DuckDBPyConnection, psycopg.Connection, pymysql.connections.Connection"
         raise TypeError(
             f"cannot guard a {type(connection).__module__}.{type(connection).__name__}; supported: {supported}"
         )
     if dialect is not None:
         wanted = _BY_DIALECT.get(dialect.lower())
         if wanted is None:
-            raise ValueError(f"unknown dialect {dialect!r}; use one of 'sqlite', 'duckdb', 'postgres'")
+            raise ValueError(f"unknown dialect {dialect!r}; use one of 'sqlite', 'duckdb', 'postgres', 'mysql'")
         if wanted is not detected:
             raise ValueError(f"dialect {dialect!r} does not match a {detected.name} connection")
     return detected
@@ -77,4 +89,7 @@ def _detect(connection: Any) -> Engine | None:
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(connection, psycopg.Connection):
         return POSTGRES
+    pymysql = sys.modules.get("pymysql")
+    if pymysql is not None and isinstance(connection, pymysql.connections.Connection):
+        return MYSQL
     return None

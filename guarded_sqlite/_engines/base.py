@@ -85,6 +85,11 @@ class Engine:
         binary equality (then P1 cannot de-duplicate in Python)."""
         return True
 
+    def row_factory(self, raw_cursor: Any) -> Any:
+        """What the guard's statements take as ``GuardStatement.row_factory`` to give rows shaped as
+        ``raw_cursor``'s (None: plain tuples)."""
+        return getattr(raw_cursor, "row_factory", None)
+
     def plain_rows(self, raw_cursor: Any) -> tuple[Any, Callable[[list[tuple[Any, ...]]], list[Any]] | None]:
         """For a guard statement whose rows are served in place of ``raw_cursor``'s: the row factory
         that makes ``read_only_fetch`` return plain tuples, and what makes those tuples into the rows

@@ -89,7 +89,7 @@ def _pattern(name: str) -> re.Pattern[str]:
     sources = {
         # Statements after which DuckDB's/PostgreSQL's cached schema facts are dropped (SQLite has a version).
         "schema_change": r"\b(create|drop|alter|attach|detach|rename|truncate|use|search_path)\b",
-        "unknown_name": r"no such table|does not exist|catalog error|undefined",
+        "unknown_name": r"no such table|does not exist|doesn't exist|catalog error|undefined",
     }
     return re.compile(sources[name], re.IGNORECASE)
 
@@ -301,7 +301,7 @@ def after_fetch(
         # A flagged or DISTINCT result was counted exactly (probe_large defers only healthy counts).
         exact_unique = unique.exact() if isinstance(unique, PartialCount) else unique
         outcome = repair_statement(
-            guard, getattr(raw, "row_factory", None), sql, parameters, rows, exact_unique, trigger, rescue_inputs
+            guard, guard.engine.row_factory(raw), sql, parameters, rows, exact_unique, trigger, rescue_inputs
         )
         return _served_repair(
             cursor, guard, sql, trigger, outcome,
@@ -377,7 +377,7 @@ def after_error(
         failed = failed._replace(decisions=(refusal,))
     elif rescue_inputs is not None and mode == "patch":
         outcome = repair_statement(
-            guard, getattr(raw, "row_factory", None), sql, parameters, None, None, EXEC_ERROR, rescue_inputs
+            guard, guard.engine.row_factory(raw), sql, parameters, None, None, EXEC_ERROR, rescue_inputs
         )
         if outcome.rescue is not None and outcome.rescue.chosen_index is not None:
             return _served_repair(

@@ -69,8 +69,8 @@ _Row = sqlite3.Row
 
 
 def _driver_fetchmany(raw: Any, size: int) -> list[Any]:
-    rows: list[Any] = raw.fetchmany(size)
-    return rows
+    rows = raw.fetchmany(size)
+    return rows if type(rows) is list else list(rows)  # PyMySQL's Cursor gives a tuple
 
 
 if TYPE_CHECKING:
@@ -459,6 +459,8 @@ def _execute_and_probe(
                 forget_schema(guard)
             return raw, unprobed(mode, sql, NOT_ROW_RETURNING)
         rows = raw.fetchmany(guard.first_fetch)
+        if type(rows) is not list:  # PyMySQL's Cursor gives a tuple
+            rows = list(rows)
         if len(rows) == guard.first_fetch < guard.fetch_size:
             rows = fetch_rest(_driver_fetchmany, raw, guard, rows)
     except Exception as error:
@@ -488,7 +490,7 @@ def _subclass_aware_getattr(proxy: Any, name: str) -> Any:
 
 # ``guarded_sqlite``'s own connection classes count as the driver's: a proxy over one of them (a
 # connect()ed connection re-wrapped with another policy) must not bind their guarded methods to itself.
-_DRIVER_MODULES = frozenset({"sqlite3", "psycopg", "duckdb", "_duckdb", "builtins", "guarded_sqlite"})
+_DRIVER_MODULES = frozenset({"sqlite3", "psycopg", "duckdb", "_duckdb", "pymysql", "builtins", "guarded_sqlite"})
 
 
 @functools.lru_cache(maxsize=256)

@@ -12,7 +12,8 @@ the file's line; shell blocks run with bash ``-e`` with the interpreter's folder
 synopses) are not run.
 
 Blocks that are not run are listed in ``skip_reason`` with the reason. The PostgreSQL block gets the
-session's throwaway server through ``PG_DSN`` and skips like the other PostgreSQL tests without one.
+session's throwaway server through ``PG_DSN`` and skips like the other PostgreSQL tests without one;
+the MariaDB block, its server through ``MARIADB_HOST`` and ``MARIADB_PORT``, likewise.
 """
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ def needs_postgres(block: Block) -> bool:
     return "psycopg.connect" in block.code
 
 
+def needs_mariadb(block: Block) -> bool:
+    return "pymysql.connect" in block.code
+
+
 BLOCKS = [
     block
     for path in PAGES
@@ -170,6 +175,9 @@ def test_readme_block_runs_as_written(block: Block, tmp_path: Path, request: pyt
     env = {}
     if any(needs_postgres(each) for each in sequence):
         env["PG_DSN"] = request.getfixturevalue("pg_dsn")  # skips (or fails under CI) without a server
+    if any(needs_mariadb(each) for each in sequence):
+        server = request.getfixturevalue("mariadb_params")  # likewise
+        env["MARIADB_HOST"], env["MARIADB_PORT"] = str(server["host"]), str(server["port"])
     run_blocks(sequence, ROOT / block.page, tmp_path, env)
 
 

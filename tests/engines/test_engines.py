@@ -1,11 +1,13 @@
-"""The guard on SQLite, DuckDB and PostgreSQL: the multiplicity cases (explosion, observe, healthy,
-empty, errors, exemptions, P2, writes with RETURNING) on all three engines (this is their only copy:
+"""The guard on SQLite, DuckDB, PostgreSQL and MariaDB: the multiplicity cases (explosion, observe,
+healthy, empty, errors, exemptions, P2, writes with RETURNING) on every engine (this is their only copy:
 test_guard.py keeps what is specific to SQLite), then what is specific to each engine (transactions,
 read-only re-execution, driver features).
 
 PostgreSQL runs on one throwaway server per test session (``tests/pg_server.py``); each test gets its
 own schema. Without the server binaries the PostgreSQL tests skip, unless
-``GUARDED_SQLITE_REQUIRE_POSTGRES=1`` (CI), where that is a failure.
+``GUARDED_SQLITE_REQUIRE_POSTGRES=1`` (CI), where that is a failure. MariaDB likewise
+(``tests/mariadb_server.py``, one database per test, ``GUARDED_SQLITE_REQUIRE_MARIADB=1``); the tests
+specific to it are in ``test_mariadb.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tests.helpers import (
     fill_fanout,
 )
 
-ENGINES = ["sqlite", "duckdb", "postgres"]
+ENGINES = ["sqlite", "duckdb", "postgres", "mysql"]
 
 UNION_ALL_5 = " UNION ALL ".join(["SELECT name FROM customers"] * 5)
 
@@ -43,8 +45,14 @@ SLOW_SQL = {
     "sqlite": "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n",
     "duckdb": "SELECT count(*) FROM range(10000000000)",
     "postgres": "SELECT pg_sleep(5)",
+    "mysql": "SELECT SLEEP(5)",
 }
-INTERRUPTED = {"sqlite": "interrupted", "duckdb": "Interrupt", "postgres": "QueryCanceled"}
+INTERRUPTED = {
+    "sqlite": "interrupted",
+    "duckdb": "Interrupt",
+    "postgres": "QueryCanceled",
+    "mysql": "max_statement_time",
+}
 
 
 # --- PostgreSQL: one server per session, one schema per test --------------------------------------
@@ -86,6 +94,52 @@ def pg_schema(pg_dsn: str) -> Iterator[PgSchema]:
             admin.execute(f"DROP SCHEMA {name} CASCADE")
 
 
+# --- MariaDB: one server per session, one database per test --------------------------------------
+
+
+class MariaDatabase:
+    """A uniquely named database on the session's MariaDB server; connections opened here use it."""
+
+    def __init__(self, params: dict[str, Any], name: str) -> None:
+        self.params, self.name = params, name
+        self._connections: list[Any] = []
+
+    def connect(self, autocommit: bool = True, **kwargs: Any) -> Any:
+        import pymysql
+
+        conn = pymysql.connect(**self.params, database=self.name, autocommit=autocommit, **kwargs)
+        self._connections.append(conn)
+        return conn
+
+    def close(self) -> None:
+        for conn in self._connections:
+            if conn.open:
+                conn.close()
+
+
+@pytest.fixture
+def maria_database(mariadb_params: dict[str, Any]) -> Iterator[MariaDatabase]:
+    """A fresh database for one test, dropped (with everything in it) afterwards."""
+    import pymysql
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = pymysql.connect(**mariadb_params, autocommit=True)
+    try:
+        admin.cursor().execute(f"CREATE DATABASE {name}")
+    finally:
+        admin.close()
+    database = MariaDatabase(mariadb_params, name)
+    try:
+        yield database
+    finally:
+        database.close()
+        admin = pymysql.connect(**mariadb_params, autocommit=True)
+        try:
+            admin.cursor().execute(f"DROP DATABASE {name}")
+        finally:
+            admin.close()
+
+
 # --- one adapter per engine -----------------------------------------------------------------------
 
 
@@ -98,6 +152,7 @@ class EngineDB:
 
     def __init__(self, name: str, raw: Any, param: str, pg: PgSchema | None = None) -> None:
         self.name, self.raw, self.param, self.pg = name, raw, param, pg
+        self.maria: MariaDatabase | None = None
         self._con: Any = None
 
     @property
@@ -114,21 +169,35 @@ class EngineDB:
         """Something whose ``execute`` may raise and that keeps ``guard_report`` afterwards."""
         return con if self.name == "duckdb" else con.cursor()
 
-    @staticmethod
-    def fetch(con: Any, sql: str, params: Any = None, **rescue_inputs: Any) -> tuple[list[Any], Any]:
+    def fetch(self, con: Any, sql: str, params: Any = None, **rescue_inputs: Any) -> tuple[list[Any], Any]:
         """Execute on a guarded connection (or cursor) and fetch everything; (rows, guard_report)."""
-        cur = con.execute(sql, **rescue_inputs) if params is None else con.execute(sql, params, **rescue_inputs)
-        return cur.fetchall(), cur.guard_report
+        cur = self.run(con, sql, params, **rescue_inputs)
+        return list(cur.fetchall()), cur.guard_report
+
+    def run(self, con: Any, sql: str, params: Any = None, **rescue_inputs: Any) -> Any:
+        """Execute on a guarded connection or cursor; returns the cursor (PyMySQL's connections have no
+        ``execute`` and its cursors' ``execute`` returns a row count)."""
+        if self.name == "mysql":
+            cur = con if isinstance(con, guarded_sqlite.GuardedCursor) else con.cursor()
+            cur.execute(sql, **rescue_inputs) if params is None else cur.execute(sql, params, **rescue_inputs)
+            return cur
+        return con.execute(sql, **rescue_inputs) if params is None else con.execute(sql, params, **rescue_inputs)
 
     def raw_rows(self, sql: str, params: Any = None) -> list[Any]:
-        return self.raw_run(sql, params).fetchall()
+        return list(self.raw_run(sql, params).fetchall())
 
     def raw_run(self, sql: str, params: Any = None) -> Any:
         """Execute on the unguarded connection; returns the driver's cursor (DuckDB: the connection)."""
+        if self.name == "mysql":
+            cur = self.raw.cursor()
+            cur.execute(sql, params)
+            return cur
         return self.raw.execute(sql) if params is None else self.raw.execute(sql, params)
 
     def raw_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        if self.name == "postgres":
+        if self.name == "mysql":
+            self.raw.cursor().executemany(sql, rows)
+        elif self.name == "postgres":
             with self.raw.cursor() as cur:
                 cur.executemany(sql, rows)
         else:
@@ -165,6 +234,10 @@ def _make_db(name: str, request: pytest.FixtureRequest) -> Iterator[EngineDB]:
         duckdb = pytest.importorskip("duckdb")
         raw = duckdb.connect()
         db = EngineDB(name, raw, "?")
+    elif name == "mysql":
+        maria: MariaDatabase = request.getfixturevalue("maria_database")
+        db = EngineDB(name, maria.connect(autocommit=True), "%s")
+        db.maria = maria
     else:
         pg: PgSchema = request.getfixturevalue("pg_schema")
         db = EngineDB(name, pg.connect(autocommit=True), "%s", pg)
@@ -210,8 +283,10 @@ def test_explosion_is_flagged_and_patched_with_distinct(db: EngineDB) -> None:
     assert Counter(rows) == Counter(set(raw_rows))
     assert report.trigger == "cartesian_explosion" and report.flagged
     assert report.action == "distinct_injected" and report.patched
+    if db.name == "mysql":  # PyMySQL binds on the client: the guard reads the statement the server received
+        sql = sql.replace(f">= {db.param}", ">= 0")
     assert report.final_sql == sql.replace("SELECT", "SELECT DISTINCT", 1)
-    assert report.final_sql.endswith(f">= {db.param}")
+    assert report.final_sql.endswith(">= 0" if db.name == "mysql" else f">= {db.param}")
     assert (report.rows, report.unique_rows, report.final_rows) == (24, 4, 4)
     assert report.dup_ratio == pytest.approx(20 / 24)
     assert [(d.rule, d.applied) for d in report.decisions] == [("P1", True)]
@@ -249,7 +324,8 @@ def test_duckdb_python_functions_are_never_run_again_by_the_check(duck_db: Engin
 
 
 def test_join_copies_of_a_keyless_table_use_the_engines_row_id(db: EngineDB) -> None:
-    """A projected table without a key: SQLite's and DuckDB's rowid, PostgreSQL's tableoid and ctid."""
+    """A projected table without a key: SQLite's and DuckDB's rowid, PostgreSQL's tableoid and ctid;
+    MariaDB has none a query can read, so the rows are left as they are, with the reason."""
     db.raw_run("CREATE TABLE people (name TEXT)")
     db.raw_run("CREATE TABLE visits (person TEXT, day INTEGER)")
     p = db.param
@@ -258,6 +334,10 @@ def test_join_copies_of_a_keyless_table_use_the_engines_row_id(db: EngineDB) -> 
     sql = "SELECT p.name FROM people p JOIN visits v ON v.person = p.name"
     assert len(db.raw_rows(sql)) == 7  # each ann row once per ann visit: 2 x 3 + 1
     rows, report = db.fetch(db.guarded(GuardPolicy(tau_inject=0.1)), sql)
+    if db.name == "mysql":  # InnoDB's row id cannot be read: no identity, and the guard says so
+        assert report.provenance == "unknown" and report.action == "none" and len(rows) == 7
+        assert "no row identity for p (people)" in report.decisions[0].reason
+        return
     assert report.provenance == "amplified" and report.action == "join_copies_removed", report.decisions
     assert Counter(rows) == Counter({("ann",): 2, ("bob",): 1})
     expected_identity = {"sqlite": '"p"."rowid"', "duckdb": '"p"."rowid"', "postgres": '"p"."tableoid", "p"."ctid"'}
@@ -299,7 +379,7 @@ def test_execution_error_is_reraised_with_the_drivers_class_and_the_report_set(d
     with pytest.raises(Exception) as guarded_error:
         cur.execute(sql)
     assert type(guarded_error.value) is type(raw_error.value)
-    assert type(guarded_error.value).__module__.split(".")[0] in {"sqlite3", "_duckdb", "duckdb", "psycopg"}
+    assert type(guarded_error.value).__module__.split(".")[0] in {"sqlite3", "_duckdb", "duckdb", "psycopg", "pymysql"}
     assert str(guarded_error.value) == str(raw_error.value)
     report = cur.guard_report
     assert report.trigger == "exec_error" and report.action == "none"
@@ -422,7 +502,7 @@ def test_a_slow_candidate_is_stopped_and_the_connection_stays_usable(db: EngineD
     assert slow.rows is None and INTERRUPTED[db.name] in slow.error
     _, after = db.fetch(con, EXPLODING_SQL)
     assert after.action == "distinct_injected"
-    con.execute("INSERT INTO customers VALUES (50, 'new', 'x')")
+    db.run(con, "INSERT INTO customers VALUES (50, 'new', 'x')")
     db.commit()
     assert db.count("customers") == 5
     if db.name == "postgres":
@@ -440,12 +520,12 @@ def test_reexecuting_a_drained_cursor_serves_the_new_rows(db: EngineDB, drain: s
     if drain == "iterate":
         assert list(cur) == [(i,) for i in range(4)]
     elif drain == "fetchmany":
-        assert cur.fetchmany(100) == [(i,) for i in range(4)]
+        assert list(cur.fetchmany(100)) == [(i,) for i in range(4)]  # PyMySQL's Cursor gives tuples
     else:
         while cur.fetchone() is not None:
             pass
     cur.execute("SELECT name FROM customers ORDER BY id")
-    assert cur.fetchall() == DISTINCT_NAMES
+    assert list(cur.fetchall()) == DISTINCT_NAMES
     cur.execute("SELECT id FROM customers WHERE id = 2")
     assert cur.fetchone() == (2,)
 
@@ -869,20 +949,20 @@ def test_wrap_refuses_a_mismatched_dialect_and_unknown_drivers() -> None:
         guarded_sqlite.wrap(object())
 
 
-def test_importing_guarded_sqlite_imports_neither_duckdb_nor_psycopg() -> None:
+def test_importing_guarded_sqlite_imports_no_other_driver() -> None:
     """``import guarded_sqlite`` (and guarding, patching a SQLite connection) loads no other driver."""
     script = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).parents[2])!r})
 import guarded_sqlite
 from tests.helpers import fill_fanout, EXPLODING_SQL
-assert "duckdb" not in sys.modules and "psycopg" not in sys.modules, "driver imported by import guarded_sqlite"
+assert not {{"duckdb", "psycopg", "pymysql"}} & set(sys.modules), "driver imported by import guarded_sqlite"
 con = guarded_sqlite.connect(":memory:")
 fill_fanout(con)
 assert con.execute(EXPLODING_SQL).guard_report.action == "distinct_injected"
 import sqlite3
 guarded_sqlite.wrap(sqlite3.connect(":memory:")).close()
-assert "duckdb" not in sys.modules and "psycopg" not in sys.modules, "driver imported by guarding SQLite"
+assert not {{"duckdb", "psycopg", "pymysql"}} & set(sys.modules), "driver imported by guarding SQLite"
 print("ok")
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)

@@ -1,5 +1,6 @@
 """Property (hypothesis): under ``"patch"`` the guard serves either sqlite3's rows unchanged, or exactly
-sqlite3's rows minus the join copies, and never merges two distinct rows of the projected tables.
+sqlite3's rows minus the join copies, and never merges two distinct rows of the projected tables; the
+same on MariaDB (its session server, ``tests/mariadb_server.py``).
 
 The oracle is written from the definition, not from the library: it runs the statement on plain
 sqlite3 with the rowid of each projected table appended and keeps one row per distinct combination
@@ -14,7 +15,7 @@ import sqlite3
 from collections import Counter
 from typing import Any
 
-from hypothesis import event, example, given, note, settings
+from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 
 import guarded_sqlite
@@ -126,3 +127,88 @@ def test_the_example_fires() -> None:
     )
     cur = con.execute(STATEMENTS["parent"][0])
     assert cur.fetchall() == [("Ana",), ("Ana",)] and cur.guard_report.action == "join_copies_removed"
+
+
+# --- the same property on MariaDB ---------------------------------------------------------------------
+
+MARIADB_KEYS = {
+    "integer": ("k INTEGER PRIMARY KEY", "INTEGER"),
+    "text": ("k VARCHAR(10) UNIQUE", "VARCHAR(10)"),  # may hold NULL: not a row identity
+    "unique": ("k INTEGER UNIQUE NOT NULL", "INTEGER"),
+    "none": ("k INTEGER", "INTEGER"),  # keyless, and InnoDB's row id cannot be read: nothing to check by
+}
+MARIADB_STATEMENTS = {
+    # (statement, the undeclared unique ``uid`` of each projected table, which the oracle appends)
+    "parent": ("SELECT p.v FROM p JOIN c ON c.p_ref = p.k", "p.uid"),
+    "both": ("SELECT p.v, c.w FROM p JOIN c ON c.p_ref = p.k JOIN d ON d.p_ref = p.k", "p.uid, c.uid"),
+    "left": ("SELECT c.w FROM p LEFT JOIN c ON c.p_ref = p.k LEFT JOIN d ON d.p_ref = p.k", "c.uid"),
+    "constant": ("SELECT 'x' FROM p JOIN c ON c.p_ref = p.k", ""),
+    "pinned": ("SELECT p.v FROM p JOIN c ON c.p_ref = p.k WHERE c.w = 'x'", "p.uid"),
+}
+
+
+def build_mariadb(raw: Any, shop: dict[str, Any]) -> None:
+    key, ref = MARIADB_KEYS[shop["key"]]
+    cur = raw.cursor()
+    cur.execute(f"CREATE TABLE p (uid INTEGER, {key}, v VARCHAR(10))")
+    cur.execute(f"CREATE TABLE c (id INTEGER AUTO_INCREMENT PRIMARY KEY, uid INTEGER, p_ref {ref}, w VARCHAR(5))")
+    cur.execute(f"CREATE TABLE d (uid INTEGER, p_ref {ref})")
+    uid = iter(range(1, 10_000))
+    cur.executemany("INSERT INTO p VALUES (%s, %s, %s)", [(next(uid), k, v) for k, v in shop["parents"]])
+    cur.executemany("INSERT INTO c (uid, p_ref, w) VALUES (%s, %s, %s)", [(next(uid), *c) for c in shop["children"]])
+    cur.executemany("INSERT INTO d VALUES (%s, %s)", [(next(uid), r) for r in shop["others"]])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shops())
+def test_mariadb_patch_serves_the_rows_or_the_rows_without_join_copies(
+    mariadb_params: dict[str, Any], shop: dict[str, Any]
+) -> None:
+    """The property on MariaDB, where the names 'Ana' and 'ana' are one value to SQL's DISTINCT (the
+    default collation) and two to the oracle, and where a keyless table has no row identity."""
+    import uuid
+
+    import pymysql
+
+    sql, uids = MARIADB_STATEMENTS[shop["shape"]]
+    if shop["key"] == "text":
+        shop = {**shop, "parents": [(None if k is None else f"k{k}", v) for k, v in shop["parents"]]}
+        shop["children"] = [(None if r is None else f"k{r}", w) for r, w in shop["children"]]
+        shop["others"] = [None if r is None else f"k{r}" for r in shop["others"]]
+    name = f"jc_{uuid.uuid4().hex[:12]}"
+    admin = pymysql.connect(**mariadb_params, autocommit=True)
+    admin.cursor().execute(f"CREATE DATABASE {name}")
+    raw = pymysql.connect(**mariadb_params, database=name, autocommit=True)
+    try:
+        build_mariadb(raw, shop)
+        cur = raw.cursor()
+        cur.execute(sql)
+        rows = list(cur.fetchall())
+        if uids:
+            width = len(cur.description)
+            cur.execute(sql.replace(" FROM", f", {uids} FROM", 1))
+            expected: Counter[tuple[Any, ...]] = Counter()
+            seen: set[tuple[Any, ...]] = set()
+            for row in cur.fetchall():
+                if all(part is None for part in row[width:]) or row not in seen:
+                    expected[row[:width]] += 1
+                seen.add(row)
+        else:
+            expected = Counter(rows)
+        guarded = guarded_sqlite.wrap(raw, guard=guarded_sqlite.GuardPolicy(tau_inject=0.05)).cursor()
+        guarded.execute(sql)
+        served = list(guarded.fetchall())
+        report = guarded.guard_report
+        note(f"{sql}: {report.action}, {report.provenance}, {[d.reason for d in report.decisions]}")
+        event(f"action {report.action}")
+        if report.action == "none":
+            assert Counter(served) == Counter(rows)
+        else:
+            assert report.action in ("join_copies_removed", "distinct_injected")
+            assert Counter(served) == expected
+        counted = Counter(served)
+        assert all(counted[value] >= n for value, n in expected.items())
+    finally:
+        raw.close()
+        admin.cursor().execute(f"DROP DATABASE {name}")
+        admin.close()

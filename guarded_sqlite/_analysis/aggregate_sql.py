@@ -5,6 +5,7 @@ instead of a window numbering every join row)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import cast
 
 from sqlglot import exp
@@ -22,6 +23,7 @@ __all__ = [
     "outside_aggregates",
     "read_outside",
     "repetition_invariant",
+    "window_reads",
 ]
 
 INNER_TABLE = "__gs_t"
@@ -236,6 +238,20 @@ def outer_parts(select: exp.Select) -> list[exp.Expression]:
         if part is not None:
             parts.append(part)
     return parts
+
+
+def window_reads(part: exp.Expression) -> Iterator[exp.Expr]:
+    """The nodes a window function of ``part`` reads outside its own function: its arguments, PARTITION
+    BY and ORDER BY (``RANK() OVER (ORDER BY SUM(o.total))`` ranks by the group's SUM, D4)."""
+    for window in outer_scope(part):
+        if isinstance(window, exp.Window):
+            function = window.this
+            for key, value in window.args.items():
+                if key != "this" and isinstance(value, exp.Expression):
+                    yield from outer_scope(value)
+            if isinstance(function, exp.Expression):
+                for argument in function.iter_expressions():
+                    yield from outer_scope(argument)
 
 
 def outside_aggregates(node: exp.Expression) -> bool:

@@ -49,6 +49,7 @@ from .aggregate_sql import (
     outside_aggregates,
     read_outside,
     repetition_invariant,
+    window_reads,
 )
 from .joins import Col, Unanalysable
 from .pregroup import Leaf, leaf_join, pregrouped
@@ -199,7 +200,7 @@ class _Planner(Analysis):
         candidates = [
             (cast(exp.Expression, node), name)
             for part in outer_parts(select)
-            for node in outer_scope(part)
+            for node in (*outer_scope(part), *window_reads(part))
             if (name := aggregate_function(node)) is not None
         ]
         if not candidates:

@@ -98,6 +98,8 @@ def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Aggre
         whole = sqlglot.parse_one(found.check_sql, read=dialect)
         for key in _TAIL:
             whole.set(key, None)
+        # Its own HAVING, ORDER BY, LIMIT and OFFSET are left out, with their parameters (D5).
+        tail = sum(_positional(part) for key in _TAIL if (part := inner.args.get(key)) is not None)
         corrected = sqlglot.parse_one(served_sql(found, None) or "", read=dialect)
         corrected.set("with_", None)  # in its place the statement's own CTEs are in scope again
         statement = tree.copy()
@@ -109,7 +111,7 @@ def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Aggre
             written,
             check_sql=written,
             whole_sql=whole.sql(dialect=dialect),
-            whole_binds=(0, inside),
+            whole_binds=(0, inside - tail),
             nested=found.width,
             decides="an outer query" + (" with ORDER BY" if tree.args.get("order") is not None else ""),
         )

@@ -58,9 +58,10 @@ def plan_bound(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
         return plan  # one group at most: the check reads what the statement reads
     if _ordered_by_aggregate(tree):
         return plan
-    if any(isinstance(node, exp.Placeholder) and not node.this for node in _limits(tree)):
-        # The bounded check drops LIMIT and OFFSET, and positional parameters bind by place: the whole
-        # check keeps them and binds every parameter as the statement does (R5).
+    if any(isinstance(node, (exp.Placeholder, exp.Parameter)) for node in _limits(tree)):
+        # The bounded check drops LIMIT and OFFSET, and positional parameters bind by place (DuckDB
+        # refuses a name its statement lacks): the whole check binds every parameter as the statement
+        # does (R5).
         return plan
     positions = []
     for group in groups:

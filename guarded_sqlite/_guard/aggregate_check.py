@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import re
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, cast
@@ -179,7 +180,7 @@ def check_aggregates(
 
         whole: Callable[[str, int], list[Any] | None] | None = None
         if found.whole_sql is not None:
-            kept_parameters = _binding(parameters, found.whole_binds)
+            kept_parameters = _binding(parameters, found.whole_binds, found.whole_sql)
             if kept_parameters is not _CANNOT:
                 whole = functools.partial(rerun, bound=kept_parameters)
 
@@ -225,14 +226,26 @@ def check_aggregates(
 _CANNOT = object()
 
 
-def _binding(parameters: Any, binds: tuple[int, int] | None) -> Any:
-    """The slice ``binds`` of the positional ``parameters`` (None, or a mapping, which binds by name:
-    all of them), or ``_CANNOT`` where they are not a sequence that long."""
-    if binds is None or parameters is NO_PARAMETERS or isinstance(parameters, Mapping):
+def _binding(parameters: Any, binds: tuple[int, int] | None, sql: str) -> Any:
+    """What ``sql`` (a check that left out clauses of the statement) binds of the caller's ``parameters``:
+    the slice ``binds`` of positional ones (all where None), the names ``sql`` still holds of a mapping
+    (DuckDB refuses a name its statement lacks, D1), none for none; ``_CANNOT`` where positional ones
+    are not a sequence that long."""
+    if parameters is NO_PARAMETERS or parameters is None:  # None: the drivers' own default (D2)
+        return parameters
+    if isinstance(parameters, Mapping):
+        return {name: value for name, value in parameters.items() if _holds_name(sql, str(name))}
+    if binds is None:
         return parameters
     if isinstance(parameters, (list, tuple)) and len(parameters) >= binds[1]:
         return parameters[binds[0] : binds[1]]
     return _CANNOT
+
+
+def _holds_name(sql: str, name: str) -> bool:
+    """Whether ``sql`` has a named parameter ``name`` (``:n``, ``$n``, ``@n``, ``%(n)s``). A name
+    kept that is not a parameter only makes DuckDB refuse the check, which then says so."""
+    return f"%({name})s" in sql or re.search(r"[:$@]" + re.escape(name) + r"(?![\w$])", sql) is not None
 
 
 def _not_looked(sql: str, rows: list[Any], why: str) -> FanoutOutcome:

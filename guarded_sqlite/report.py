@@ -29,6 +29,8 @@ Action = Literal[
 ]
 RuleName = Literal["P1", "P2", "rescue", "aggregate"]
 _new_object = object.__new__
+_MODE_OF_PRESET = {"text_to_sql": "patch", "paper": "patch"}
+"""The mode of each preset whose name is not its mode (``GuardReport.mode`` from the state's preset)."""
 _UNCOUNTED = (
     "healthy: at least {:,} of {:,} rows are distinct; the exact count was not finished, since every row "
     "was served before this report was read"
@@ -66,7 +68,7 @@ class ReportState(NamedTuple):
     name; ``GuardReport.from_state`` unpacks it by position. A test compares those states with the same
     states built by name (``tests/dropin/test_fast_path.py``), so a reordered field fails it."""
 
-    mode: str
+    preset: str
     sql: str
     final_sql: str
     trigger: str | None
@@ -95,7 +97,13 @@ class GuardReport:
     """The SQL whose rows the cursor now serves: ``sql`` itself unless a patch was applied."""
 
     mode: str
-    """The guard mode in force: ``"patch"``, ``"observe"`` or ``"off"``."""
+    """The guard mode in force: ``"patch"`` (under the ``"patch"``, ``"text_to_sql"`` and ``"paper"``
+    presets alike), ``"observe"`` or ``"off"``. ``preset`` tells the presets apart."""
+
+    preset: str
+    """The preset in force: ``"patch"``, ``"text_to_sql"``, ``"paper"``, ``"observe"`` or ``"off"``
+    (``GuardPolicy.preset``: a policy with changed thresholds reads as the preset it was built from;
+    ``GuardPolicy(mode="observe")`` under any provenance rule reads ``"observe"``)."""
 
     trigger: str | None
     """The probe's verdict: None (healthy, or not probed), ``"exec_error"``, ``"empty_result"``,
@@ -177,15 +185,16 @@ class GuardReport:
         """Build the report from a ``ReportState`` (or a plain tuple of its fields)."""
         if type(state) is not ReportState:
             state = ReportState(*state)
-        (mode, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns, patch_ns,
-         rescue, provenance, aggregates) = state  # fmt: skip
+        (preset, sql, final_sql, trigger, action, rows, unique, final_rows, note, error, decisions, detect_ns,
+         patch_ns, rescue, provenance, aggregates) = state  # fmt: skip
         # The frozen dataclass's __init__ sets each field with object.__setattr__, which made reading a report
         # cost more than the whole probe. Instead: a copy of the healthy, unpatched report's fields, then only
         # the fields this statement changes, installed as the instance's __dict__ in one step.
         values = _HEALTHY_FIELDS.copy()
         values["sql"] = sql
         values["final_sql"] = final_sql
-        values["mode"] = mode
+        values["mode"] = _MODE_OF_PRESET.get(preset, preset)
+        values["preset"] = preset
         values["action"] = action
         if rows is None:
             values["probed"] = False

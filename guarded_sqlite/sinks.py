@@ -182,6 +182,7 @@ def structured_fields(report: GuardReport, dialect: str) -> dict[str, Any]:
     final_sql = sql if report.final_sql == report.sql else loggable_sql(report.final_sql, dialect)
     return {
         "mode": report.mode,
+        "preset": report.preset,
         "trigger": report.trigger,
         "action": report.action,
         "sql_normalised": sql,

@@ -71,6 +71,7 @@ class ConnectionState:
         "mode",
         "p2_rows",
         "policy",
+        "preset",
         "proxy",
         "query_only_due",
         "quick_below",
@@ -97,6 +98,7 @@ class ConnectionState:
         self.raw = raw
         self.policy = policy  # set_threading reads the mode
         self.mode = policy.mode
+        self.preset = policy.preset
         self.set_threading(single_thread)
         self.configure(policy)
         self.rescues = 0  # rescues run on this connection, for GuardPolicy.max_rescues
@@ -128,6 +130,7 @@ class ConnectionState:
         """The slots derived from ``policy``."""
         self.policy = policy
         self.mode = policy.mode
+        self.preset = policy.preset
         self.fetch_size = policy.row_cap + 1  # rows fetched per statement: one more than are buffered
         self.byte_cap = policy.byte_cap
         # The first fetch of every statement: all it may buffer, or with a byte budget the first rows

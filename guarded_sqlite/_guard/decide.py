@@ -130,11 +130,11 @@ class GuardedCursor:
 
 
 def unprobed(
-    mode: str, sql: str, note: str | None, trigger: str | None = None, error: str | None = None
+    preset: str, sql: str, note: str | None, trigger: str | None = None, error: str | None = None
 ) -> ReportState:
     """The state of a statement the probe did not measure (built by position: see ``ReportState``)."""
     return _new_state(
-        ReportState, (mode, sql, sql, trigger, "none", None, None, None, note, error, (), None, None, None, None, ())
+        ReportState, (preset, sql, sql, trigger, "none", None, None, None, note, error, (), None, None, None, None, ())
     )
 
 
@@ -172,7 +172,7 @@ def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: 
                 call()
     except Exception as error:
         trigger, text = (None, None) if mode == "off" else (EXEC_ERROR, describe_error(error))
-        cursor._self_state = failed = unprobed(mode, sql, note, trigger, text)
+        cursor._self_state = failed = unprobed(guard.preset, sql, note, trigger, text)
         if trigger is not None:
             log_statement(failed, guard.dialect)
         settle(guard, failed, cursor)
@@ -181,7 +181,7 @@ def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: 
         guard.epoch += 1  # a script or batch may change what no version number shows
         if guard.catalog is not None and guard.engine is not SQLITE:
             forget_schema(guard)  # a script or batch may change the schema; cheap to re-read once
-    cursor._self_state = done = unprobed(mode, sql, note)
+    cursor._self_state = done = unprobed(guard.preset, sql, note)
     settle(guard, done, cursor)
 
 
@@ -239,13 +239,14 @@ def after_fetch(
             if count == 1:
                 hash(rows[0])
                 return rows, _new_state(
-                    ReportState, (guard.mode, sql, sql, None, "none", 1, 1, 1, None, None, (), 0, None, None, None, ())
+                    ReportState,
+                    (guard.preset, sql, sql, None, "none", 1, 1, 1, None, None, (), 0, None, None, None, ()),
                 )
             started = _perf_ns()
             if len(set(rows)) == count:
                 return rows, _new_state(
                     ReportState,
-                    (guard.mode, sql, sql, None, "none", count, count, count, None, None, (), _perf_ns() - started,
+                    (guard.preset, sql, sql, None, "none", count, count, count, None, None, (), _perf_ns() - started,
                      None, None, None, ()),
                 )  # fmt: skip
         except Exception:  # rows that cannot be hashed or compared: the general path below sorts them out
@@ -254,10 +255,10 @@ def after_fetch(
     mode = policy.mode
     if count > policy.row_cap:
         note = f"more than row_cap={policy.row_cap} rows: not probed, rows stream through unchanged"
-        return Streaming(rows, *tail(raw)), unprobed(mode, sql, note)
+        return Streaming(rows, *tail(raw)), unprobed(guard.preset, sql, note)
     if type(rows) is BytesCapped:
         note = f"more than byte_cap={policy.byte_cap:,} bytes (estimated): not probed, rows stream through unchanged"
-        return Streaming(list(rows), *tail(raw)), unprobed(mode, sql, note)
+        return Streaming(list(rows), *tail(raw)), unprobed(guard.preset, sql, note)
     patch = mode == "patch"
     # P2's cheap precondition (policy.removal_applies without its unique == count part, known below).
     removal_candidate = patch and count >= policy._p2_min_rows and mentions_distinct(sql)
@@ -282,10 +283,10 @@ def after_fetch(
         try:
             unique = count_unique(rows)
         except Exception as error:  # a value whose __eq__/__hash__ raises: serve the rows unjudged
-            return rows, unprobed(mode, sql, f"rows cannot be compared ({describe_error(error)}): not probed")
+            return rows, unprobed(guard.preset, sql, f"rows cannot be compared ({describe_error(error)}): not probed")
         trigger = classify(count, unique, policy.tau_inject)
     except Exception as error:  # a value whose __hash__ raises something else: same
-        return rows, unprobed(mode, sql, f"rows cannot be compared ({describe_error(error)}): not probed")
+        return rows, unprobed(guard.preset, sql, f"rows cannot be compared ({describe_error(error)}): not probed")
     detect_ns = _perf_ns() - started
     if patch and (
         trigger == CARTESIAN_EXPLOSION
@@ -318,7 +319,7 @@ def after_fetch(
         if fanned is not None:
             findings = fanned.findings
             checked = ReportState(
-                mode=mode,
+                preset=guard.preset,
                 sql=sql,
                 final_sql=fanned.final_sql,
                 trigger=AGGREGATE_FANOUT if findings else trigger,
@@ -337,7 +338,7 @@ def after_fetch(
                 log_statement(checked, guard.dialect)
             return fanned.rows, checked
     measured = ReportState(
-        mode=mode,
+        preset=guard.preset,
         sql=sql,
         final_sql=sql,
         trigger=trigger,
@@ -370,7 +371,7 @@ def after_error(
     mode = guard.policy.mode
     if guard.catalog is not None and guard.engine is not SQLITE and _pattern("unknown_name").search(str(error)):
         forget_schema(guard)  # an unknown table: the cached facts may predate someone's DDL
-    failed = unprobed(mode, sql, None, EXEC_ERROR, describe_error(error))
+    failed = unprobed(guard.preset, sql, None, EXEC_ERROR, describe_error(error))
     if rescue_inputs is not None and mode == "patch" and _LOCKED in str(error):
         # Every candidate would wait out the same busy timeout again.
         refusal = RuleDecision("rescue", False, "candidates not run: the database is locked")
@@ -409,7 +410,7 @@ def _served_repair(
     failed and rescued): ``rows``, ``unique_rows`` and ``detect_ns`` are the probe's, None after an
     error. Keeps a rescued candidate's description on ``cursor`` and logs a flag or a change."""
     repaired = ReportState(
-        mode=guard.policy.mode,
+        preset=guard.preset,
         sql=sql,
         final_sql=outcome.final_sql,
         trigger=trigger,

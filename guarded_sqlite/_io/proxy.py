@@ -424,7 +424,7 @@ def _execute_and_probe(
     if guard.query_only_due:  # whatever the mode: the guard's own setting, not the caller's
         settle_query_only(guard)
     if mode == "off":
-        off = unprobed(mode, sql, GUARD_OFF)
+        off = unprobed(guard.preset, sql, GUARD_OFF)
         cursor._self_state = off  # also stands if execute raises: the guard reports nothing either way
         execute_with(raw, sql, parameters)
         return raw, off
@@ -452,12 +452,12 @@ def _execute_and_probe(
             if guard.engine.is_status_result(raw, sql):
                 if guard.catalog is not None and changes_schema(sql):
                     forget_schema(guard)
-                return raw, unprobed(mode, sql, NOT_ROW_RETURNING)
+                return raw, unprobed(guard.preset, sql, NOT_ROW_RETURNING)
         elif raw.description is None:
             guard.epoch += 1  # ATTACH, DDL, a PRAGMA: no kept confirmation holds
             if guard.catalog is not None and guard.engine is not SQLITE and changes_schema(sql):
                 forget_schema(guard)
-            return raw, unprobed(mode, sql, NOT_ROW_RETURNING)
+            return raw, unprobed(guard.preset, sql, NOT_ROW_RETURNING)
         rows = raw.fetchmany(guard.first_fetch)
         if type(rows) is not list:  # PyMySQL's Cursor gives a tuple
             rows = list(rows)

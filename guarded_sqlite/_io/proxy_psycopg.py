@@ -62,7 +62,7 @@ class ContextCursor(CursorProxy):
         self._self_report = None
         self._self_rows = self.__wrapped__
         guard = self._self_guard.in_scope()
-        self._self_state = state = unprobed(guard.mode, query_text(sql, self.__wrapped__), _STREAMED)
+        self._self_state = state = unprobed(guard.preset, query_text(sql, self.__wrapped__), _STREAMED)
         settle(guard, state, self)
         return self.__wrapped__.stream(*args, **kwargs)
 
@@ -85,7 +85,7 @@ class StreamingCursor(ContextCursor):
         self._self_report = None
         self._self_rows = raw
         guard = self._self_guard.in_scope()
-        self._self_state = state = unprobed(guard.mode, query_text(sql, raw), _SERVER_SIDE)
+        self._self_state = state = unprobed(guard.preset, query_text(sql, raw), _SERVER_SIDE)
         raw.execute(sql, **kwargs) if parameters is NO_PARAMETERS else raw.execute(sql, parameters, **kwargs)
         settle(guard, state, self)
         return self

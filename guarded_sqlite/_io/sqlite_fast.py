@@ -340,7 +340,7 @@ def _statement(
                     rows, state = after_fetch(cursor, cursor, guard, sql, parameters, rows, rescue_inputs, _tail)
                 else:
                     guard.epoch += 1  # ATTACH, DDL, a PRAGMA: no kept confirmation holds
-                    rows, state = cursor, unprobed(guard.mode, sql, NOT_ROW_RETURNING)
+                    rows, state = cursor, unprobed(guard.preset, sql, NOT_ROW_RETURNING)
     except BaseException:
         if cursor._self_buffer is not None:
             redirect_outstanding(cursor, cursor)
@@ -373,7 +373,7 @@ def _run(
     if guard.query_only_due:  # whatever the mode: the guard's own setting, not the caller's
         settle_query_only(guard)
     if mode == "off":
-        off = unprobed(mode, sql, GUARD_OFF)
+        off = unprobed(guard.preset, sql, GUARD_OFF)
         cursor._self_state = off  # also stands if execute raises: the guard reports nothing either way
         if parameters is _NO:
             _execute(cursor, sql)
@@ -396,7 +396,7 @@ def _probed(
     cursor: CursorMethods, guard: ConnectionState, sql: str, parameters: Any, rescue_inputs: RescueInputs | None
 ) -> tuple[Any, ReportState]:
     """``_run``'s statement in patch or observe mode: execute, fetch once, probe."""
-    mode = guard.mode
+    preset = guard.preset
     try:
         if parameters is _NO:
             _execute(cursor, sql)
@@ -404,7 +404,7 @@ def _probed(
             _execute(cursor, sql, parameters)
         if _description(cursor) is None:
             guard.epoch += 1  # ATTACH, DDL, a PRAGMA: no kept confirmation holds
-            return cursor, unprobed(mode, sql, NOT_ROW_RETURNING)
+            return cursor, unprobed(preset, sql, NOT_ROW_RETURNING)
         rows = _fetchmany(cursor, guard.first_fetch)
         if len(rows) == guard.first_fetch < guard.fetch_size:
             rows = fetch_rest(_fetchmany, cursor, guard, rows)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..report import GuardReport
 
-__all__ = ["CELL_WIDTH", "database_problem", "format_table", "json_safe", "report_dict"]
+__all__ = ["CELL_WIDTH", "database_problem", "format_table", "json_safe", "plain_account", "report_dict"]
 
 CELL_WIDTH = 60
 """Longest cell in the text table; longer values are cut with an ellipsis (``--json`` has them whole)."""
@@ -60,6 +60,89 @@ def json_safe(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def _rows(count: int | None) -> str:
+    return f"{count} row" if count == 1 else f"{count} rows"
+
+
+def plain_account(report: GuardReport) -> str:
+    """What happened to a statement's rows, in one sentence for someone who has never read the docs: no
+    rule names, thresholds or verdict names (those stay in ``report``'s fields and ``summary()``).
+
+    >>> from guarded_sqlite.report import GuardReport
+    >>> plain_account(GuardReport.from_state(("patch", "q", "q", None, "none", 4, 4, 4, None, None, (), 0, None)))
+    'All 4 rows are different: the guard changed nothing.'
+    >>> plain_account(GuardReport.from_state(("patch", "q", "q", "cartesian_explosion", "distinct_injected",
+    ...                                       90, 6, 6, None, None, (), 0, 1)))
+    'The joins repeated rows: 90 rows came back but only 6 are different, so the guard served each once (6 rows).'
+    """
+    rows, unique, final = report.rows, report.unique_rows, report.final_rows
+    action, trigger = report.action, report.trigger
+    repeats = None if rows is None or unique is None else rows - unique
+    if action.startswith("candidate_selected"):
+        chosen = report.rescue.chosen_index if report.rescue is not None else None
+        return (
+            f"The statement was replaced by candidate {chosen} of the ones given, whose rows the guard "
+            f"served ({_rows(final)})."
+        )
+    if trigger == "exec_error":
+        return f"The statement failed: {(report.error or '').rstrip('.')}."
+    if action == "distinct_injected":
+        return (
+            f"The joins repeated rows: {_rows(rows)} came back but only {unique} are different, so the guard "
+            f"served each once ({_rows(final)})."
+        )
+    if action == "join_copies_removed":
+        copies = next((d.copies for d in report.decisions if d.copies is not None), None)
+        removed = rows - final if rows is not None and final is not None else copies
+        return (
+            f"The joins repeated rows: of {_rows(rows)}, {removed} only repeated a row already there, so the guard "
+            f"removed them and served {_rows(final)} (equal rows that come from different rows of the tables are kept)."
+        )
+    if action == "distinct_removed":
+        return (
+            f"The query's DISTINCT hid few repeats, so the guard ran it without DISTINCT and served all {_rows(final)}."
+        )
+    if action == "aggregate_defanned" or trigger == "aggregate_fanout":
+        served = "served the corrected values" if action == "aggregate_defanned" else "served the values as computed"
+        return (
+            "A join made a SUM, AVG or COUNT count some rows several times "
+            f"({'; '.join(f.describe() for f in report.aggregates)}): the guard {served} and flagged it."
+        )
+    if action != "none":
+        return f"The guard changed the rows ({action})."
+    if trigger == "empty_result":
+        return (
+            "The query returned no rows: the guard changed nothing (a condition may not match the data, "
+            "or no row is meant)."
+        )
+    if trigger == "cartesian_explosion":
+        copies = next((d.copies for d in report.decisions if d.copies is not None), None)
+        if report.mode != "patch":
+            why = f"guard={report.mode!r} only reports"
+        elif copies == 0:
+            why = "each repeat comes from a different row of the tables, so the repeats may be meant"
+        else:
+            why = "the guard could not show which rows the joins repeated"
+        return (
+            f"{repeats} of the {_rows(rows)} repeat another row (only {unique} are different): served as "
+            f"returned, and flagged ({why})."
+        )
+    if not report.probed:
+        return f"The guard did not check the rows: {report.note or 'not probed'}."
+    unchecked = next((d.reason for d in report.decisions if d.rule == "aggregate" and not d.applied), None)
+    if unchecked is not None:
+        return f"The rows are as the database returned them; a total over a join could not be checked ({unchecked})."
+    if repeats:
+        return f"{repeats} of the {_rows(rows)} repeat another row, too few to act on: the guard changed nothing."
+    if rows == 0:
+        return "The query returned no rows: the guard changed nothing."
+    if unique is None:
+        return f"The guard changed nothing ({_rows(rows)})."
+    if rows == 1:
+        return "One row: the guard changed nothing."
+    return f"All {_rows(rows)} are different: the guard changed nothing."
 
 
 def report_dict(report: GuardReport) -> dict[str, Any]:

@@ -11,13 +11,13 @@ instead of ``--db-root/--gold/--pred``.
 
 Exit status: 0 on success, 2 for unusable inputs (missing files, a prediction count or db_id that does
 not match the gold, bad options, an engine that cannot be reached or copied into, an output path
-(``--json``, ``--plot``, ``demo --db``) whose folder is missing or not writable, or that is a
-directory; ``demo --db`` also refuses an existing file that is not the demo's own database, unless
-``--force``), reported on one line ``guarded-sqlite <command>: error: ...``; 1 when ``--plot`` is asked
-for without matplotlib installed. Output paths are checked before the run starts. ``query`` exits 1
-when its statement fails (an SQL error, or a write: the database is opened read-only), with the error on
-one line of stderr, or when its reader closes stdout early; and 2 when DB is missing, a directory,
-unreadable or not a SQLite file.
+(``--json``, ``--plot``, ``demo --db``) whose folder is missing or not writable, or that is a directory;
+``demo --db`` also refuses an existing file that is not the demo's own database, or is the demo's own
+changed since, unless ``--force``), reported on one line ``guarded-sqlite <command>: error: ...``; 1
+when ``--plot`` is asked for without matplotlib installed. Output paths are checked before the run
+starts. ``query`` exits 1 when its statement fails (an SQL error, or a write: the database is opened
+read-only), with the error on one line of stderr, or when its reader closes stdout early; and 2 when DB
+is missing, a directory, unreadable or not a SQLite file.
 """
 
 from __future__ import annotations
@@ -169,7 +169,13 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--force",
         action="store_true",
-        help="replace the file at --db even if it is not the demo's own database (which is rebuilt without it)",
+        help="replace the file at --db even if it is not the demo's own database, or is one that was changed "
+        "(the demo's own, unchanged, is rebuilt without it)",
+    )
+    demo.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print the report's fields: the rule that acted, thresholds, timings",
     )
     add_query_parser(commands)
     add_mcp_parser(commands)
@@ -268,14 +274,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import run
 
-        if args.db is not None:
-            problem = _demo_db_problem(args.db, args.force)
-            if problem is not None:
-                _print_error(args.command, f"--db {problem}")
-                return 2
-            return run(args.db)
-        with tempfile.TemporaryDirectory() as folder:
-            return run(Path(folder) / "shop.db")
+        try:
+            if args.db is not None:
+                problem = _demo_db_problem(args.db, args.force)
+                if problem is not None:
+                    _print_error(args.command, f"--db {problem}")
+                    return 2
+                return run(args.db, where=_demo_db_fate(args.db), verbose=args.verbose)
+            with tempfile.TemporaryDirectory() as folder:
+                where = "a temporary file, deleted when the demo ends"
+                return run(Path(folder) / "shop.db", where=where, kept=False, verbose=args.verbose)
+        except BrokenPipeError:  # `demo | head`: as query's below
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
     if args.command == "query":
         from .query import run_query
 
@@ -333,6 +344,22 @@ def _demo_db_problem(path: Path, force: bool) -> str | None:
         if refusal is not None:
             problem = f"{path}: {refusal}"
     return problem
+
+
+def _demo_db_fate(path: Path) -> str:
+    """What the demo is about to do to ``path``, which ``_demo_db_problem`` let through: create it,
+    rebuild the demo's unchanged database, or (``--force``) replace another file or a changed one."""
+    from .demo import replace_refusal
+
+    try:
+        empty = path.stat().st_size == 0
+    except FileNotFoundError:
+        return "created"
+    if empty:
+        return "created in the empty file"
+    if replace_refusal(path) is None:
+        return "rebuilt: it held the demo's database, unchanged"
+    return "replaced, as --force asked: it held another database or a changed demo database"
 
 
 def _evaluate(args: argparse.Namespace) -> int:

@@ -5,11 +5,13 @@ The example is the failure the project exists for: SQL that a set-based evaluato
 line, so an application summing over the rows reports several times the true total.
 
 The database is stamped with ``APPLICATION_ID`` (SQLite's ``PRAGMA application_id``), so that ``demo
---db PATH`` can rebuild its own database and refuse to replace anyone else's (``replace_refusal``).
+--db PATH`` can rebuild its own database and refuse to replace anyone else's, or its own once changed
+(``replace_refusal``).
 """
 
 from __future__ import annotations
 
+import shlex
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -79,8 +81,9 @@ def is_demo_database(header: bytes) -> bool:
 
 
 def replace_refusal(path: Path) -> str | None:
-    """Why ``build_shop`` must not replace the file at ``path`` (it is not the demo's own database and
-    not empty), or None: nothing there, an empty file, or a database the demo stamped."""
+    """Why ``build_shop`` must not replace the file at ``path``, or None: nothing there, an empty file, or
+    a database the demo stamped and nobody changed since (``demo_changes``). A file that is not the
+    demo's database, and a demo database with a table, a row or a schema changed, are refused."""
     try:
         with path.open("rb") as file:
             header = file.read(100)
@@ -90,9 +93,57 @@ def replace_refusal(path: Path) -> str | None:
         return (
             f"cannot be read to tell whether it is the demo's database ({error.strerror}); pass --force to overwrite it"
         )
-    if not header or is_demo_database(header):
+    if not header:
         return None
-    return "exists and is not the demo's database; pass --force to overwrite it"
+    if not is_demo_database(header):
+        return "exists and is not the demo's database; pass --force to overwrite it"
+    changes = demo_changes(path)
+    if changes:
+        return f"is the demo's database, changed since the demo made it ({changes}); pass --force to rebuild it"
+    return None
+
+
+def _contents(con: sqlite3.Connection) -> dict[str, tuple[str, list[tuple[Any, ...]]]]:
+    """Each table's (schema SQL, rows in a fixed order) of a database."""
+    tables = con.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    ).fetchall()
+    found = {}
+    for name, sql in tables:
+        quoted = '"' + name.replace('"', '""') + '"'
+        rows = con.execute(f"SELECT * FROM {quoted}").fetchall()
+        found[name] = (sql, sorted(rows, key=repr))
+    return found
+
+
+def demo_changes(path: Path) -> str | None:
+    """How the demo database at ``path`` differs from the one ``build_shop`` makes (tables added or
+    dropped, tables whose definition or rows changed, at most three named each), or None when it holds
+    exactly the demo's tables and rows. A file SQLite cannot read counts as changed."""
+    expected_con = sqlite3.connect(":memory:")
+    try:
+        _fill(expected_con)
+        expected = _contents(expected_con)
+    finally:
+        expected_con.close()
+    try:
+        con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            actual = _contents(con)
+        finally:
+            con.close()
+    except sqlite3.Error as error:
+        return f"SQLite cannot read it: {error}"
+    parts = []
+    for label, names in (
+        ("tables added", sorted(set(actual) - set(expected))),
+        ("tables dropped", sorted(set(expected) - set(actual))),
+        ("tables changed", sorted(name for name in expected if name in actual and actual[name] != expected[name])),
+    ):
+        if names:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            parts.append(f"{label}: {shown}")
+    return "; ".join(parts) or None
 
 
 def build_shop(path: str | Path) -> None:
@@ -102,26 +153,55 @@ def build_shop(path: str | Path) -> None:
     path = Path(path)
     if path.exists():
         path.unlink()
-    with sqlite3.connect(path) as con:
-        con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        con.executescript(SCHEMA)
-        con.executemany("INSERT INTO customers VALUES (?, ?, ?, ?)", CUSTOMERS)
-        con.executemany("INSERT INTO products VALUES (?, ?, ?, ?)", PRODUCTS)
-        orders = [
-            (order_id, 1 + order_id % len(CUSTOMERS), f"2026-{1 + order_id % 12:02d}-15") for order_id in range(1, 31)
-        ]
-        con.executemany("INSERT INTO orders VALUES (?, ?, ?)", orders)
-        # Every order holds each product once: book buyers appear once per order per book.
-        lines = [(order_id, product_id, 1) for order_id in range(1, 31) for product_id in range(1, len(PRODUCTS) + 1)]
-        con.executemany("INSERT INTO order_items VALUES (?, ?, ?)", lines)
-    con.close()
+    con = sqlite3.connect(path)
+    try:
+        with con:
+            _fill(con)
+    finally:
+        con.close()
 
 
-def run(path: str | Path, out: Callable[[str], None] = print) -> int:
-    """Build the shop at ``path``, run the demo, print it with ``out``; returns a process exit code."""
+def _fill(con: sqlite3.Connection) -> None:
+    """The demo's tables and rows, and its ``application_id`` stamp, in an empty database."""
+    con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    con.executescript(SCHEMA)
+    con.executemany("INSERT INTO customers VALUES (?, ?, ?, ?)", CUSTOMERS)
+    con.executemany("INSERT INTO products VALUES (?, ?, ?, ?)", PRODUCTS)
+    orders = [
+        (order_id, 1 + order_id % len(CUSTOMERS), f"2026-{1 + order_id % 12:02d}-15") for order_id in range(1, 31)
+    ]
+    con.executemany("INSERT INTO orders VALUES (?, ?, ?)", orders)
+    # Every order holds each product once: book buyers appear once per order per book.
+    lines = [(order_id, product_id, 1) for order_id in range(1, 31) for product_id in range(1, len(PRODUCTS) + 1)]
+    con.executemany("INSERT INTO order_items VALUES (?, ?, ?)", lines)
+
+
+NEXT_SQL = "SELECT c.name FROM customers AS c JOIN orders AS o ON o.customer_id = c.id"
+"""The query the demo's closing lines suggest to try with ``guarded-sqlite query``: a join that repeats
+each customer once per order."""
+
+
+def run(
+    path: str | Path,
+    out: Callable[[str], None] = print,
+    *,
+    where: str | None = None,
+    kept: bool = True,
+    verbose: bool = False,
+) -> int:
+    """Build the shop at ``path``, run the demo, print it with ``out``; returns a process exit code.
+
+    ``where`` says what became of the file (created, rebuilt, replaced), ``kept`` whether it outlives
+    the demo (False for the temporary file of a demo run without ``--db``): the closing lines suggest
+    the next command from there. ``verbose`` adds the report's fields: rule, thresholds, evidence."""
+    from ..agent.presenting import plain_account
+
+    path = Path(path)
     build_shop(path)
+    out(f"Database: {path.resolve()} ({where or 'created'})")
+    out("")
     out(f"Question: {QUESTION}")
-    out("Generated SQL:\n  " + GENERATED_SQL.replace("\n", "\n  "))
+    out("SQL, as a text-to-SQL model wrote it:\n  " + GENERATED_SQL.replace("\n", "\n  "))
     out("")
 
     plain = sqlite3.connect(path)
@@ -136,32 +216,46 @@ def run(path: str | Path, out: Callable[[str], None] = print) -> int:
     assert report is not None
     out(f"guarded_sqlite: {len(rows)} rows, loyalty total = {sum(points for _, points in rows)}")
     out("")
-    out(f"guard_report: {report.summary()}")
-    out(
-        f"  trigger     {report.trigger}  (dup_ratio {report.dup_ratio:.3f} >= tau_inject"
-        f" {con.guard_policy.tau_inject})"
-    )
-    out(f"  action      {report.action}")
-    for decision in report.decisions:
-        out(f"  {decision.rule}          {'applied' if decision.applied else 'not applied'}: {decision.reason}")
-    out(f"  timings     detection {report.detect_us:.1f} us, patch {report.patch_ms:.2f} ms")
-    out("  final_sql   " + report.final_sql.replace("\n", "\n              "))
+    out(plain_account(report))
+    if report.patched:
+        out("The rows served are those of:\n  " + report.final_sql.replace("\n", "\n  "))
+    if verbose:
+        out("")
+        out(f"guard_report: {report.summary()}")
+        out(
+            f"  trigger     {report.trigger}  (dup_ratio {report.dup_ratio:.3f} >= tau_inject"
+            f" {con.guard_policy.tau_inject})"
+        )
+        out(f"  action      {report.action}")
+        for decision in report.decisions:
+            out(f"  {decision.rule:<11} {'applied' if decision.applied else 'not applied'}: {decision.reason}")
+        out(f"  timings     detection {report.detect_us:.1f} us, patch {report.patch_ms:.2f} ms")
     out("")
 
     healthy = con.execute(HEALTHY_SQL, (90,))
     healthy_rows = healthy.fetchall()
     healthy_report = healthy.guard_report
     assert healthy_report is not None
-    out(f"A healthy query passes through untouched: {HEALTHY_SQL!r}")
-    out(f"  {len(healthy_rows)} rows; guard_report: {healthy_report.summary()}")
+    out(f"A query whose rows do not repeat: {HEALTHY_SQL}")
+    out(f"  {len(healthy_rows)} rows. {plain_account(healthy_report)}")
 
     observed = connect(path, guard="observe").execute(GENERATED_SQL, ("books",))
+    observed_rows = observed.fetchall()
     observed_report = observed.guard_report
     assert observed_report is not None
     out("")
-    out(
-        f"guard='observe' reports without changing anything: {len(observed.fetchall())} rows;"
-        f" {observed_report.summary()}"
-    )
+    out(f"The first query again with guard='observe', which only reports: {len(observed_rows)} rows.")
+    out(f"  {plain_account(observed_report)}")
     con.close()
+
+    out("")
+    query = f"guarded-sqlite query {shlex.quote(str(path))} {shlex.quote(NEXT_SQL)}"
+    if kept:
+        out("Next, try a query of your own on it; the guard says what it did to the rows (--verbose: why):")
+        out(f"  {query}")
+    else:
+        out("Next, keep the database (--db) and try a query of your own on it:")
+        out("  guarded-sqlite demo --db shop.db")
+        out(f"  guarded-sqlite query shop.db {shlex.quote(NEXT_SQL)}")
+    out("In Python: guarded_sqlite.connect() takes sqlite3.connect()'s arguments; see README's Quick start.")
     return 0 if report.action == "distinct_injected" and len(rows) < len(raw_rows) else 1

@@ -1,8 +1,9 @@
 """``guarded-sqlite query DB SQL``: run one statement through the guard and show its rows and report.
 
 The point is to let someone try the guard on their own database without writing Python: the rows the
-guarded cursor serves, then ``cursor.guard_report`` (its ``summary()``, and the rule decisions and
-duplicate-provenance evidence when the probe flagged the result), as a plain table or as one JSON object.
+guarded cursor serves, then what the guard did to them in one sentence (``--verbose`` adds
+``cursor.guard_report``'s ``summary()``, rule decisions and duplicate-provenance evidence), as a plain
+table, or rows and the whole report as one JSON object.
 
 The database is opened read-only (``file:...?mode=ro``) and locked down as the agent tools' are
 (``lockdown.lock_down_sqlite``: ``query_only``, and an authorizer denying ATTACH, VACUUM INTO, writes and
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..agent.presenting import database_problem, format_table, json_safe, report_dict
+from ..agent.presenting import database_problem, format_table, json_safe, plain_account, report_dict
 from ..policy import PRESETS
 from ..report import GuardReport
 
@@ -66,10 +67,25 @@ def add_query_parser(commands: Any) -> None:
         help=f"print at most N rows (default: {DEFAULT_LIMIT} in the table, all with --json), then how many more",
     )
     query.add_argument("--json", action="store_true", help="print one JSON object: columns, rows, row_count, report")
+    query.add_argument(
+        "--verbose",
+        action="store_true",
+        help="after the one-sentence account, print the report's fields: summary, rule decisions with their "
+        "thresholds and evidence, final SQL, note",
+    )
 
 
-def _report_lines(report: GuardReport) -> list[str]:
-    lines = [f"guard_report: {report.summary()}"]
+def _report_lines(report: GuardReport, verbose: bool) -> list[str]:
+    """What the guard did, in one sentence (``plain_account``) and, when it changed the rows, the SQL whose
+    rows were served; ``verbose`` adds the report's fields: its summary, rule decisions and note."""
+    lines = [plain_account(report)]
+    if report.patched and not verbose:
+        lines.append("The rows served are those of: " + report.final_sql.replace("\n", "\n  "))
+    if not verbose:
+        if report.flagged or report.decisions:
+            lines.append("(--verbose shows the whole report: the rule that decided, its thresholds and evidence)")
+        return lines
+    lines.append(f"guard_report: {report.summary()}")
     if report.flagged or report.decisions:
         lines.append(f"  trigger     {report.trigger}")
         lines.append(f"  action      {report.action}")
@@ -140,5 +156,5 @@ def run_query(args: argparse.Namespace, error: Callable[[str], None], out: Calla
         else:
             out(f"({total} {plural})")
     out("")
-    out("\n".join(_report_lines(report)))
+    out("\n".join(_report_lines(report, args.verbose)))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .compare import PresetComparison
-from .metrics import VERDICTS
+from .metrics import TRIGGERS, VERDICTS
 from .report import EvalReport, FixBreak, RescueStats, Scores
 from .sweep_report import CrossValidation, SweepReport, SweepRow
 
@@ -114,8 +114,7 @@ def format_eval(report: EvalReport) -> str:
     f = report.flagged
     out += [
         "",
-        f"Flagged: {f.total} (exec_error {f.exec_error}, empty_result {f.empty_result}, "
-        f"cartesian_explosion {f.cartesian_explosion})",
+        f"Flagged: {f.total} ({', '.join(f'{trigger} {getattr(f, trigger)}' for trigger in TRIGGERS)})",
         "",
         table(
             ["rule", "fired", "fix", "break", "net", "set fix", "set break"],

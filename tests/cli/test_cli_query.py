@@ -68,13 +68,32 @@ def test_rows_printed_are_sqlite3s_rows(shop: Path, capsys: pytest.CaptureFixtur
     assert header == ["id", "name", "city", "points"]
     assert rows == [[str(value) for value in row] for row in expected]
     assert f"({len(expected)} rows)" in out
-    assert "guard_report: healthy:" in out and "trigger" not in out
+    assert out.endswith(f"\nAll {len(expected)} rows are different: the guard changed nothing.\n")
+    assert "guard_report" not in out and "trigger" not in out and "--verbose" not in out
 
 
-def test_flagged_explosion_shows_trigger_action_decisions_and_patched_rows(
+JARGON = ("P1", "tau", "provenance", "amplified", "dup_ratio", "cartesian_explosion", "distinct_injected")
+"""Words the default output leaves to ``--verbose`` and the docs (issue 38)."""
+
+
+def test_flagged_explosion_says_what_happened_in_plain_words(shop: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["query", str(shop), GENERATED_SQL, "--param", "books"]) == 0
+    out = capsys.readouterr().out
+    _, rows = table_rows(out)
+    assert len(rows) == 6
+    account = out.split("(6 rows)\n\n", 1)[1].splitlines()
+    assert account[0] == (
+        "The joins repeated rows: 90 rows came back but only 6 are different, so the guard served each once (6 rows)."
+    )
+    assert account[1].startswith("The rows served are those of: SELECT DISTINCT c.name, c.points")
+    assert account[-1].startswith("(--verbose shows the whole report")
+    assert [word for word in JARGON if word in out] == []
+
+
+def test_verbose_shows_trigger_action_decisions_and_patched_rows(
     shop: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["query", str(shop), GENERATED_SQL, "--param", "books"]) == 0
+    assert main(["query", str(shop), GENERATED_SQL, "--param", "books", "--verbose"]) == 0
     out = capsys.readouterr().out
     _, rows = table_rows(out)
     con = guarded_sqlite.connect(shop)
@@ -87,6 +106,7 @@ def test_flagged_explosion_shows_trigger_action_decisions_and_patched_rows(
     assert rows == [[str(value) for value in row] for row in expected]
     assert len(rows) == 6 < len(raw) == 90
     assert report is not None and report.action == "distinct_injected"
+    assert "\nThe joins repeated rows: 90 rows came back but only 6 are different" in out
     assert f"guard_report: {report.summary()}" in out
     assert "  trigger     cartesian_explosion" in out
     assert "  action      distinct_injected" in out
@@ -96,10 +116,15 @@ def test_flagged_explosion_shows_trigger_action_decisions_and_patched_rows(
 
 
 def test_observe_flags_without_patching(shop: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["query", str(shop), GENERATED_SQL, "--param", "books", "--guard", "observe", "--limit", "100"]) == 0
+    argv = ["query", str(shop), GENERATED_SQL, "--param", "books", "--guard", "observe", "--limit", "100"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     _, rows = table_rows(out)
     assert len(rows) == 90
+    assert "84 of the 90 rows repeat another row (only 6 are different): served as returned, and flagged" in out
+    assert "guard='observe' only reports" in out and "rows served are those of" not in out
+    assert main([*argv, "--verbose"]) == 0
+    out = capsys.readouterr().out
     assert "  trigger     cartesian_explosion" in out and "  action      none" in out
     assert "final_sql" not in out
 
@@ -214,7 +239,9 @@ def test_statement_without_rows(shop: Path, capsys: pytest.CaptureFixture[str]) 
     # BEGIN changes nothing (the connection is closed right after); even a TEMP object is refused now.
     assert main(["query", str(shop), "BEGIN"]) == 0
     out = capsys.readouterr().out
-    assert "(the statement returns no rows)" in out and "not probed" in out
+    assert "(the statement returns no rows)" in out and "The guard did not check the rows: " in out
+    assert main(["query", str(shop), "BEGIN", "--verbose"]) == 0
+    assert "not probed" in capsys.readouterr().out
     document = run_json(capsys, str(shop), "BEGIN")
     assert document["columns"] is None and document["rows"] == [] and document["row_count"] == 0
     assert document["report"]["probed"] is False

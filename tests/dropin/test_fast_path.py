@@ -333,6 +333,7 @@ def test_report_fields_follow_their_definitions(
         sql="SELECT 1",
         final_sql="SELECT 2",
         mode="patch",
+        preset="patch",
         trigger=trigger,
         flagged=trigger is not None,
         action=action,
@@ -357,7 +358,7 @@ def test_states_built_by_position_equal_the_same_states_built_by_name() -> None:
     con = guarded_sqlite.connect(":memory:")
     con.execute("CREATE TABLE t (a INTEGER)")
     con.executemany("INSERT INTO t VALUES (?)", [(1,), (2,), (3,)])
-    same = {"mode": "patch", "trigger": None, "action": "none", "error": None, "decisions": (), "patch_ns": None}
+    same = {"preset": "patch", "trigger": None, "action": "none", "error": None, "decisions": (), "patch_ns": None}
     for sql, rows in (("SELECT a FROM t WHERE a = 1", 1), ("SELECT a FROM t", 3)):
         cur = con.execute(sql)
         cur.fetchall()

@@ -339,3 +339,20 @@ def test_each_command_defaults_to_the_preset_the_rule_gives() -> None:
     }
     assert defaults == {"query": "patch", "eval": ["patch"], "mcp": "text_to_sql", "sweep": ["paper"]}
     assert GuardPolicy().preset == "patch"  # connect()'s default, as the rule says
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql", "paper"])
+def test_the_flagged_line_counts_every_trigger(reports: dict[str, EvalReport], preset: str) -> None:
+    # issue 38: "Flagged: 16 (exec_error 3, empty_result 5, cartesian_explosion 7)" left the aggregate
+    # fan-out out, so the parts did not sum to the total.
+    from guarded_sqlite.evaluation.render import format_eval
+
+    report = reports[preset]
+    (line,) = [line for line in format_eval(report).splitlines() if line.startswith("Flagged: ")]
+    total, parts = line.removeprefix("Flagged: ").split(" ", 1)
+    counts = {name: int(count) for name, count in (part.split(" ") for part in parts.strip("()").split(", "))}
+    assert list(counts) == ["exec_error", "empty_result", "cartesian_explosion", "aggregate_fanout"]
+    assert sum(counts.values()) == int(total) == report.flagged.total
+    assert counts["aggregate_fanout"] == report.flagged.aggregate_fanout
+    if preset != "paper":
+        assert report.flagged.aggregate_fanout > 0  # the sample holds an aggregate the join inflates

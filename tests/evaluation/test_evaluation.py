@@ -728,6 +728,9 @@ def test_cli_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_cli_demo_still_works(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--db", str(tmp_path / "shop.db")]) == 0
+    out = capsys.readouterr().out
+    assert "The joins repeated rows: 90 rows came back but only 6 are different" in out
+    assert main(["demo", "--db", str(tmp_path / "shop.db"), "--verbose"]) == 0
     assert "cartesian_explosion" in capsys.readouterr().out
 
 

@@ -212,14 +212,15 @@ def test_report_built_from_state_equals_the_regular_constructors(guarded) -> Non
     # timings, the wording of the decision and any field added after this test are taken from the report.
     (decision,) = report.decisions
     known = {
-        "sql", "final_sql", "mode", "trigger", "flagged", "action", "probed", "rows", "unique_rows", "dup_ratio",
-        "final_rows", "decisions", "note", "error", "detect_us", "patch_ms", "rescue",
+        "sql", "final_sql", "mode", "preset", "trigger", "flagged", "action", "probed", "rows", "unique_rows",
+        "dup_ratio", "final_rows", "decisions", "note", "error", "detect_us", "patch_ms", "rescue",
     }  # fmt: skip
     added = {f.name: getattr(report, f.name) for f in dataclasses.fields(report) if f.name not in known}
     expected = GuardReport(
         sql=EXPLODING_SQL,
         final_sql=EXPLODING_SQL.replace("SELECT", "SELECT DISTINCT", 1),
         mode="patch",
+        preset="patch",
         trigger="cartesian_explosion",
         flagged=True,
         action="distinct_injected",
@@ -246,6 +247,7 @@ def test_report_fast_path_derives_its_fields_like_the_definitions() -> None:
         sql="SELECT 1",
         final_sql="SELECT 1",
         mode="observe",
+        preset="observe",
         trigger=None,
         flagged=False,
         action="none",

@@ -473,3 +473,40 @@ def test_p1_threshold_is_where_p1_may_first_fire() -> None:
     assert GuardPolicy.text_to_sql().p1_threshold == 0.30
     assert GuardPolicy.text_to_sql(mode="observe").p1_threshold == 0.8
     assert GuardPolicy.text_to_sql(tau_amplified=0.9).p1_threshold == 0.8  # never above tau_inject
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql", "paper", "observe", "off"])
+@pytest.mark.parametrize("opener", ["connect", "wrap"])
+def test_the_report_names_the_preset_on_every_path(preset: str, opener: str) -> None:
+    # issue 38: `mode` reads "patch" under three presets; `preset` tells them apart, on the fast path (one
+    # healthy row), a flagged result, a statement without rows, executemany and a failed statement.
+    if opener == "connect":
+        con: Any = guarded_sqlite.connect(":memory:", guard=preset)
+    else:
+        con = guarded_sqlite.wrap(sqlite3.connect(":memory:"), guard=preset)
+    fill_fanout(con)
+    mode = "patch" if preset in ("patch", "text_to_sql", "paper") else preset
+    reports = [
+        con.execute("SELECT name FROM customers WHERE id = 1").guard_report,
+        con.execute(EXPLODING_SQL).guard_report,
+        con.execute("UPDATE customers SET name = name").guard_report,
+        con.cursor().executemany("UPDATE customers SET name = ? WHERE id = 1", [("x",)]).guard_report,
+    ]
+    cur = con.cursor()
+    with pytest.raises(sqlite3.OperationalError):
+        cur.execute("SELECT nope FROM customers")
+    reports.append(cur.guard_report)
+    assert [(r.preset, r.mode) for r in reports if r is not None] == [(preset, mode)] * 5
+    if preset == "observe":
+        assert reports[1] is not None and reports[1].flagged and not reports[1].patched
+
+
+def test_a_policy_scope_reports_its_own_preset() -> None:
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    fill_fanout(con)
+    with con.guard_scope("paper"):
+        inside = con.execute(EXPLODING_SQL).guard_report
+    outside = con.execute(EXPLODING_SQL).guard_report
+    assert inside is not None and outside is not None
+    assert (inside.preset, outside.preset) == ("paper", "text_to_sql")
+    assert GuardPolicy.text_to_sql(tau_inject=0.5).preset == "text_to_sql"

@@ -46,7 +46,8 @@ def check_aggregates(
         from .._rules import confirmations
         from .._rules.fanout import confirm
 
-        _AGGREGATE_RULE.extend((plan, confirm, confirmations, cheaper_check))
+        # Replaced whole, not extended: threads making their first check at once each fill it.
+        _AGGREGATE_RULE[:] = (plan, confirm, confirmations, cheaper_check)
     from .._analysis.trees import Collecting
 
     # The trees the rule makes are freed as they are dropped, not by the cyclic collector.

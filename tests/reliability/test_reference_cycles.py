@@ -20,6 +20,7 @@ import itertools
 import sqlite3
 import subprocess
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -181,6 +182,21 @@ def test_sqlite_statements_leave_no_cyclic_garbage(tmp_path: Path, way: str, pre
     one_round()  # loads what is loaded once per process, fills the caches meant to stay
     found, what = _leaks(one_round)
     assert found == 0, f"{found} objects in reference cycles: {what}"
+
+
+def test_a_closed_connection_is_freed_when_dropped(tmp_path: Path) -> None:
+    """The interrupt a guard check scheduled (at ``rerun_timeout``, 5 s) is cancelled when the check
+    ends, but the watchdog keeps a cancelled deadline until its time: it must not keep the connection."""
+    one_round = _sqlite_round(tmp_path, "patch", "connect")
+    one_round()
+    con = guarded_sqlite.connect(str(tmp_path / "cycles.db"))
+    cur = con.execute("SELECT a.n FROM a JOIN b ON b.a_id = a.id")
+    cur.fetchall()
+    assert cur.guard_report is not None and cur.guard_report.action == "join_copies_removed"  # a check ran
+    dropped = weakref.ref(con)
+    con.close()
+    del con, cur
+    assert dropped() is None
 
 
 def _duckdb_round(preset: str) -> Callable[[], None]:

@@ -88,10 +88,8 @@ def _load(dialect: str) -> None:
     registry imports to read entry points) builds and discards. Collected here, once per dialect and
     process, where the guard first loads it (loads that size run the collector several times anyway),
     rather than left to a collection in whatever thread allocates next: no statement after leaves any."""
-    import sqlglot
-
     for name in ("sqlite", dialect):
-        sqlglot.Dialect.get_or_raise(name)
+        Dialect.get_or_raise(name)
     gc.collect()
     _LOADED.update(("sqlite", dialect))
 

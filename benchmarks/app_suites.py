@@ -2,12 +2,12 @@
 
 Downloads the source distributions of projects that use ``sqlite3`` from PyPI into a work directory
 outside the repository: three whose SQL an ORM writes (Django, sqlite-utils, SQLAlchemy's ``test/orm``)
-and six applications with hand-written SQL (coverage.py, IPython, beets, khal, todoman, isso). Each
-gets a throwaway virtualenv of its own with its test requirements and guarded_sqlite (editable, from
-``--guarded-sqlite``, by default this checkout), and its test suite runs once per mode: plain
-``sqlite3``, then ``install(guard=MODE)`` for ``observe``, ``patch`` and ``text_to_sql``. A hook module,
-imported by a ``.pth`` file in the venv at interpreter start (subprocesses included), does the install
-before the project imports anything, and records:
+and seven applications with hand-written SQL (coverage.py, IPython, beets, khal, todoman, isso,
+diskcache's thread-per-connection FanoutCache). Each gets a throwaway virtualenv of its own with its
+test requirements and guarded_sqlite (editable, from ``--guarded-sqlite``, by default this checkout),
+and its test suite runs once per mode: plain ``sqlite3``, then ``install(guard=MODE)`` for ``observe``,
+``patch`` and ``text_to_sql``. A hook module, imported by a ``.pth`` file in the venv at interpreter
+start (subprocesses included), does the install before the project imports anything, and records:
 
 * every statement for which a patch rule (P1/P2) or the aggregate rule was *considered* (wrappers
   around ``guarded_sqlite._guard.decide.repair_statement`` and ``check_aggregates``: SQL, dup ratio, action,
@@ -25,8 +25,8 @@ Then each guarded run's per-test outcomes are compared with the plain run's. Eve
 or produced stays in ``--work`` (default ``/tmp/guarded_app_suites``); a summary goes to
 ``WORK/summary.json`` and a Markdown report to stdout.
 
-    .venv/bin/python benchmarks/app_suites.py                       # all nine projects, all four modes
-    .venv/bin/python benchmarks/app_suites.py --projects apps       # the six applications
+    .venv/bin/python benchmarks/app_suites.py                       # all ten projects, all four modes
+    .venv/bin/python benchmarks/app_suites.py --projects apps       # the seven applications
     .venv/bin/python benchmarks/app_suites.py --projects orm --modes plain,observe,patch
     .venv/bin/python benchmarks/app_suites.py --projects todoman --guarded-sqlite ../wt-quiet
 
@@ -527,6 +527,19 @@ APP_PROJECTS: dict[str, Project] = {
         command=_pytest_command(["isso"]),
         outcome_source="junit",
         group="app",
+    ),
+    # Threads with a connection each (issue 35): its FanoutCache tests hung under the guard while its
+    # reference cycles let the cyclic collector finalise one thread's cursor in another.
+    "diskcache": Project(
+        name="diskcache",
+        requirement="diskcache==5.6.3",
+        sdist_name="diskcache",
+        extra_requirements=["pytest"],
+        command=_pytest_command(["tests/test_fanout.py"]),
+        outcome_source="junit",
+        group="app",
+        subset="tests/test_fanout.py (its other modules need Django or run doctests)",
+        timeout=900,
     ),
 }
 

@@ -5,12 +5,13 @@ instead of a window numbering every join row)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import cast
 
 from sqlglot import exp
 
 from .sqltree import outer_scope, unknown_function
+from .trees import keep, text_of
 
 __all__ = [
     "INNER_TABLE",
@@ -87,8 +88,8 @@ def grouped_form(query: exp.Select, extra_count: int, rows: exp.Select) -> tuple
         return None
     number = window_item.alias
     columns = {item.alias: item.this for item in rows.expressions[:-1] if isinstance(item, exp.Alias)}
-    query = query.copy()
-    middle = exp.Select(expressions=[item.copy() for item in rows.expressions[:-1]])
+    query = keep(query.copy())
+    middle = keep(exp.Select(expressions=[item.copy() for item in rows.expressions[:-1]]))
     for key in ("from_", "joins", "where"):
         if rows.args.get(key) is not None:
             middle.set(key, rows.args[key].copy() if key != "joins" else [join.copy() for join in rows.args[key]])
@@ -97,15 +98,15 @@ def grouped_form(query: exp.Select, extra_count: int, rows: exp.Select) -> tuple
 
     def part(expression: exp.Expression) -> exp.Column:
         """A per-partition value of the derived table, by name (the same expression once)."""
-        source = expression.copy()
+        source = keep(expression.copy())
         for column in list(source.find_all(exp.Column)):
             if column.table == INNER_TABLE and column.name in columns:
-                column.replace(columns[column.name].copy())
-        text = source.sql(dialect="sqlite")
+                keep(column).replace(columns[column.name].copy())
+        text = text_of(source, "sqlite")
         name = parts.get(text)
         if name is None:
             name = parts[text] = f"__gs_p{len(parts)}"
-            middle.append("expressions", exp.alias_(source, name, quoted=True))
+            middle.append("expressions", exp.alias_(source, name, quoted=True, copy=False))
         return exp.column(name, table=INNER_TABLE, quoted=True)
 
     def once(aggregate: exp.Expression) -> exp.Expression | None:
@@ -127,13 +128,15 @@ def grouped_form(query: exp.Select, extra_count: int, rows: exp.Select) -> tuple
             return None
         return cast(exp.Expression, ifs[0].args["true"])
 
-    rows_counted = exp.Count(this=exp.Star())
+    rows_counted = keep(exp.Count(this=exp.Star()))
 
     def with_argument(aggregate: exp.Expression, argument: exp.Expression) -> exp.Expression:
-        combined = aggregate.copy()
+        combined = keep(aggregate.copy())
         if isinstance(combined, exp.Anonymous):
+            keep(combined.expressions)
             combined.set("expressions", [argument])
         else:
+            keep(combined.this)
             combined.set("this", argument)
         return combined
 
@@ -143,7 +146,7 @@ def grouped_form(query: exp.Select, extra_count: int, rows: exp.Select) -> tuple
             return None
         carried = once(aggregate)
         if carried is not None:
-            return with_argument(aggregate, part(exp.Min(this=carried.copy())))
+            return with_argument(aggregate, part(keep(exp.Min(this=carried.copy()))))
         if isinstance(aggregate, exp.Count):
             return exp.Coalesce(this=exp.Sum(this=part(aggregate)), expressions=[exp.Literal.number(0)])
         if isinstance(aggregate, exp.Sum) or (
@@ -152,45 +155,32 @@ def grouped_form(query: exp.Select, extra_count: int, rows: exp.Select) -> tuple
             return with_argument(aggregate, part(aggregate))
         return None
 
-    def convert(node: exp.Expression) -> exp.Expression | None:
-        if is_aggregate(node) or aggregate_function(node) is not None:
-            return combined(node)
-        if isinstance(node, exp.Anonymous):
-            return None  # perhaps the application's aggregate: it would see one row per partition
-        for child in list(node.iter_expressions()):
-            if isinstance(child, (exp.Select, exp.Subquery)):
-                return None
-            converted = convert(child)
-            if converted is None:
-                return None
-            if converted is not child:
-                child.replace(converted)
-        return node
-
     items = query.expressions
     head, extras = items[: len(items) - extra_count], items[len(items) - extra_count :]
     for item in head:
-        if convert(item) is None:
+        if keep(_convert(item, combined)) is None:
             return None
     for key in ("group", "having", "order"):
-        if query.args.get(key) is not None and convert(query.args[key]) is None:
+        if query.args.get(key) is not None and keep(_convert(query.args[key], combined)) is None:
             return None
     if len(extras) % 5:
         return None
     for j in range(0, len(extras), 5):
-        written, corrected, _, _, magnitude = (cast(exp.Alias, item).this for item in extras[j : j + 5])
+        replaced = keep([cast(exp.Alias, item).this for item in extras[j : j + 5]])
+        written, corrected, _, _, magnitude = replaced
         carried = once(corrected)
         if carried is None:
             return None
-        value = part(exp.Min(this=carried.copy()))
-        copies = part(rows_counted)
+        value = keep(part(keep(exp.Min(this=carried.copy()))))
+        copies = keep(part(rows_counted))
         # Every copy of a partition's row has its value: the written aggregate is each value times
         # its copies (a GROUP_CONCAT's parts cannot be multiplied: it keeps one per partition).
         counted_rows = exp.Case(
             ifs=[exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Literal.number(0))],
             default=copies.copy(),
         )
-        times = exp.Mul(this=value.copy(), expression=copies.copy())
+        times = keep(exp.Mul(this=value.copy(), expression=copies.copy()))
+        keep(counted_rows)
         if isinstance(written, exp.GroupConcat):
             as_written: exp.Expression = with_argument(written, part(written))
         elif isinstance(written, exp.Avg):
@@ -226,8 +216,30 @@ def grouped_form(query: exp.Select, extra_count: int, rows: exp.Select) -> tuple
     # on bench_aggregates; a text column costs more). No column of a GROUP BY query depends on another's
     # presence: a bare column's row is chosen by the group's MIN part, or is any row of the group.
     read = {column.name for column in query.find_all(exp.Column) if column.table == INNER_TABLE}
+    keep(list(middle.expressions))
     middle.set("expressions", [item for item in middle.expressions if item.alias_or_name in read])
     return query, middle
+
+
+def _convert(
+    node: exp.Expression, combined: Callable[[exp.Expression], exp.Expression | None]
+) -> exp.Expression | None:
+    """``grouped_form``'s conversion of ``node`` over the join's rows into one over the derived table's
+    parts (``combined`` of each aggregate in it), in place; None where one does not convert. Not a
+    closure: a nested function that calls itself is a reference cycle (its cell holds it)."""
+    if is_aggregate(node) or aggregate_function(node) is not None:
+        return combined(node)
+    if isinstance(node, exp.Anonymous):
+        return None  # perhaps the application's aggregate: it would see one row per partition
+    for child in list(node.iter_expressions()):
+        if isinstance(child, (exp.Select, exp.Subquery)):
+            return None
+        converted = _convert(child, combined)
+        if converted is None:
+            return None
+        if converted is not child:
+            keep(child).replace(converted)
+    return node
 
 
 def outer_parts(select: exp.Select) -> list[exp.Expression]:

@@ -56,6 +56,7 @@ from .pregroup import Leaf, leaf_join, pregrouped
 from .provenance import MAX_NODES, Analysis
 from .schema import SchemaFacts, fold
 from .sqltree import conjuncts, outer_scope, too_big
+from .trees import keep, text_of
 
 __all__ = ["AggregatePlan", "AggregateRisk", "plan_aggregates", "served_sql"]
 
@@ -238,14 +239,11 @@ class _Planner(Analysis):
             identities = self._identities_of(reads)
             keys = () if isinstance(identities, str) else identities
             if isinstance(identities, str):
-                refusal = refusal or f"{name}({argument.sql(dialect=self.dialect)}): {identities}"
-            column = next(
-                (i for i, item in enumerate(select.expressions) if item.unalias() is node),
-                None,
-            )
+                refusal = refusal or f"{name}({text_of(argument, self.dialect)}): {identities}"
+            column = next((i for i, item in enumerate(select.expressions) if item.unalias() is node), None)
             risk = AggregateRisk(
                 name,
-                argument.sql(dialect=self.dialect),
+                text_of(argument, self.dialect),
                 tuple(labels[k] for k in sorted(reads)),
                 tuple(labels[k] for k in repeating),
                 column,
@@ -265,7 +263,7 @@ class _Planner(Analysis):
                 separators[risk.column] = "," if separator is None else separator.name
         at_risk = {id(node) for node, _, _ in risks}
         if filters and risks:  # a FILTER left as written beside a corrected twin would contradict it
-            refusal = refusal or f"{filters[0].sql(dialect=self.dialect)} is left as written: not corrected"
+            refusal = refusal or f"{text_of(filters[0], self.dialect)} is left as written: not corrected"
         refusal = refusal or self._refusal(select, groups) or self._mixed(risks, at_risk | safe)
         if refusal:
             return AggregatePlan(found, None, refusal)
@@ -316,7 +314,7 @@ class _Planner(Analysis):
             elif isinstance(item, exp.Column) and not item.table and self._resolve(item) is None:
                 body = aliases.get(fold(item.name))
                 if body is None:
-                    raise Unanalysable(f"GROUP BY {item.sql()}: not a column the analysis can place")
+                    raise Unanalysable(f"GROUP BY {text_of(item)}: not a column the analysis can place")
                 expressions.append(body)
             else:
                 expressions.append(item)
@@ -330,7 +328,7 @@ class _Planner(Analysis):
             if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
                 col = self._resolve(node)
                 if col is None:
-                    raise Unanalysable(f"column {node.sql()} of an aggregate's argument: no single table holds it")
+                    raise Unanalysable(f"column {text_of(node)} of an aggregate's argument: no single table holds it")
                 reads.add(col[0])
         return reads
 
@@ -364,12 +362,12 @@ class _Planner(Analysis):
         instance = self.instances[k]
 
         def column(name: str) -> exp.Column:
-            return exp.column(name, table=instance.display, quoted=True)
+            return keep(exp.column(name, table=instance.display, quoted=True))
 
         def binary(name: str) -> exp.Expression:
             if self.dialect != "sqlite":
                 return column(name)
-            return exp.Collate(this=column(name), expression=exp.var("BINARY"))
+            return keep(exp.Collate(this=column(name), expression=exp.var("BINARY")))
 
         if instance.kind == "derived":
             unnamed = instance.display == "subquery" or fold(instance.display) != instance.alias
@@ -395,16 +393,16 @@ class _Planner(Analysis):
     def _argument_refusal(self, node: exp.Expression, argument: exp.Expression, reads: set[int]) -> str:
         """Why one aggregate at risk cannot be corrected exactly, or ''."""
         if isinstance(argument, exp.Order):
-            return f"{node.sql(dialect=self.dialect)}: an ordered aggregate at risk: not corrected"
+            return f"{text_of(node, self.dialect)}: an ordered aggregate at risk: not corrected"
         if any(isinstance(n, (exp.Placeholder, exp.Parameter)) for n in argument.walk()):
             # The check query reads the argument more than once: positional parameters would shift.
-            return f"{node.sql(dialect=self.dialect)}: a parameter in an argument at risk: not corrected"
+            return f"{text_of(node, self.dialect)}: a parameter in an argument at risk: not corrected"
         nullable = [k for k in reads if self.instances[k].left_joined and k not in self.null_rejected]
         if nullable and any(not isinstance(n, _NULL_PROPAGATING) for n in argument.walk()):
             # On a LEFT JOIN's unmatched rows the table has no row to count once, and this argument
             # may not be NULL there (COALESCE, CASE, a function): what "once" means is not defined.
             label = self.instances[nullable[0]].label
-            shown = node.sql(dialect=self.dialect)
+            shown = text_of(node, self.dialect)
             return f"{shown} reads {label}, LEFT JOINed, through more than arithmetic: not corrected"
         return ""
 
@@ -426,8 +424,8 @@ class _Planner(Analysis):
                     continue
                 left = "the correction leaves as written" if is_aggregate(other) else "may be an application aggregate"
                 return (
-                    f"{expression.sql(dialect=self.dialect)} mixes {node.sql(dialect=self.dialect)}, at risk, "
-                    f"with {other.sql(dialect=self.dialect)}, which {left}: not corrected"
+                    f"{text_of(expression, self.dialect)} mixes {text_of(node, self.dialect)}, at risk, "
+                    f"with {text_of(other, self.dialect)}, which {left}: not corrected"
                 )
         return ""
 
@@ -466,7 +464,7 @@ class _Planner(Analysis):
                     continue
                 if self._alias_reference(node, aliases) and (col := self._resolve(node)) is not None:
                     if self._resolve_node(aliases[fold(node.name)]) != col:
-                        return f"{node.sql()} names both a select item and a column: not corrected"
+                        return f"{text_of(node)} names both a select item and a column: not corrected"
         # Columns outside aggregates must be fixed by the groups, or the outer GROUP BY below (which
         # lists them so that every engine accepts it) would split groups. SQLite takes a bare column
         # from any row of the group, as the written statement does: it is left out of that GROUP BY.
@@ -478,7 +476,7 @@ class _Planner(Analysis):
                 if isinstance(node, exp.Column) and outside_aggregates(node) and id(node) not in bare_terms:
                     col = self._resolve(node)
                     if col is not None and col not in grouped.known and col[0] not in grouped.determined:
-                        return f"column {node.sql()} is neither grouped nor fixed by the groups: not corrected"
+                        return f"column {text_of(node)} is neither grouped nor fixed by the groups: not corrected"
         return ""
 
     def _fixed_by(self, groups: list[exp.Expression]) -> Any:
@@ -525,11 +523,12 @@ class _Planner(Analysis):
             name = aliases.get(col)
             if name is None:
                 name = aliases[col] = f"__gs{len(aliases)}"
-                projections.append(exp.alias_(column.copy(), name, quoted=True))
+                projections.append(exp.alias_(column.copy(), name, quoted=True, copy=False))
             return name
 
-        outer = select.copy()
+        outer = keep(select.copy())
         for key in ("from_", "from", "joins", "where", "with_", "with"):
+            keep(outer.args.get(key))  # dropped from the copy
             outer.set(key, None)
         # Risky aggregates, found again in the copy by their place in the walk.
         original = [node for part in outer_parts(select) for node in outer_scope(part)]
@@ -537,19 +536,19 @@ class _Planner(Analysis):
         place = {id(node): i for i, node in enumerate(original)}  # by identity: equal nodes are distinct aggregates
         select_aliases = {fold(item.alias): item.unalias() for item in select.expressions if item.alias}
         bare_terms = {place[i] for i in self._alias_terms(select, select_aliases) if i in place}
-        keep = {id(copied[i]) for i in bare_terms}
+        as_written = {id(copied[i]) for i in bare_terms}
         windows: list[exp.Expr] = []
         numbering: dict[str, int] = {}  # one row number per distinct partition
         targets: dict[int, int] = {}
         for node, _, keys in risks:
-            partition = [expression.copy() for expression in groups] + [key.copy() for key in keys]
-            text = ", ".join(part.sql() for part in partition)
+            partition = keep([expression.copy() for expression in groups] + [key.copy() for key in keys])
+            text = ", ".join(text_of(part) for part in partition)
             if text not in numbering:
                 numbering[text] = len(windows)
                 number = exp.Window(this=exp.RowNumber(), partition_by=partition)
-                windows.append(exp.alias_(number, f"__gs_rn{len(windows)}", quoted=True))
+                windows.append(exp.alias_(number, f"__gs_rn{len(windows)}", quoted=True, copy=False))
             targets[id(copied[place[id(node)]])] = numbering[text]
-        extras: list[exp.Expr] = []
+        extras: list[exp.Expr] = keep([])  # check's items take copies of them
         for walked in [copied[place[id(node)]] for node, _, _ in risks]:
             n = targets[id(walked)]
             argument = cast(exp.Expression, walked.expressions[0] if isinstance(walked, exp.Anonymous) else walked.this)
@@ -569,7 +568,7 @@ class _Planner(Analysis):
                 )
             else:
                 magnitude = exp.Sum(this=exp.Abs(this=argument.copy()))
-            argument.replace(case)
+            keep(argument).replace(case)
             extras.extend([written, walked.copy(), counted, distinct, magnitude])
         for part in [*outer_parts(outer), *extras]:
             for read in list(outer_scope(cast(exp.Expression, part))):
@@ -577,11 +576,11 @@ class _Planner(Analysis):
                     isinstance(read, exp.Column)
                     and not isinstance(read.this, exp.Star)
                     and read.table != INNER_TABLE
-                    and id(read) not in keep
+                    and id(read) not in as_written
                 ):
                     name = alias_of(read)
                     if name is not None:
-                        read.replace(exp.column(name, table=INNER_TABLE, quoted=True))
+                        keep(read).replace(exp.column(name, table=INNER_TABLE, quoted=True))
         group = outer.args.get("group")
         if group is not None and self.dialect != "sqlite":
             # Columns the groups fix, read outside aggregates: grouped too, which changes no group and
@@ -589,11 +588,11 @@ class _Planner(Analysis):
             # reads every such column as a bare column (any row of the group), as the written statement
             # does: a longer sort key would only cost (about 5% of bench_aggregates' check).
             fixed = self._fixed_by(groups)
-            listed = {item.sql() for item in group.expressions}
+            listed = {text_of(item) for item in group.expressions}
             extra = [
                 exp.column(name, table=INNER_TABLE, quoted=True)
                 for col, name in aliases.items()
-                if exp.column(name, table=INNER_TABLE, quoted=True).sql() not in listed
+                if text_of(keep(exp.column(name, table=INNER_TABLE, quoted=True))) not in listed
                 and read_outside(outer, name)
                 and (col in fixed.known or col[0] in fixed.determined)
             ]
@@ -604,19 +603,18 @@ class _Planner(Analysis):
             if isinstance(item, exp.Alias):
                 items.append(item)
                 continue
-            written_item = select.expressions[position]
-            fallback = written_item.name if isinstance(written_item, exp.Column) else written_item.sql(self.dialect)
-            unnamed.append((position, fallback))
-            items.append(exp.alias_(item, f"{_PLACEHOLDER}{position}", quoted=True))
+            given = select.expressions[position]
+            unnamed.append((position, given.name if isinstance(given, exp.Column) else text_of(given, self.dialect)))
+            items.append(exp.alias_(item, f"{_PLACEHOLDER}{position}", quoted=True, copy=False))
         outer.set("expressions", items)
-        inner = exp.Select(expressions=[*projections, *windows])
+        inner = keep(exp.Select(expressions=[*projections, *windows]))
         inner.set("from_", cast(exp.From, select.args.get("from_") or select.args.get("from")).copy())
         if select.args.get("joins"):
             inner.set("joins", [join.copy() for join in select.args["joins"]])
         if select.args.get("where") is not None:
             inner.set("where", select.args["where"].copy())
         with_ = select.args.get("with_") or select.args.get("with")
-        check = outer.copy()
+        check = keep(outer.copy())
         check.set(
             "expressions",
             [
@@ -628,10 +626,11 @@ class _Planner(Analysis):
         def over(query: exp.Select, rows: exp.Select) -> str:
             """``query`` reading the derived table ``rows``, as SQL."""
             derived = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier(INNER_TABLE)))
+            keep([query.args.get("from_"), query.args.get("with_")])  # a second call replaces the first's
             query.set("from_", exp.From(this=derived))
             if with_ is not None:
                 query.set("with_", with_.copy())
-            return query.sql(dialect=self.dialect)
+            return text_of(query, self.dialect)
 
         texts: list[str] = []
         before_join: list[str] = []
@@ -641,7 +640,7 @@ class _Planner(Analysis):
             if grouped is not None:
                 query, rows = grouped
             else:
-                query, rows = query.copy(), inner.copy()
+                query, rows = keep(query.copy()), keep(inner.copy())
             texts.append(over(query, rows))
             leaf_counted = pregrouped(rows, leaf) if grouped is not None and leaf is not None else None
             if leaf_counted is not None:

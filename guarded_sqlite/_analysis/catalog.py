@@ -102,8 +102,13 @@ class Guarded(Protocol):
     @property
     def policy(self) -> _Provenance: ...
 
+    @property
+    def raw(self) -> Any: ...
+
+    @property
+    def raw_ref(self) -> Callable[[], Any]: ...
+
     engine: Engine
-    raw: Any
     dialect: str
     catalog: Any
 
@@ -238,7 +243,7 @@ def schema_view(guard: Guarded) -> SqliteSchemaView | SnapshotSchemaView:
     """The connection's schema view, made on first use (a rule's first question)."""
     view = guard.catalog
     if view is None:
-        view = guard.catalog = SqliteSchemaView(guard.raw) if guard.engine is SQLITE else SnapshotSchemaView(guard)
+        view = guard.catalog = SqliteSchemaView(guard.raw_ref) if guard.engine is SQLITE else SnapshotSchemaView(guard)
     return cast("SqliteSchemaView | SnapshotSchemaView", view)  # only this module makes the views
 
 
@@ -286,11 +291,12 @@ rows and its ``PRAGMA index_list``."""
 class SqliteSchemaView:
     """One SQLite connection's verdicts and table facts, reused only on identical declarations."""
 
-    __slots__ = ("calls", "cheaper", "cursor", "places", "raw", "safe_aggregates", "tables", "verdicts")
+    __slots__ = ("calls", "cheaper", "places", "raw_ref", "safe_aggregates", "tables", "verdicts")
 
-    def __init__(self, raw: Any) -> None:
-        self.raw = raw
-        self.cursor: sqlite3.Cursor | None = None  # a plain cursor, used only under the connection's lock
+    def __init__(self, raw_ref: Callable[[], Any]) -> None:
+        # The connection as its guard state holds it (weakly when the state belongs to it: the
+        # connection holds this view), and no cursor of it, which would hold it strongly.
+        self.raw_ref = raw_ref
         # (schema list, name) -> (schema position or None, rowids of its sqlite_master rows)
         self.places: dict[tuple[tuple[str, ...], Name], tuple[int | None, tuple[int, ...]]] = {}
         # (schema, declarations without rowids, index list) -> facts
@@ -305,12 +311,8 @@ class SqliteSchemaView:
         self.verdicts: dict[tuple[str, str], tuple[tuple[Statement, ...], tuple[list[Any], ...], Any]] = {}
 
     def own_cursor(self) -> sqlite3.Cursor:
-        """The view's plain cursor, made on first use: the guard's own catalog reads, under the
-        connection's lock."""
-        cur = self.cursor
-        if cur is None:
-            cur = self.cursor = plain_cursor(self.raw)
-        return cur
+        """A plain cursor for the guard's own catalog reads, under the connection's lock."""
+        return plain_cursor(self.raw_ref())
 
     def explain(self, sql: str, analyser: Analyser[T]) -> T:
         try:

@@ -29,6 +29,7 @@ from .aggregate_sql import aggregate_function, is_aggregate, outer_parts
 from .aggregates import AggregatePlan, plan_aggregates, served_sql
 from .schema import SchemaFacts, fold
 from .sqltree import outer_reference, outer_scope
+from .trees import keep, text_of
 
 __all__ = ["plan_nested", "plan_whole", "reads_aggregate"]
 
@@ -52,14 +53,13 @@ def plan_whole(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
     if not (by_having or limited):
         # Every group is in the check's rows already: only their order is decided.
         return dataclasses.replace(plan, decides=decides)
-    check = sqlglot.parse_one(plan.check_sql, read=dialect)
+    check = keep(sqlglot.parse_one(plan.check_sql, read=dialect))
     if not isinstance(check, exp.Select):
         return plan
-    for key in _TAIL:
-        check.set(key, None)
+    _drop_tail(check)
     tail = sum(_positional(part) for key in _TAIL if (part := tree.args.get(key)) is not None)
     binds = (0, _positional(tree) - tail) if tail else None
-    return dataclasses.replace(plan, whole_sql=check.sql(dialect=dialect), whole_binds=binds, decides=decides)
+    return dataclasses.replace(plan, whole_sql=text_of(check, dialect), whole_binds=binds, decides=decides)
 
 
 def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> AggregatePlan | None:
@@ -81,7 +81,7 @@ def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Aggre
             aggregate_function(node) is not None for part in outer_parts(inner) for node in outer_scope(part)
         ):
             continue
-        alone = inner.copy()
+        alone = keep(inner.copy())
         if with_ is not None and any(fold(table.name) in ctes for table in inner.find_all(exp.Table)):
             alone.set("with_", with_.copy())
         found = plan_aggregates(alone, facts, dialect)
@@ -95,27 +95,34 @@ def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Aggre
             why = "positional parameters both inside and outside it"
         if why:
             return dataclasses.replace(found, corrected_sql=None, check_sql=None, note=f"a subquery {why}: not checked")
-        whole = sqlglot.parse_one(found.check_sql, read=dialect)
-        for key in _TAIL:
-            whole.set(key, None)
+        whole = keep(sqlglot.parse_one(found.check_sql, read=dialect))
+        _drop_tail(whole)
         # Its own HAVING, ORDER BY, LIMIT and OFFSET are left out, with their parameters (D5).
         tail = sum(_positional(part) for key in _TAIL if (part := inner.args.get(key)) is not None)
-        corrected = sqlglot.parse_one(served_sql(found, None) or "", read=dialect)
+        corrected = keep(sqlglot.parse_one(served_sql(found, None) or "", read=dialect))
+        keep(corrected.args.get("with_"))
         corrected.set("with_", None)  # in its place the statement's own CTEs are in scope again
-        statement = tree.copy()
+        statement = keep(tree.copy())
         # The copy walks as the tree does: the same place, not an equal SELECT elsewhere.
-        next(node for at, node in enumerate(statement.find_all(exp.Select)) if at == index).replace(corrected)
-        written = statement.sql(dialect=dialect)
+        keep(next(node for at, node in enumerate(statement.find_all(exp.Select)) if at == index)).replace(corrected)
+        written = text_of(statement, dialect)
         return AggregatePlan(
             found.risks,
             written,
             check_sql=written,
-            whole_sql=whole.sql(dialect=dialect),
+            whole_sql=text_of(whole, dialect),
             whole_binds=(0, inside - tail),
             nested=found.width,
             decides="an outer query" + (" with ORDER BY" if tree.args.get("order") is not None else ""),
         )
     return None
+
+
+def _drop_tail(select: exp.Expr) -> None:
+    """Take ``select``'s HAVING, ORDER BY, LIMIT and OFFSET off (each released with the block's trees)."""
+    for key in _TAIL:
+        keep(select.args.get(key))
+        select.set(key, None)
 
 
 def _positional(node: exp.Expression) -> int:

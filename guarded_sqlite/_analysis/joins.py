@@ -34,6 +34,7 @@ from .sqltree import (
     predicate_conjuncts,
     source_count,
 )
+from .trees import text_of
 
 __all__ = ["Closure", "Col", "Instance", "JoinGraph", "Unanalysable"]
 
@@ -171,8 +172,8 @@ class JoinGraph:
             display = alias or "subquery"
             return self._derived(source.this, display, display, display, f"derived table {display}")
         if isinstance(source, exp.Table):  # a table-valued function such as json_each(?)
-            display = alias or source.this.sql(self.dialect)
-            function = source.this.sql(self.dialect)
+            display = alias or text_of(source.this, self.dialect)
+            function = text_of(source.this, self.dialect)
             return Instance(
                 display, fold(display), fold(display), display, "function", None,
                 opaque_reason=f"table function {function} has no known key",
@@ -323,7 +324,7 @@ class JoinGraph:
                 # An equality whose other side the analysis cannot evaluate (a user function, a
                 # non-deterministic one, a subquery, a column it cannot place): it may well
                 # determine this instance, so a fan-out through it is not established.
-                shown = other.sql(self.dialect)
+                shown = text_of(other, self.dialect)
                 self.undecidable.setdefault(column[0], f"matched on {shown} ({why or 'columns not resolved'})")
                 continue
             if not sources:  # a constant or a parameter: a pin
@@ -436,7 +437,7 @@ class JoinGraph:
                 if fold(column.name) in ROWID_NAMES and len(self.instances) == 1:
                     resolved = (0, fold(column.name))
                 else:
-                    raise Unanalysable(f"cannot tell which table column {column.sql(self.dialect)} belongs to")
+                    raise Unanalysable(f"cannot tell which table column {text_of(column, self.dialect)} belongs to")
             projected.add(resolved[0])
         return projected
 

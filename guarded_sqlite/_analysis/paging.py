@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -33,6 +33,7 @@ from .._core.serving import row_values
 from .aggregate_sql import is_aggregate
 from .aggregates import AggregatePlan
 from .deciding import reads_aggregate
+from .trees import keep, text_of
 
 __all__ = ["MAX_KEYS", "bounded_check", "plan_bound"]
 
@@ -68,12 +69,12 @@ def plan_bound(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
         position = next((i for i, item in enumerate(tree.expressions) if item.unalias() == group), None)
         if position is None:
             why = (
-                f"paging query whose GROUP BY key {group.sql(dialect)} is not a select item: the groups it "
+                f"paging query whose GROUP BY key {text_of(group, dialect)} is not a select item: the groups it "
                 "served cannot be told, and checking every group would cost the whole join"
             )
             return dataclasses.replace(plan, paging=why)
         positions.append(position)
-    check = sqlglot.parse_one(plan.check_sql, read=dialect)
+    check = keep(sqlglot.parse_one(plan.check_sql, read=dialect))
     if not isinstance(check, exp.Select):
         return plan
     from_ = check.args.get("from_") or check.args.get("from")
@@ -81,15 +82,16 @@ def plan_bound(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
     if not isinstance(derived, exp.Subquery) or not isinstance(derived.this, exp.Select):
         return plan
     inner = derived.this
+    keep([check.args.get("limit"), check.args.get("offset")])  # dropped just below
     check.set("limit", None)
     check.set("offset", None)
     _hoist_calls(check, inner)
     inner.where(exp.column("__gs_bound", quoted=True), copy=False)
     return dataclasses.replace(
         plan,
-        bounded_sql=check.sql(dialect=dialect),
+        bounded_sql=text_of(check, dialect),
         group_items=tuple(positions),
-        group_sql=tuple(group.sql(dialect=dialect) for group in groups),
+        group_sql=tuple(text_of(group, dialect) for group in groups),
     )
 
 
@@ -181,26 +183,28 @@ def _hoist_calls(outer: exp.Select, inner: exp.Select) -> None:
     would make the derived table one row (R6)."""
     columns = {item.alias: item.this for item in inner.expressions if isinstance(item, exp.Alias) and item.alias}
     hoisted: dict[str, str] = {}
-
-    def visit(node: exp.Expression, scalar: bool) -> None:
-        if scalar and _hoistable(node, columns):
-            source = node.copy()
-            for column in list(source.find_all(exp.Column)):
-                column.replace(columns[column.name].copy())
-            text = source.sql()
-            name = hoisted.get(text)
-            if name is None:
-                name = hoisted[text] = f"__gs_f{len(hoisted)}"
-                inner.append("expressions", exp.alias_(source, name, quoted=True))
-            node.replace(exp.column(name, table=_INNER, quoted=True))
-            return
-        for child in list(node.iter_expressions()):
-            visit(child, scalar or is_aggregate(node))
-
-    for key in ("expressions", "group", "having", "order"):
+    # Depth first, in the order written (a stack, not a nested function calling itself: that is a cycle);
+    # each node with whether it must be scalar (inside a known aggregate's argument, or in GROUP BY).
+    stack: list[tuple[exp.Expression, bool]] = []
+    for key in ("order", "having", "group", "expressions"):
         part = outer.args.get(key)
-        for node in part if isinstance(part, list) else [part] if part is not None else []:
-            visit(cast(exp.Expression, node), key == "group")
+        parts = reversed(part) if isinstance(part, list) else [part] if part is not None else []
+        stack.extend((node, key == "group") for node in parts)
+    while stack:
+        node, scalar = stack.pop()
+        if not (scalar and _hoistable(node, columns)):
+            inside = scalar or is_aggregate(node)
+            stack.extend((child, inside) for child in reversed(list(node.iter_expressions())))
+            continue
+        source = keep(node.copy())  # alias_ below attaches a copy of it
+        for column in list(source.find_all(exp.Column)):
+            keep(column).replace(columns[column.name].copy())
+        text = text_of(source)
+        name = hoisted.get(text)
+        if name is None:
+            name = hoisted[text] = f"__gs_f{len(hoisted)}"
+            inner.append("expressions", exp.alias_(source, name, quoted=True))
+        keep(node).replace(exp.column(name, table=_INNER, quoted=True))
 
 
 def _hoistable(node: exp.Expression, columns: Mapping[str, exp.Expression]) -> bool:

@@ -38,6 +38,7 @@ from sqlglot import exp
 from .joins import Col, Instance
 from .schema import fold
 from .sqltree import ROWID_NAMES, conjuncts
+from .trees import keep
 
 __all__ = ["COPIES", "Leaf", "leaf_join", "pregrouped", "scans_whole"]
 
@@ -166,7 +167,7 @@ def pregrouped(middle: exp.Select, leaf: Leaf) -> exp.Select | None:
     table = joins[leaf.position].this
     if not isinstance(table, exp.Table) or table.alias_or_name != leaf.alias:
         return None
-    items: list[exp.Expr] = []
+    items: list[exp.Expr] = keep([])  # copies, dropped when the shape does not fit
     for item in middle.expressions:
         if not (isinstance(item, exp.Alias) and item.alias.startswith("__gs_p")):
             items.append(item.copy())
@@ -178,23 +179,28 @@ def pregrouped(middle: exp.Select, leaf: Leaf) -> exp.Select | None:
             value = exp.column(COPIES, table=leaf.alias, quoted=True)
         else:
             return None
-        items.append(exp.alias_(value, item.alias, quoted=True))
+        items.append(exp.alias_(value, item.alias, quoted=True, copy=False))
     source = table.copy()
     source.set("alias", None)
     keys = [exp.column(name, quoted=True) for name in leaf.columns]
     counted = exp.Select(
         expressions=[
-            *(exp.alias_(key.copy(), name, quoted=True) for key, name in zip(keys, leaf.columns, strict=True)),
-            exp.alias_(exp.Count(this=exp.Star()), COPIES, quoted=True),
+            *(
+                exp.alias_(key.copy(), name, quoted=True, copy=False)
+                for key, name in zip(keys, leaf.columns, strict=True)
+            ),
+            exp.alias_(exp.Count(this=exp.Star()), COPIES, quoted=True, copy=False),
         ]
     )
     counted.set("from_", exp.From(this=source))
     counted.set("group", exp.Group(expressions=keys))
-    result = middle.copy()
+    result = keep(middle.copy())
+    join = result.args["joins"][leaf.position]
+    keep([*result.expressions, result.args.get("group"), join.this])  # replaced below
     result.set("expressions", items)
     result.set("group", None)
     alias = exp.TableAlias(this=exp.to_identifier(leaf.alias, quoted=True))
-    result.args["joins"][leaf.position].set("this", exp.Subquery(this=counted, alias=alias))
+    join.set("this", exp.Subquery(this=counted, alias=alias))
     return result
 
 

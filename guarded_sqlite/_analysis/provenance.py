@@ -92,6 +92,7 @@ from .joins import Closure, Col, JoinGraph, Unanalysable
 from .rewrite import quiet_sqlglot
 from .schema import SchemaFacts, fold
 from .sqltree import ROWID_NAMES, conjuncts, grouping, rerun_hazard, select_list, too_big
+from .trees import keep, text_of
 
 __all__ = [
     "MAX_NODES",
@@ -186,6 +187,7 @@ def parse_statement(sql: str, dialect: str = "sqlite") -> exp.Expression | Prove
     except (SqlglotError, ValueError, RecursionError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         return Provenance("unknown", f"unparseable SQL: {first}")
+    keep(trees)  # by the rule's analysis, until it is done
     if len(trees) != 1:
         return Provenance("unknown", "not a single statement")
     return cast(exp.Expression, trees[0])
@@ -402,7 +404,7 @@ class Analysis(JoinGraph):
                 why = instance.opaque_reason or f"{instance.label} has no NOT NULL key and no row id"
                 return (), f"no row identity for {instance.label}: {why}"
             expressions.extend(
-                exp.column(name, table=instance.display, quoted=True).sql(dialect=self.dialect) for name in names
+                text_of(keep(exp.column(name, table=instance.display, quoted=True)), self.dialect) for name in names
             )
         if not expressions:
             return (), "the projected tables have at most one row each: nothing to tell their rows apart by"

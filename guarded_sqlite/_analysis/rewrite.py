@@ -28,6 +28,8 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]  # sqlglot re-exports them
 
+from .trees import dialect_named, release, text_of
+
 __all__ = [
     "Rewrite",
     "append_columns",
@@ -88,6 +90,13 @@ def _inject_distinct(sql: str, dialect: str) -> Rewrite:
     query = _parse_query(sql, dialect)
     if isinstance(query, str):
         return Rewrite(None, query)
+    try:
+        return _injected(sql, dialect, query)
+    finally:
+        release(query.root)
+
+
+def _injected(sql: str, dialect: str, query: _Query) -> Rewrite:
     select = query.select
     if select.args.get("distinct") is not None:
         return Rewrite(None, "already DISTINCT")
@@ -112,6 +121,13 @@ def _remove_distinct(sql: str, dialect: str) -> Rewrite:
     query = _parse_query(sql, dialect)
     if isinstance(query, str):
         return Rewrite(None, query)
+    try:
+        return _removed(sql, dialect, query)
+    finally:
+        release(query.root)
+
+
+def _removed(sql: str, dialect: str, query: _Query) -> Rewrite:
     distinct = query.select.args.get("distinct")
     if distinct is None:
         return Rewrite(None, "no outermost DISTINCT")
@@ -158,6 +174,13 @@ def _append_columns(sql: str, columns: tuple[str, ...], dialect: str) -> Rewrite
     query = _parse_query(sql, dialect)
     if isinstance(query, str):
         return Rewrite(None, query)
+    try:
+        return _appended(sql, columns, dialect, query)
+    finally:
+        release(query.root)
+
+
+def _appended(sql: str, columns: tuple[str, ...], dialect: str, query: _Query) -> Rewrite:
     if query.select.args.get("distinct") is not None:
         return Rewrite(None, "already DISTINCT")  # appended columns would change what DISTINCT merges
     at = _end_of_select_list(query)
@@ -235,7 +258,7 @@ def is_read_only_query(sql: str, dialect: str = "sqlite") -> bool:
 @lru_cache(maxsize=1024)
 def _is_read_only_query(sql: str, dialect: str) -> bool:
     try:
-        tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
+        tokens = dialect_named(dialect).tokenize(sql)
     except SqlglotError:
         return False
     if not tokens or tokens[0].token_type not in _QUERY_STARTS:
@@ -272,7 +295,7 @@ def normalise_literals(sql: str, dialect: str = "sqlite") -> str:
 @lru_cache(maxsize=256)
 def _normalise_literals(sql: str, dialect: str) -> str:
     try:
-        sqlglot_dialect = sqlglot.Dialect.get_or_raise(dialect)
+        sqlglot_dialect = dialect_named(dialect)
         tokens = sqlglot_dialect.tokenize(sql)
     except Exception:  # a tokenizer error or an unknown dialect: nothing of the text, not even the error's excerpt
         return f"<SQL not shown: {len(sql)} characters>"
@@ -318,7 +341,7 @@ def _parse_query(sql: str, dialect: str) -> _Query | str:
     if too_long:
         return too_long
     try:
-        sqlglot_dialect = sqlglot.Dialect.get_or_raise(dialect)
+        sqlglot_dialect = dialect_named(dialect)
         tokens = [t for t in sqlglot_dialect.tokenize(sql)]
     except SqlglotError as error:
         return f"could not tokenize: {_first_line(error)}"
@@ -337,6 +360,20 @@ def _parse_query(sql: str, dialect: str) -> _Query | str:
         return f"sqlglot could not parse it: {_first_line(error)}"
     except RecursionError:  # sqlglot's parser recurses per nesting level: ~50 parentheses can be too many
         return "nested too deeply for sqlglot to parse (Python's recursion limit)"
+    reason = _not_one_select(trees)
+    if reason:
+        release(trees)
+        return reason
+    root = cast(exp.Expression, trees[0])
+    index = _outermost_select_token(tokens)
+    if index is None:
+        release(trees)
+        return "could not find the outermost SELECT keyword"
+    return _Query(root, cast(exp.Select, _outermost(root)), tokens, index)
+
+
+def _not_one_select(trees: list[exp.Expr | None]) -> str:
+    """Why the parsed statement is not one read-only SELECT; "" if it is."""
     if len(trees) != 1 or trees[0] is None:
         return "not a single statement"
     root = cast(exp.Expression, trees[0])
@@ -350,10 +387,7 @@ def _parse_query(sql: str, dialect: str) -> _Query | str:
         return f"compound query ({kind})"
     if not isinstance(select, exp.Select):
         return f"not a SELECT statement ({type(select).__name__})"
-    index = _outermost_select_token(tokens)
-    if index is None:
-        return "could not find the outermost SELECT keyword"
-    return _Query(root, select, tokens, index)
+    return ""
 
 
 def _outermost(root: exp.Expression) -> exp.Expression:
@@ -435,7 +469,9 @@ def _order_outside_select_list(select: exp.Select, dialect: str) -> str | None:
             continue
         if isinstance(key, exp.Column) and not key.table and key.name.lower() in aliases:
             continue
-        return f"ORDER BY {key.sql(dialect)} is not in the select list, which {dialect} rejects under SELECT DISTINCT"
+        return (
+            f"ORDER BY {text_of(key, dialect)} is not in the select list, which {dialect} rejects under SELECT DISTINCT"
+        )
     return None
 
 
@@ -467,15 +503,18 @@ def _reparses_as(rewritten: str, dialect: str, original: exp.Expression, distinc
 
 
 def _reparses_to(rewritten: str, dialect: str, expected: exp.Expression) -> bool:
-    """Whether ``rewritten`` parses to exactly ``expected``."""
+    """Whether ``rewritten`` parses to exactly ``expected`` (a tree made for the comparison: released)."""
     try:
         with quiet_sqlglot():
             trees = sqlglot.parse(rewritten, read=dialect)
     except (SqlglotError, RecursionError):
+        release(expected)
         return False
     # A comment after the final semicolon comes back as a separate Semicolon node: not a statement.
     statements = [tree for tree in trees if tree is not None and not isinstance(tree, exp.Semicolon)]
-    return len(statements) == 1 and statements[0] == expected
+    same = len(statements) == 1 and statements[0] == expected
+    release(trees, expected)
+    return same
 
 
 def _first_line(error: Exception) -> str:

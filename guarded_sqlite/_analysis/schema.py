@@ -455,6 +455,7 @@ def index_predicate(create_index: str) -> str | None:
     from sqlglot.errors import SqlglotError
 
     from .rewrite import quiet_sqlglot
+    from .trees import release, text_of
 
     try:
         with quiet_sqlglot():
@@ -464,7 +465,9 @@ def index_predicate(create_index: str) -> str | None:
     index = tree.this if isinstance(tree, exp.Create) else None
     params = index.args.get("params") if isinstance(index, exp.Index) else None
     where = params.args.get("where") if params is not None else None
-    return where.this.sql("sqlite") if isinstance(where, exp.Where) else None
+    predicate = text_of(where.this, "sqlite") if isinstance(where, exp.Where) else None
+    release(tree)
+    return predicate
 
 
 def _index_entries(cur: sqlite3.Cursor, pragma: str) -> list[tuple[Any, ...]]:

@@ -15,6 +15,7 @@ from sqlglot.errors import SqlglotError
 
 from .rewrite import quiet_sqlglot
 from .schema import SchemaFacts, fold
+from .trees import keep, release, text_of
 
 __all__ = [
     "ROWID_NAMES",
@@ -56,8 +57,11 @@ def predicate_conjuncts(predicate: str, dialect: str) -> tuple[exp.Expression, .
     for conjunct in conjuncts(tree):
         form = canonical(conjunct, lambda column: None if is_parameter(column) else fold(column.name))
         if form is None:
+            release(tree, forms)
             return None
         forms.append(form)
+    # Kept by the cache without parent links: an evicted entry is freed at once, not by the collector.
+    release(tree, forms)
     return tuple(forms)
 
 
@@ -71,7 +75,7 @@ def canonical(node: exp.Expression, place: Callable[[exp.Column], str | None]) -
     are another scope's)."""
     if any(isinstance(n, (exp.Select, exp.Subquery, exp.Exists)) for n in node.walk()):
         return None
-    tree: exp.Expression = node.copy()
+    tree: exp.Expression = keep(node.copy())
     while isinstance(tree, exp.Paren):
         tree = tree.this
     for column in list(tree.find_all(exp.Column)):
@@ -82,7 +86,7 @@ def canonical(node: exp.Expression, place: Callable[[exp.Column], str | None]) -
         if column is tree:
             tree = plain
         else:
-            column.replace(plain)
+            keep(column).replace(plain)
     for paren in list(tree.find_all(exp.Paren)):
         paren.replace(paren.this)
     # A string literal cast to text is that literal (PostgreSQL's pg_get_expr writes 'x'::text); a cast
@@ -93,7 +97,7 @@ def canonical(node: exp.Expression, place: Callable[[exp.Column], str | None]) -
             if convert is tree:
                 tree = literal
             else:
-                convert.replace(literal)
+                keep(convert).replace(literal)
     if isinstance(tree, exp.In) and not tree.args.get("query") and len(tree.expressions) == 1:
         tree = exp.EQ(this=tree.this, expression=tree.expressions[0])
     if isinstance(tree, exp.EQ) and isinstance(tree.expression, exp.Column) and not isinstance(tree.this, exp.Column):
@@ -260,7 +264,7 @@ def _unknown_call(node: exp.Expr, aggregates_known: bool) -> str:
         if name not in _DETERMINISTIC_BUILTINS and not (aggregates_known and name in _ANONYMOUS_AGGREGATES):
             return f"function {name}() may be a user function or non-deterministic"
     elif isinstance(node, _NON_DETERMINISTIC):
-        return f"{node.sql('sqlite')} is not deterministic"
+        return f"{text_of(node, 'sqlite')} is not deterministic"
     elif isinstance(node, exp.Literal) and node.is_string and node.this.strip().lower() == "now":
         return "'now' is not deterministic"
     return ""
@@ -380,11 +384,11 @@ def outer_reference(body: exp.Expression, schema: SchemaFacts, ctes: dict[str, e
         name = fold(column.name)
         if column.table:
             if fold(column.table) not in inner:
-                return f"reads {column.sql()} of the outer query"
+                return f"reads {text_of(column)} of the outer query"
         elif name not in outputs and (columns is None or name not in columns):
             if columns is not None:
-                return f"reads {column.sql()} of the outer query"
-            return f"reads {column.sql()}, which no table inside it is known to hold"
+                return f"reads {text_of(column)} of the outer query"
+            return f"reads {text_of(column)}, which no table inside it is known to hold"
     return ""
 
 

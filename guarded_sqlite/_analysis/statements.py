@@ -4,9 +4,10 @@ statement splitter of its own."""
 
 from __future__ import annotations
 
-import sqlglot
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re-exports it
+
+from .trees import dialect_named
 
 __all__ = ["postgres_statements_problem"]
 
@@ -21,7 +22,7 @@ def postgres_statements_problem(sql: str) -> str | None:
     >>> postgres_statements_problem("SELECT $$; DELETE FROM t$$")
     """
     try:
-        tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
+        tokens = dialect_named("postgres").tokenize(sql)
     except SqlglotError:
         return "it cannot be split into statements (an unterminated string or comment?)"
     statements, open_statement = 0, False

@@ -70,12 +70,19 @@ class Deadline:
         """Make sure ``interrupt`` is not called from now on (it may already have been: see ``fired``)."""
         with _WATCHDOG.condition:
             self._pending = False
+            # The watchdog's heap keeps a cancelled deadline until its time would have come (up to
+            # rerun_timeout later): it must not keep the connection its interrupt belongs to alive.
+            self._interrupt = _no_interrupt
 
     def __enter__(self) -> Deadline:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.cancel()
+
+
+def _no_interrupt() -> None:
+    """A cancelled deadline's interrupt."""
 
 
 class _Watchdog:

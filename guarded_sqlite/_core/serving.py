@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from .probe import PartialCount
 
 __all__ = [
+    "DRIVER",
     "FIRST_ROWS",
     "LIST_ITERATOR",
     "NOTHING",
@@ -32,6 +33,20 @@ __all__ = [
 
 NOTHING: Iterator[Any] = iter(())
 LIST_ITERATOR: type = type(iter([]))
+
+
+class _Driver:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DRIVER"
+
+
+DRIVER: Any = _Driver()
+"""``_self_rows`` of a cursor whose rows come straight from the driver's cursor (nothing buffered: a
+write, a failed statement, guard off). A marker rather than the driver's cursor itself: for
+``connect()``'s cursors that is the cursor, and a cursor referring to itself is a reference cycle, which
+only the cyclic collector frees, in whatever thread it runs (sqlite3 frees a cursor when it is dropped)."""
 
 
 FIRST_ROWS = 16
@@ -147,7 +162,8 @@ class Streaming:
 
 def serving(cursor: Any, raw: Any, check: Callable[[Any], Any], hand_out: bool = False) -> Any:
     """The iterator that serves ``cursor``'s rows, after ``check(raw)`` ran the driver's checks (a
-    fetch on the exhausted raw cursor: closed cursor or connection, wrong thread).
+    fetch on the exhausted raw cursor: closed cursor or connection, wrong thread); ``raw`` itself when
+    the driver serves them (``DRIVER``).
 
     ``hand_out``: the iterator goes to the caller (``iter(cur)``), who may keep it across a re-execute;
     ``_self_buffer`` then records it, and the next execute redirects it (``redirect_outstanding``).
@@ -173,7 +189,7 @@ def serving(cursor: Any, raw: Any, check: Callable[[Any], Any], hand_out: bool =
                 if hold is not None:
                     hold()  # the caller's iterator keeps the cursor alive, as sqlite3's (the cursor) does
     else:
-        return rows
+        return raw if rows is DRIVER else rows
     if hand_out:
         cursor._self_buffer = rows
         current = cursor._self_state

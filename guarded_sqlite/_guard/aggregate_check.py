@@ -71,7 +71,16 @@ def check_aggregates(
         from .._rules import confirmations
         from .._rules.fanout import confirm
 
-        _AGGREGATE_RULE.extend((plan, confirm, confirmations, cheaper_check))
+        # Replaced whole, not extended: threads making their first check at once each fill it.
+        _AGGREGATE_RULE[:] = (plan, confirm, confirmations, cheaper_check)
+    from .._analysis.trees import Collecting
+
+    # The trees the rule makes are freed as they are dropped, not by the cyclic collector.
+    with Collecting(guard.dialect):
+        return _check(guard, raw, sql, parameters, rows)
+
+
+def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]) -> FanoutOutcome | None:
     plan, confirm, kept, cheaper_check = _AGGREGATE_RULE
     if call_time_passed():
         from .._rules.fanout import FanoutOutcome
@@ -190,7 +199,7 @@ def check_aggregates(
         if collecting:
             gc.disable()
         try:
-            outcome = confirm(
+            outcome: FanoutOutcome | None = confirm(
                 sql, rows, checked_plan, rerun, guard.policy.row_cap, guard.defan, guard.dialect, names, shape, whole
             )
         finally:

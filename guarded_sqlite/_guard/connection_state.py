@@ -11,7 +11,7 @@ import contextlib
 import contextvars
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._core.probe import AGGREGATE_SCREEN
@@ -52,6 +52,7 @@ class ConnectionState:
     the policy are set by ``configure``; a ``policy_scope`` swaps them for one thread's statements."""
 
     __slots__ = (
+        "_connection",
         "aggregate_screen",
         "blobs",
         "byte_cap",
@@ -72,10 +73,9 @@ class ConnectionState:
         "p2_rows",
         "policy",
         "preset",
-        "proxy",
         "query_only_due",
         "quick_below",
-        "raw",
+        "raw_ref",
         "registered_functions",
         "rescue_spend",
         "rescues",
@@ -89,13 +89,19 @@ class ConnectionState:
 
     def __init__(self, policy: GuardPolicy, engine: Engine, proxy: Any, raw: Any, single_thread: bool) -> None:
         """``proxy``: the object cursors report as their ``connection``; ``raw``: the driver's connection
-        the engine re-executes on (the same object for ``connect()``'s connections)."""
+        the engine re-executes on (the same object for ``connect()``'s connections).
+
+        ``proxy`` holds this state, so it is held weakly: a connection referring back to itself is a
+        reference cycle, and only the cyclic collector would close a connection dropped unclosed, in
+        whatever thread it happens to run (sqlite3 closes it where it is dropped). ``raw`` is held
+        weakly for the same reason when it is ``proxy``, else strongly (a sqlite3 connection has no
+        weak references, and the driver's connection never refers to the guard)."""
+        self._connection = weakref.ref(proxy)
+        self.raw_ref: Callable[[], Any] = self._connection if raw is proxy else _Held(raw)
         self.engine = engine
         self.dialect = engine.dialect
         self.status_results = engine.status_results  # read on every statement: kept in a slot
         self.driver_options = engine.name == "postgres"  # psycopg's execute takes prepare=/binary=
-        self.proxy = proxy
-        self.raw = raw
         self.policy = policy  # set_threading reads the mode
         self.mode = policy.mode
         self.preset = policy.preset
@@ -156,6 +162,18 @@ class ConnectionState:
         # perf_counter_ns() when the current statement started (0: not known), for the confirmation's budget.
         self.started = 0
 
+    @property
+    def proxy(self) -> Any:
+        """The connection object users hold (alive while the guard is in use: it and its cursors hold
+        this state, and each cursor holds its connection)."""
+        return self._connection()
+
+    @property
+    def raw(self) -> Any:
+        """The driver's connection the engine runs the guard's statements on (``raw_ref()``: what keeps
+        it, such as the schema view, holds it as this state does)."""
+        return self.raw_ref()
+
     def set_threading(self, single_thread: bool) -> None:
         # Patch re-execution flips PRAGMA query_only for the whole connection; statements issued
         # through this connection from other threads wait on this lock instead of hitting that window.
@@ -175,6 +193,19 @@ class ConnectionState:
         return self
 
 
+class _Held:
+    """A strong reference with a weak reference's call: ``raw_ref`` for a driver connection that is not
+    the connection users hold."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, held: Any) -> None:
+        self.held = held
+
+    def __call__(self) -> Any:
+        return self.held
+
+
 class _ScopedState(ConnectionState):
     """A ``ConnectionState`` under another policy for one thread's block: the slots derived from the
     policy are its own, the connection's facts (schema view, rescue budget, lock, last report) are the
@@ -185,7 +216,7 @@ class _ScopedState(ConnectionState):
     def __init__(self, base: ConnectionState, policy: GuardPolicy) -> None:
         # Not ConnectionState.__init__: that would reset the facts this state shares with ``base``.
         self.base = base
-        for name in ("engine", "dialect", "status_results", "driver_options", "proxy", "raw"):
+        for name in ("engine", "dialect", "status_results", "driver_options", "_connection", "raw_ref"):
             setattr(self, name, getattr(base, name))
         self.configure(policy)
 

@@ -41,6 +41,7 @@ from .._core.probe import (
     probe_large,
 )
 from .._core.serving import (  # re-exported: the I/O layers take everything they share from here
+    DRIVER,
     FIRST_ROWS,
     LIST_ITERATOR,
     NOTHING,
@@ -151,7 +152,7 @@ class RescueInputs:
         self.hint = hint
 
 
-def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: bool, call: Callable[[], Any]) -> None:
+def run_unprobed(cursor: Any, guard: ConnectionState, sql: Any, many: bool, call: Callable[[], Any]) -> None:
     """``executemany`` (``many``) or ``executescript`` through ``call()``: passed through unprobed."""
     mode = guard.policy.mode
     note = GUARD_OFF if mode == "off" else MANY_NOT_PROBED
@@ -159,8 +160,8 @@ def run_unprobed(cursor: Any, raw: Any, guard: ConnectionState, sql: Any, many: 
     # executemany ends a loop over the previous result, as over sqlite3's cursor; executescript
     # runs on a cursor of its own inside sqlite3, so a loop over this one goes on.
     if many and cursor._self_buffer is not None:
-        redirect_outstanding(cursor, raw)
-    cursor._self_rows = raw
+        redirect_outstanding(cursor, DRIVER)
+    cursor._self_rows = DRIVER
     if guard.query_only_due:
         settle_query_only(guard)
     try:
@@ -386,7 +387,7 @@ def after_error(
                 rows=None, unique_rows=None, detect_ns=None, error=describe_error(error), provenance=None,
             )  # fmt: skip
         failed = failed._replace(decisions=outcome.decisions, patch_ns=outcome.elapsed_ns, rescue=outcome.rescue)
-    cursor._self_rows = raw
+    cursor._self_rows = DRIVER
     cursor._self_state = failed
     log_statement(failed, guard.dialect)
     settle(guard, failed, cursor)
@@ -447,6 +448,7 @@ def repair_statement(
     # Imported here so that sqlglot (and, through a rescuer, litellm) is loaded by the first statement
     # that needs a repair, not by ``import guarded_sqlite``.
     from .._analysis.catalog import explain
+    from .._analysis.trees import Collecting
     from .._rules.patching import PatchOutcome, repair
 
     policy = guard.policy
@@ -465,22 +467,23 @@ def repair_statement(
         return PatchOutcome(sql, rows if rows is not None else [], "none", (decision,), 0)
     context = None if rescue_inputs is None else CandidateRunner(guard, rescue_inputs, parameters, row_factory)
     try:
-        return repair(
-            sql,
-            rows,
-            unique,
-            trigger,
-            policy,
-            rerun,
-            guard.dialect,
-            context,
-            lambda: engine.may_collate_text(raw),
-            functools.partial(explain, guard),
-            plain_rerun,
-            functools.partial(user_functions, guard),
-            # A flagged statement's join-copy check runs it again anyway: one EXPLAIN, not the stamp.
-            lambda statement: reached_functions(guard, statement, parameters, keep=False),
-        )
+        with Collecting(guard.dialect):  # the rules' trees are freed when dropped, not by the collector
+            return repair(
+                sql,
+                rows,
+                unique,
+                trigger,
+                policy,
+                rerun,
+                guard.dialect,
+                context,
+                lambda: engine.may_collate_text(raw),
+                functools.partial(explain, guard),
+                plain_rerun,
+                functools.partial(user_functions, guard),
+                # A flagged statement's join-copy check runs it again anyway: one EXPLAIN, not the stamp.
+                lambda statement: reached_functions(guard, statement, parameters, keep=False),
+            )
     except TransactionLost:
         raise
     except Exception as error:  # a bug in the analysis must never cost the caller their result
@@ -545,6 +548,7 @@ class CandidateRunner:
 
 
 __all__ = [
+    "DRIVER",
     "FIRST_ROWS",
     "GUARD_OFF",
     "LIST_ITERATOR",

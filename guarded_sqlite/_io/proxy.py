@@ -33,6 +33,7 @@ from .._core.probe import PartialCount
 from .._engines import NO_PARAMETERS, SQLITE, Engine, execute_with
 from .._guard.connection_state import note_blob, note_change, note_function
 from .._guard.decide import (
+    DRIVER,
     GUARD_OFF,
     NOT_ROW_RETURNING,
     NOTHING,
@@ -139,6 +140,7 @@ class ConnectionProxy(_Proxy, GuardedConnection):
             raw = raw_connection.cursor(*args, **kwargs)
         cursor = self._cursor_proxy(raw)(raw)
         cursor._self_guard = self._self_guard
+        cursor._self_connection = self
         return cursor
 
     def _cursor_proxy(self, raw_cursor: Any) -> type[CursorProxy]:
@@ -219,8 +221,11 @@ class CursorProxy(_Proxy, GuardedCursor):
     """
 
     _self_guard: ConnectionState
+    # The connection proxy that made this cursor, held as sqlite3's cursor holds its connection (the
+    # guard's state holds it only weakly).
+    _self_connection: Any = None
     # Serves fetches: the buffer list (until first touched), an iterator over it, the buffer then the
-    # raw tail (past row_cap), or the raw cursor itself.
+    # raw tail (past row_cap), or DRIVER: the raw cursor serves.
     _self_rows: list[Any] | Iterator[Any] = NOTHING
     # The iterator over ``_self_rows``'s list once it was handed out, so that re-executing the cursor
     # can redirect it to the new rows, as re-executing a sqlite3 cursor does (serving.serving).
@@ -237,7 +242,7 @@ class CursorProxy(_Proxy, GuardedCursor):
 
     @property
     def connection(self) -> ConnectionProxy:
-        proxy: ConnectionProxy = self._self_guard.proxy
+        proxy: ConnectionProxy = self._self_connection
         return proxy
 
     @property
@@ -314,9 +319,9 @@ class CursorProxy(_Proxy, GuardedCursor):
                 rows, state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
         except BaseException:
             if self._self_buffer is not None:
-                redirect_outstanding(self, raw)
+                redirect_outstanding(self, DRIVER)
             # As after a failed sqlite3 execute: nothing of the previous statement is served any more.
-            self._self_rows = raw
+            self._self_rows = DRIVER
             raise
         self._self_state = state
         self._self_rows = rows if self._self_buffer is None else redirect_outstanding(self, rows)
@@ -373,9 +378,9 @@ class CursorProxy(_Proxy, GuardedCursor):
 
     def close(self) -> None:
         self.__wrapped__.close()
-        if self._self_rows is not self.__wrapped__:
+        if self._self_rows is not DRIVER:
             buffer_served(self)  # a distinct count still pending keeps only its lower bound
-        self._self_rows = self.__wrapped__
+        self._self_rows = DRIVER
         self._self_buffer = None
 
     def __iter__(self) -> Iterator[Any]:
@@ -398,7 +403,7 @@ class CursorProxy(_Proxy, GuardedCursor):
 
     def _run_unprobed(self, method: Any, *args: Any, **kwargs: Any) -> CursorProxy:
         run_unprobed(
-            self, self.__wrapped__, self._self_guard.in_scope(), args[0], method.__name__ == "executemany",
+            self, self._self_guard.in_scope(), args[0], method.__name__ == "executemany",
             functools.partial(method, *args, **kwargs),
         )  # fmt: skip
         return self
@@ -427,7 +432,7 @@ def _execute_and_probe(
         off = unprobed(guard.preset, sql, GUARD_OFF)
         cursor._self_state = off  # also stands if execute raises: the guard reports nothing either way
         execute_with(raw, sql, parameters)
-        return raw, off
+        return DRIVER, off
     if guard.engine is SQLITE and not plain:
         factory = raw.row_factory
         if factory is not None and factory is not _Row:
@@ -452,12 +457,12 @@ def _execute_and_probe(
             if guard.engine.is_status_result(raw, sql):
                 if guard.catalog is not None and changes_schema(sql):
                     forget_schema(guard)
-                return raw, unprobed(guard.preset, sql, NOT_ROW_RETURNING)
+                return DRIVER, unprobed(guard.preset, sql, NOT_ROW_RETURNING)
         elif raw.description is None:
             guard.epoch += 1  # ATTACH, DDL, a PRAGMA: no kept confirmation holds
             if guard.catalog is not None and guard.engine is not SQLITE and changes_schema(sql):
                 forget_schema(guard)
-            return raw, unprobed(guard.preset, sql, NOT_ROW_RETURNING)
+            return DRIVER, unprobed(guard.preset, sql, NOT_ROW_RETURNING)
         rows = raw.fetchmany(guard.first_fetch)
         if type(rows) is not list:  # PyMySQL's Cursor gives a tuple
             rows = list(rows)

@@ -7,7 +7,7 @@ from typing import Any
 
 from .._engines import DUCKDB, NO_PARAMETERS, execute_with
 from .._guard.connection_state import note_function
-from .._guard.decide import ConnectionState, GuardedConnection, buffer_served, serving
+from .._guard.decide import DRIVER, ConnectionState, GuardedConnection, buffer_served, serving
 from .._guard.guard_statements import reads_only
 from ..policy import GuardPolicy
 from .proxy import CursorProxy
@@ -36,6 +36,10 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
     @property
     def guard_policy(self) -> GuardPolicy:
         return self._self_guard.policy
+
+    @property
+    def connection(self) -> GuardedDuckDBConnection:  # type: ignore[override]
+        return self
 
     @property
     def description(self) -> Any:
@@ -90,7 +94,7 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
         raw = self.__wrapped__
         rows = self._self_rows
         current = self._self_state
-        if current is None or rows is raw:
+        if current is None or rows is DRIVER:
             return getattr(raw, method)(*args, **kwargs)  # nothing buffered: DuckDB's own result
         remaining = list(serving(self, raw, _FETCH_ONE))
         buffer_served(self)

@@ -7,7 +7,7 @@ import operator
 from typing import Any
 
 from .._engines import NO_PARAMETERS
-from .._guard.decide import settle, unprobed
+from .._guard.decide import DRIVER, settle, unprobed
 from .proxy import ConnectionProxy, CursorProxy
 
 _SERVER_SIDE = "server-side cursor: rows stream from the server unbuffered and unprobed"
@@ -49,7 +49,7 @@ class ContextCursor(CursorProxy):
     @property
     def rownumber(self) -> int | None:
         rows, state = self._self_rows, self._self_state
-        if state is None or rows is self.__wrapped__ or state.final_rows is None:
+        if state is None or rows is DRIVER or state.final_rows is None:
             number: int | None = self.__wrapped__.rownumber
             return number
         remaining = len(rows) if type(rows) is list else operator.length_hint(rows)
@@ -60,7 +60,7 @@ class ContextCursor(CursorProxy):
         """psycopg's row-by-row streaming: passed through unbuffered and unprobed, as the report says."""
         sql = args[0] if args else kwargs.get("query")
         self._self_report = None
-        self._self_rows = self.__wrapped__
+        self._self_rows = DRIVER
         guard = self._self_guard.in_scope()
         self._self_state = state = unprobed(guard.preset, query_text(sql, self.__wrapped__), _STREAMED)
         settle(guard, state, self)
@@ -83,7 +83,7 @@ class StreamingCursor(ContextCursor):
     def execute(self, sql: str, parameters: Any = NO_PARAMETERS, /, **kwargs: Any) -> StreamingCursor:
         raw = self.__wrapped__
         self._self_report = None
-        self._self_rows = raw
+        self._self_rows = DRIVER
         guard = self._self_guard.in_scope()
         self._self_state = state = unprobed(guard.preset, query_text(sql, raw), _SERVER_SIDE)
         raw.execute(sql, **kwargs) if parameters is NO_PARAMETERS else raw.execute(sql, parameters, **kwargs)
@@ -133,6 +133,7 @@ def probed_server_cursor(connection: Any, name: str) -> ContextCursor:
     raw = connection.__wrapped__.cursor(name=name)
     cursor = ContextCursor(raw)
     cursor._self_guard = connection._self_guard
+    cursor._self_connection = connection
     return cursor
 
 

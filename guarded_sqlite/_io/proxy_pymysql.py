@@ -39,9 +39,7 @@ class PyMySQLCursor(CursorProxy):
     def executemany(self, query: str, args: Any, /, **kwargs: Any) -> int | None:  # type: ignore[override]
         done: list[Any] = []
         raw = self.__wrapped__
-        run_unprobed(
-            self, raw, self._self_guard.in_scope(), query, True, lambda: done.append(raw.executemany(query, args))
-        )
+        run_unprobed(self, self._self_guard.in_scope(), query, True, lambda: done.append(raw.executemany(query, args)))
         result: int | None = done[0]
         return result
 
@@ -51,7 +49,7 @@ class PyMySQLCursor(CursorProxy):
         self._self_rows = raw  # the procedure's result sets are read from the driver's cursor
         self._self_buffer = None
         guard = self._self_guard.in_scope()
-        self._self_state = state = unprobed(guard.mode, f"CALL {procname}", _PROCEDURE)
+        self._self_state = state = unprobed(guard.preset, f"CALL {procname}", _PROCEDURE)
         result = raw.callproc(procname, args)
         settle(guard, state, self)
         return result
@@ -149,7 +147,7 @@ class PyMySQLStreamingCursor(PyMySQLCursor):
         self._self_rows = raw
         self._self_buffer = None
         guard = self._self_guard.in_scope()
-        self._self_state = state = unprobed(guard.mode, query, _UNBUFFERED)
+        self._self_state = state = unprobed(guard.preset, query, _UNBUFFERED)
         result: int = raw.execute(query, args)
         settle(guard, state, self)
         return result

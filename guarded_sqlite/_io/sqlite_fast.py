@@ -36,6 +36,7 @@ from .._core.probe import PartialCount
 from .._engines import NO_PARAMETERS, SQLITE
 from .._guard.connection_state import note_change, note_function
 from .._guard.decide import (
+    DRIVER,
     GUARD_OFF,
     LIST_ITERATOR,
     NOT_ROW_RETURNING,
@@ -185,7 +186,7 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
                 _execute(self, sql)
             else:
                 _execute(self, sql, parameters)
-            self._self_rows = self
+            self._self_rows = DRIVER
             return self
         return _statement(
             self, guard, sql, parameters, None if candidates is None else RescueInputs(candidates, question, hint)
@@ -195,18 +196,18 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
         guard = _guard_or_none(self)
         if guard is None:
             _executemany(self, sql, parameters)
-            self._self_rows = self
+            self._self_rows = DRIVER
         else:
-            run_unprobed(self, self, guard, sql, True, lambda: _executemany(self, sql, parameters))
+            run_unprobed(self, guard, sql, True, lambda: _executemany(self, sql, parameters))
         return self
 
     def executescript(self, sql_script: str, /) -> Self:
         guard = _guard_or_none(self)
         if guard is None:
             _executescript(self, sql_script)
-            self._self_rows = self
+            self._self_rows = DRIVER
         else:
-            run_unprobed(self, self, guard, sql_script, False, lambda: _executescript(self, sql_script))
+            run_unprobed(self, guard, sql_script, False, lambda: _executescript(self, sql_script))
         return self
 
     def fetchone(self) -> Any:
@@ -220,7 +221,7 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
             rows = self._self_rows = iter(rows)
         elif kind is LIST_ITERATOR:
             _fetchone(self)
-        elif rows is self:
+        elif rows is DRIVER:
             return _fetchone(self)  # not buffered: sqlite3's own fetch (and its own errors)
         else:
             rows = serving(self, self, _fetchone)
@@ -259,9 +260,9 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
 
     def close(self) -> None:
         _close(self)
-        if self._self_rows is not self:
+        if self._self_rows is not DRIVER:
             buffer_served(self)  # a distinct count still pending keeps only its lower bound
-        self._self_rows = self
+        self._self_rows = DRIVER
         self._self_buffer = None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -340,12 +341,12 @@ def _statement(
                     rows, state = after_fetch(cursor, cursor, guard, sql, parameters, rows, rescue_inputs, _tail)
                 else:
                     guard.epoch += 1  # ATTACH, DDL, a PRAGMA: no kept confirmation holds
-                    rows, state = cursor, unprobed(guard.preset, sql, NOT_ROW_RETURNING)
+                    rows, state = DRIVER, unprobed(guard.preset, sql, NOT_ROW_RETURNING)
     except BaseException:
         if cursor._self_buffer is not None:
-            redirect_outstanding(cursor, cursor)
+            redirect_outstanding(cursor, DRIVER)
         # As after a failed sqlite3 execute: nothing of the previous statement is served any more.
-        cursor._self_rows = cursor
+        cursor._self_rows = DRIVER
         raise
     finally:
         if serial is not None:
@@ -379,7 +380,7 @@ def _run(
             _execute(cursor, sql)
         else:
             _execute(cursor, sql, parameters)
-        return cursor, off
+        return DRIVER, off
     if native(factory):
         return _probed(cursor, guard, sql, parameters, rescue_inputs)
     # sqlite3 fetches plain tuples, which the probe and the patches judge; the guard's re-executions
@@ -404,7 +405,7 @@ def _probed(
             _execute(cursor, sql, parameters)
         if _description(cursor) is None:
             guard.epoch += 1  # ATTACH, DDL, a PRAGMA: no kept confirmation holds
-            return cursor, unprobed(preset, sql, NOT_ROW_RETURNING)
+            return DRIVER, unprobed(preset, sql, NOT_ROW_RETURNING)
         rows = _fetchmany(cursor, guard.first_fetch)
         if len(rows) == guard.first_fetch < guard.fetch_size:
             rows = fetch_rest(_fetchmany, cursor, guard, rows)
@@ -539,6 +540,7 @@ class ConnectionMethods(UnseenChanges, GuardedConnection):
 
         proxy = CursorProxy(cursor)
         proxy._self_guard = self._self_guard
+        proxy._self_connection = self
         return proxy
 
     def execute(
@@ -619,7 +621,8 @@ class GuardedSQLiteConnection(ConnectionMethods, metaclass=_GuardedKind):
     """What ``connect()`` opens: a ``sqlite3.Connection`` whose cursors probe, and in patch mode
     repair, every query result."""
 
-    __slots__ = ("_self_guard",)
+    # sqlite3.Connection takes no weak references; the guard's state holds its connection weakly.
+    __slots__ = ("__weakref__", "_self_guard")
     _kind: ClassVar[tuple[type, type]] = (GuardedConnection, sqlite3.Connection)
 
 

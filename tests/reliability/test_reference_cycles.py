@@ -108,6 +108,11 @@ def _statements(con: Any, cursor: Callable[[Any], Any], p: str, errors: tuple[ty
         f"SELECT a.id, SUM(b.v) FROM a JOIN b ON b.a_id = a.id JOIN c ON c.a_id = a.id WHERE b.v > {-k} "
         "GROUP BY a.id ORDER BY a.id LIMIT 3"
     ).fetchall()
+    fanned = f"FROM a JOIN b ON b.a_id = a.id JOIN c ON c.a_id = a.id WHERE b.v > {-k}"
+    # Aggregates that choose the rows (issue 34): ranking, HAVING with a parameter, a derived table.
+    cur.execute(f"SELECT a.id {fanned} GROUP BY a.id ORDER BY SUM(b.v) DESC, a.id LIMIT {p}", (2,)).fetchall()
+    cur.execute(f"SELECT a.id {fanned} GROUP BY a.id HAVING SUM(b.v) > {p}", (100,)).fetchall()
+    cur.execute(f"SELECT MAX(s) FROM (SELECT a.id, SUM(b.v) AS s {fanned} GROUP BY a.id) AS t").fetchall()
     cur.execute(f"WITH x AS (SELECT a_id FROM c WHERE id > {-k}) SELECT a.n FROM a JOIN x ON x.a_id = a.id").fetchall()
     cur.execute(f"SELECT DISTINCT name FROM p2 WHERE name <> 'x{k}'").fetchall()  # P2 under paper
     cur.executemany(f"INSERT INTO log VALUES ({p})", [(k,), (k + 1,)])

@@ -4,11 +4,12 @@ in helpers.py."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sqlite3
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -87,9 +88,6 @@ def needs_litellm() -> None:
         pytest.skip("litellm is not installed (extra [llm])")
 
 
-REQUIRE_POSTGRES = os.environ.get("GUARDED_SQLITE_REQUIRE_POSTGRES") == "1"
-
-
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
     """A libpq DSN of one throwaway PostgreSQL server shared by the whole test session.
@@ -99,17 +97,7 @@ def pg_dsn() -> Iterator[str]:
     """
     from .pg_server import postgres_server, server_binaries
 
-    missing = None
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        missing = "psycopg is not installed"
-    if missing is None and server_binaries() is None:
-        missing = "PostgreSQL server binaries (pg_ctl, initdb) not found"
-    if missing is not None:
-        if REQUIRE_POSTGRES:
-            pytest.fail(f"{missing}, and GUARDED_SQLITE_REQUIRE_POSTGRES=1 requires PostgreSQL")
-        pytest.skip(f"{missing}; set GUARDED_SQLITE_REQUIRE_POSTGRES=1 to make this a failure")
+    _server_or_skip("psycopg", server_binaries, "PostgreSQL server binaries (pg_ctl, initdb)", "POSTGRES")
     with postgres_server() as dsn:
         yield dsn
 
@@ -123,9 +111,6 @@ def no_warnings() -> Iterator[list[warnings.WarningMessage]]:
     assert [str(w.message) for w in caught] == []
 
 
-REQUIRE_MARIADB = os.environ.get("GUARDED_SQLITE_REQUIRE_MARIADB") == "1"
-
-
 @pytest.fixture(scope="session")
 def mariadb_params() -> Iterator[dict[str, object]]:
     """PyMySQL's connection arguments for one throwaway MariaDB server shared by the whole test session.
@@ -135,16 +120,23 @@ def mariadb_params() -> Iterator[dict[str, object]]:
     """
     from .mariadb_server import mariadb_server, server_binaries
 
-    missing = None
-    try:
-        import pymysql  # noqa: F401
-    except ImportError:
-        missing = "pymysql is not installed"
-    if missing is None and server_binaries() is None:
-        missing = "MariaDB server binary (mariadbd) not found"
-    if missing is not None:
-        if REQUIRE_MARIADB:
-            pytest.fail(f"{missing}, and GUARDED_SQLITE_REQUIRE_MARIADB=1 requires MariaDB")
-        pytest.skip(f"{missing}; set GUARDED_SQLITE_REQUIRE_MARIADB=1 to make this a failure")
+    _server_or_skip("pymysql", server_binaries, "MariaDB server binary (mariadbd)", "MARIADB")
     with mariadb_server() as params:
         yield params
+
+
+def _server_or_skip(driver: str, binaries: Callable[[], object], what: str, engine: str) -> None:
+    """Skip the test with the reason when ``driver`` cannot be imported or ``binaries()`` finds no
+    server, unless ``GUARDED_SQLITE_REQUIRE_<engine>=1`` (CI), where that is a failure."""
+    flag = f"GUARDED_SQLITE_REQUIRE_{engine}"
+    missing = None
+    try:
+        importlib.import_module(driver)
+    except ImportError:
+        missing = f"{driver} is not installed"
+    if missing is None and binaries() is None:
+        missing = f"{what} not found"
+    if missing is not None:
+        if os.environ.get(flag) == "1":
+            pytest.fail(f"{missing}, and {flag}=1 requires it")
+        pytest.skip(f"{missing}; set {flag}=1 to make this a failure")

@@ -4,11 +4,13 @@ statement splitter of its own."""
 
 from __future__ import annotations
 
+import re
+
 import sqlglot
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re-exports it
 
-__all__ = ["postgres_statements_problem"]
+__all__ = ["POSTGRES_DENIED_FUNCTIONS", "postgres_denied_call", "postgres_statements_problem"]
 
 
 def postgres_statements_problem(sql: str) -> str | None:
@@ -34,3 +36,87 @@ def postgres_statements_problem(sql: str) -> str | None:
     if statements > 1:
         return f"it holds {statements} statements; send one statement per call"
     return None
+
+
+POSTGRES_DENIED_FUNCTIONS = frozenset(
+    {
+        # Session-level advisory locks outlive the call's ROLLBACK and share one lock table with the whole
+        # server; the transaction-level ones still fill it while the call runs.
+        *(
+            f"pg_{try_}advisory_{xact}lock{shared}"
+            for try_ in ("", "try_")
+            for xact in ("", "xact_")
+            for shared in ("", "_shared")
+        ),
+        "pg_advisory_unlock",
+        "pg_advisory_unlock_shared",
+        "pg_advisory_unlock_all",
+        # Signals: any role may signal the backends of its own role (the tool's own connection among them).
+        "pg_terminate_backend",
+        "pg_cancel_backend",
+        "pg_reload_conf",
+        "pg_rotate_logfile",
+        "pg_log_backend_memory_contexts",
+        "pg_promote",
+        "pg_notify",
+        # Functions that run a query given as text, which no reading of the statement sees into.
+        "query_to_xml",
+        "query_to_xmlschema",
+        "query_to_xml_and_xmlschema",
+        "cursor_to_xml",
+        "cursor_to_xmlschema",
+        "ts_stat",
+        "dblink",
+        "dblink_exec",
+        "dblink_connect",
+        "dblink_connect_u",
+        "dblink_send_query",
+        "dblink_open",
+    }
+)
+"""Functions an agent tool's statement may not name on PostgreSQL, by lower-case name: what a read-only
+transaction allows but lets one call reach past its own transaction (locks, other sessions, the
+server's configuration) or run SQL this check cannot read. The session is reset after every call as
+well (``agent.lockdown.reset_postgres_session``); this refusal keeps a call from harming others while it
+runs."""
+
+
+def postgres_denied_call(sql: str) -> str | None:
+    """The first name in ``sql`` that ``POSTGRES_DENIED_FUNCTIONS`` holds, read from sqlglot's tokens
+    (quoted and schema-qualified names too, strings and comments not), or why the text cannot be read
+    that way; None when it names none. Fails closed: a text that does not tokenize, or that holds a
+    Unicode-escaped identifier (``U&"..."``, whose name only the server decodes), is refused.
+
+    >>> postgres_denied_call("SELECT pg_catalog.\\"PG_TERMINATE_BACKEND\\"(pg_backend_pid())")
+    'pg_terminate_backend'
+    >>> postgres_denied_call("SELECT 'pg_advisory_lock(1)' AS text -- pg_advisory_lock(1)")
+    """
+    if "&" in sql and _UNICODE_IDENTIFIER.search(sql):
+        return 'U&"..." (a Unicode-escaped identifier)'
+    try:
+        tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
+    except SqlglotError:
+        return "a text that cannot be read (an unterminated string or comment?)"
+    for token in tokens:
+        if token.token_type in _LITERALS:
+            continue
+        name = token.text.lower()
+        if name in POSTGRES_DENIED_FUNCTIONS:
+            return name
+    return None
+
+
+_LITERALS = frozenset(
+    {
+        TokenType.STRING,
+        TokenType.NATIONAL_STRING,
+        TokenType.RAW_STRING,
+        TokenType.HEREDOC_STRING,
+        TokenType.BIT_STRING,
+        TokenType.BYTE_STRING,
+        TokenType.HEX_STRING,
+        TokenType.NUMBER,
+    }
+)
+
+_UNICODE_IDENTIFIER = re.compile(r'[uU]&"')

@@ -20,6 +20,7 @@ __all__ = [
     "ENGINE_MEMORY",
     "QueryRefused",
     "QueryResult",
+    "busy_refusal",
     "call_memory_bound",
     "framework_missing",
     "guard_byte_cap",
@@ -141,13 +142,27 @@ class QueryRefused(Exception):
     likely a typo, while writes are off), ``"too_large"`` (over ``max_rows`` or
     ``max_chars``, a value over the per-value cap, or, with writes off, a statement longer than the
     write check reads: ``rewrite.MAX_PARSED_CHARS``), ``"timeout"``, ``"sql_error"`` (the database
-    rejected the statement), ``"multiple_statements"`` (more than one statement in one call) and
-    ``"empty"`` (no SQL given). ``feedback`` is the guard's feedback on the statement, when it ran."""
+    rejected the statement), ``"multiple_statements"`` (more than one statement in one call),
+    ``"empty"`` (no SQL given), ``"denied"`` (a function the tool does not run: PostgreSQL's advisory
+    locks, signals to server sessions, SQL given as text), ``"busy"`` (the database was busy with other
+    calls for this call's whole time limit; nothing ran), ``"unavailable"`` (the database could not be
+    opened or reached; retried on a later call, after a back-off) and ``"connection_lost"`` (the
+    connection ended during the call; a new one is opened for the next). ``feedback`` is the guard's
+    feedback on the statement, when it ran."""
 
     def __init__(self, kind: str, message: str, feedback: str = "") -> None:
         super().__init__(message if not feedback else f"{message}\n{feedback}")
         self.kind = kind
         self.feedback = feedback
+
+
+def busy_refusal(timeout: float) -> QueryRefused:
+    """The refusal of a call that could not have the database within its time limit."""
+    return QueryRefused(
+        "busy",
+        f"Refused: the database was busy with other calls for this call's whole time limit ({timeout:g} seconds "
+        "at most); nothing was run. Send fewer calls at once, or try again.",
+    )
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def _serve(requests: Connection, answers: Connection) -> None:
             out_of_memory = False
             try:
                 if request[0] == "query":
-                    answers.send(("ok", db.query(request[1], request[2])))
+                    answers.send(("ok", db.query(request[1], request[2], time_limit=request[3])))
                 else:
                     answers.send(("ok", db.schema()))
             except QueryRefused as refused:

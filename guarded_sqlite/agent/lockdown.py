@@ -17,8 +17,12 @@ setup:
 - PostgreSQL (``postgres_session_problem``, ``start_postgres_call``): every call runs in a transaction
   of its own, ``READ ONLY`` unless writes are allowed and rolled back, with ``statement_timeout`` set
   ``LOCAL`` to the call's limit: a ``set_config(..., false)`` by the model is undone with the
-  transaction and cannot lift the next call's limit. What the role may do (superuser, server file
-  access) is the operator's to withhold; see docs/agents.md.
+  transaction and cannot lift the next call's limit. After the transaction the session itself is reset
+  (``reset_postgres_session``: ``DISCARD ALL``, so session advisory locks, ``LISTEN``, prepared
+  statements, held cursors, temporary tables and settings never outlive a call), and functions that
+  reach past the call while it runs (advisory locks, signals to other backends, SQL given as text) are
+  refused by name (``_analysis.statements.postgres_denied_call``). What the role may do (superuser,
+  server file access) is the operator's to withhold; see docs/agents.md.
 - ``single_statement_problem``: more than one statement is refused (DuckDB's ``execute`` and psycopg's
   simple query protocol run them all); DuckDB's own parser also names each statement's type.
 """
@@ -33,9 +37,11 @@ from typing import Any
 __all__ = [
     "DUCKDB_AGENT_CONFIG",
     "SQLITE_DENIED_FUNCTIONS",
+    "denied_call_problem",
     "duckdb_lockdown_problem",
     "lock_down_sqlite",
     "postgres_session_problem",
+    "reset_postgres_session",
     "single_statement_problem",
     "sqlite_decision",
     "start_postgres_call",
@@ -295,3 +301,47 @@ def start_postgres_call(raw: Any, *, allow_writes: bool, time_limit: float | Non
         timeout = pg_statement_timeout(time_limit)
         if timeout is not None:
             cursor.execute("SELECT set_config('statement_timeout', %s, true)", (timeout,))
+
+
+def reset_postgres_session(raw: Any, *, owned: bool, allow_writes: bool) -> None:
+    """Undo what a call left in the session beyond its transaction, after the transaction has ended:
+    the server's own reset rather than a reading of what the model wrote.
+
+    A session the tool opened (``owned``, autocommit) gets ``DISCARD ALL``: session advisory locks,
+    ``LISTEN``, prepared statements, ``WITH HOLD`` cursors, temporary tables, and every setting a
+    committed ``set_config(..., false)`` made go back to the connection's start (psycopg forgets its
+    own prepared statements on seeing it); then ``default_transaction_read_only`` on again unless writes
+    are allowed. A connection the caller handed in keeps its settings and its other state (they are the
+    caller's), and loses its session advisory locks only. Both get a ``setseed`` from this process's
+    random source, so no call's ``random()`` follows a seed an earlier call chose."""
+    import random
+
+    seed = random.SystemRandom().uniform(-1.0, 1.0)
+    if not owned:
+        with raw.transaction(), raw.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all(), setseed(%s)", (seed,))
+        return
+    with raw.cursor() as cursor:
+        cursor.execute("DISCARD ALL")  # not inside a transaction block: its own statement
+        if allow_writes:
+            cursor.execute("SELECT setseed(%s)", (seed,))
+        else:
+            cursor.execute("SELECT setseed(%s), set_config('default_transaction_read_only', 'on', false)", (seed,))
+
+
+def denied_call_problem(sql: str, dialect: str) -> str | None:
+    """Why ``sql`` may not run as a model's statement although a read-only transaction would let it,
+    or None: on PostgreSQL, a name in ``statements.POSTGRES_DENIED_FUNCTIONS`` (advisory locks, signals
+    to backends, SQL given as text), read from sqlglot's tokens and refused when the text cannot be
+    read. SQLite's and DuckDB's denials are their engines' own (the authorizer, the configuration)."""
+    if dialect != "postgres":
+        return None
+    from .._analysis.statements import postgres_denied_call
+
+    name = postgres_denied_call(sql)
+    if name is None:
+        return None
+    return (
+        f"Refused: this tool does not run {name} (advisory locks, signals to server sessions, and functions "
+        "that run SQL given as text reach past one call); write the query without it."
+    )

@@ -22,6 +22,7 @@ model can read and act on, never a protocol error. The SDK is imported when a se
 # build their schemas, and it resolves string annotations in this module's globals, where the SDK's
 # types (imported inside build_server, since the SDK is optional) are not.
 
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -165,6 +166,7 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditL
     ``mcp.Client(server)``. The server does not own ``db``: close it when the server is done. With
     ``audit``, every call is appended to that log (``guarded_sqlite.agent.audit``); the server does not own it
     either."""
+    import anyio.to_thread
     from mcp.server.mcpserver import MCPServer
     from mcp.types import CallToolResult, ToolAnnotations
     from pydantic import Field
@@ -185,10 +187,15 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditL
             read_only_hint=not db.allow_writes, destructive_hint=db.allow_writes or None, open_world_hint=False
         ),
     )
-    def query(sql: Annotated[str, Field(description=sql_help)]) -> Annotated[CallToolResult, QueryOutput]:
-        started = time.monotonic()
+    async def query(sql: Annotated[str, Field(description=sql_help)]) -> Annotated[CallToolResult, QueryOutput]:
+        # The limit counts from the request's arrival, here on the event loop: the SDK's thread pool (40
+        # threads) may make a call wait for a thread, and that wait is part of the call's time.
+        arrived = time.monotonic()
+        return await anyio.to_thread.run_sync(functools.partial(run_query, sql, arrived))
+
+    def run_query(sql: str, started: float) -> CallToolResult:
         try:
-            result = db.query(sql)
+            result = db.query(sql, time_limit=db.timeout - (time.monotonic() - started))
         except QueryRefused as refusal:
             _audit(audit, "query", sql, db.dialect, started, refusal=refusal.kind)
             # A refusal is the model's to act on: its message says why and what to do instead.

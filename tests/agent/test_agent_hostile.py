@@ -491,6 +491,19 @@ PG_ONLY = [
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity",
     "SELECT pg_cancel_backend(pg_backend_pid())",
     "SELECT pg_advisory_lock(1)",
+    # Session state and signals (issue 36, a18/a19): refused by name, and reset or healed if they ran.
+    "SELECT count(pg_advisory_lock(i)) FROM generate_series(1, 100000) i",
+    'SELECT pg_catalog."pg_advisory_lock"(7)',
+    'SELECT U&"pg_advisory_lock"(7)',
+    "SELECT query_to_xml('SELECT pg_advisory_lock(7)', true, true, '')",
+    "SELECT ts_stat('SELECT to_tsvector(pg_terminate_backend(pg_backend_pid())::text)')",
+    "SELECT pg_terminate_backend(pg_backend_pid())",
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = current_user",
+    "SELECT pg_reload_conf()",
+    "SELECT pg_notify('channel', 'x')",
+    "LISTEN channel",
+    "SELECT setseed(0.5)",
+    "SELECT set_config('work_mem', '64kB', false), set_config('search_path', 'pg_catalog', false)",
     "SELECT pg_create_physical_replication_slot('hostile', true)",
     "SELECT * FROM generate_series(1, 100000000)",
     "SELECT count(*) FROM generate_series(1, 10000000000)",
@@ -530,6 +543,8 @@ class Scene:
     canary: Canary
     outside: str
     db_port: int | None = None
+    admin_dsn: str | None = None
+    """PostgreSQL: the superuser's DSN, to check that the server still takes new connections."""
     initial: Any = None
 
     def __post_init__(self) -> None:
@@ -567,6 +582,13 @@ def check_call(server: Server, scene: Scene, sql: str, limits: tuple[int, int]) 
     assert not health.is_error, (where, health.text)
     assert health.response["result"]["structuredContent"]["rows"] == [[50]], (where, health.text)
     assert health.seconds <= TIMEOUT + SLACK, (where, "the next call", health.seconds)
+    if scene.admin_dsn is not None:  # a hostile call must not keep others off the server (a19)
+        import psycopg
+
+        with psycopg.connect(scene.admin_dsn, connect_timeout=5) as plain:
+            assert plain.execute("SELECT 1").fetchone() == (1,), where
+            held = plain.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+            assert held == (0,), (where, "advisory locks outlived the call")
     return call
 
 
@@ -662,7 +684,7 @@ def make_scene(engine: str, tmp_path: Path, canary: Canary, request: pytest.Fixt
     request.addfinalizer(drop)
     options = quote(f"-c search_path={name}")
     uri = f"postgresql://{name}@{parts['host']}:{parts['port']}/{parts['dbname']}?options={options}"
-    return Scene(engine, uri, state, home, canary, outside, db_port=int(parts["port"]))
+    return Scene(engine, uri, state, home, canary, outside, db_port=int(parts["port"]), admin_dsn=dsn)
 
 
 LIMITS = (DEFAULT_MAX_CHARS, DEFAULT_MAX_ROWS)

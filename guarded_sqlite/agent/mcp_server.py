@@ -159,13 +159,21 @@ def _unexpected(tool: str, failure: Exception) -> "CallToolResult":
     )
 
 
-def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditLog | None" = None) -> "MCPServer[Any]":
+def build_server(
+    db: GuardedDatabase,
+    *,
+    name: str = SERVER_NAME,
+    audit: "AuditLog | None" = None,
+    audit_best_effort: bool = False,
+) -> "MCPServer[Any]":
     """An MCP server (the SDK's ``MCPServer``) with the tools ``query`` and ``schema`` over ``db``.
 
     Run it with ``.run("stdio")`` (what ``guarded-sqlite mcp`` does), or connect to it in-process with
     ``mcp.Client(server)``. The server does not own ``db``: close it when the server is done. With
-    ``audit``, every call is appended to that log (``guarded_sqlite.agent.audit``); the server does not own it
-    either."""
+    ``audit``, every call is appended to that log (``guarded_sqlite.agent.audit``) before its answer is
+    sent, and a call whose line cannot be written (a full disk) is not served: the model gets a tool
+    error saying so, the server's stderr the reason. ``audit_best_effort=True`` serves it anyway (the
+    failure still goes to stderr). The server does not own the log either."""
     import anyio.to_thread
     from mcp.server.mcpserver import MCPServer
     from mcp.types import CallToolResult, ToolAnnotations
@@ -203,7 +211,8 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditL
         except Exception as failure:
             _audit(audit, "query", sql, db.dialect, started, failed=True)
             return _unexpected("query", failure)
-        _audit(audit, "query", sql, db.dialect, started, result=result)
+        if not _audit(audit, "query", sql, db.dialect, started, result=result) and not audit_best_effort:
+            return _unrecorded("query")
         return _text_result(result.observation(), structured=result.as_dict())
 
     @server.tool(
@@ -219,19 +228,32 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditL
         except Exception as failure:
             _audit(audit, "schema", None, db.dialect, started, failed=True)
             return _unexpected("schema", failure)
-        _audit(audit, "schema", None, db.dialect, started)
+        if not _audit(audit, "schema", None, db.dialect, started) and not audit_best_effort:
+            return _unrecorded("schema")
         return _text_result(info.text(), structured=info.as_dict())
 
     return server
 
 
-def _audit(audit: "AuditLog | None", tool: str, sql: str | None, dialect: str, started: float, **outcome: Any) -> None:
-    """Append one call to ``audit``; a log that cannot be written is reported on stderr, never to the model."""
+def _audit(audit: "AuditLog | None", tool: str, sql: str | None, dialect: str, started: float, **outcome: Any) -> bool:
+    """Append one call to ``audit``: whether it was recorded (or there is no log). A log that cannot be
+    written is reported on stderr with the reason; the caller decides what the model gets."""
     if audit is None:
-        return
+        return True
     from .audit import audit_record
 
     try:
         audit.write(audit_record(tool, sql, dialect, ended=audit.now(), seconds=time.monotonic() - started, **outcome))
     except Exception:
         logger.exception("guarded-sqlite MCP server could not write its audit log %s", audit.path)
+        return False
+    return True
+
+
+def _unrecorded(tool: str) -> "CallToolResult":
+    return _text_result(
+        f"Refused: the {tool} tool's answer is not served because the server's audit log could not record this "
+        "call (the reason is on the server's stderr). This is not about the SQL: tell the user that the "
+        "server's audit log needs attention.",
+        error=True,
+    )

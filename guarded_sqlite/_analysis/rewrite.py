@@ -206,7 +206,8 @@ _WRITE_TOKENS = frozenset(
         "INSERT",
         "UPDATE",
         "DELETE",
-        "REPLACE",
+        # Not REPLACE: a REPLACE that writes says INTO (a token below); elsewhere it is SQLite's and
+        # PostgreSQL's replace() function, a column named replace, or DuckDB's SELECT * REPLACE (...).
         "MERGE",
         "CREATE",
         "DROP",

@@ -10,7 +10,13 @@ import sqlglot
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re-exports it
 
-__all__ = ["POSTGRES_DENIED_FUNCTIONS", "postgres_denied_call", "postgres_statements_problem"]
+__all__ = [
+    "DUCKDB_PATH_FUNCTIONS",
+    "POSTGRES_DENIED_FUNCTIONS",
+    "denied_name",
+    "postgres_denied_call",
+    "postgres_statements_problem",
+]
 
 
 def postgres_statements_problem(sql: str) -> str | None:
@@ -93,15 +99,41 @@ def postgres_denied_call(sql: str) -> str | None:
     """
     if "&" in sql and _UNICODE_IDENTIFIER.search(sql):
         return 'U&"..." (a Unicode-escaped identifier)'
+    return denied_name(sql, "postgres", POSTGRES_DENIED_FUNCTIONS)
+
+
+DUCKDB_PATH_FUNCTIONS = frozenset(
+    {
+        "duckdb_settings",  # temp_directory, home_directory, extension_directory, ...
+        "current_setting",
+        "duckdb_databases",  # each database's file path
+        "pragma_database_list",
+        "database_list",
+        "duckdb_extensions",  # install paths
+        "duckdb_temporary_files",
+        "duckdb_secrets",
+        "which_secret",
+    }
+)
+"""DuckDB functions an agent tool's statement may not name: they show absolute file paths."""
+
+
+def denied_name(sql: str, dialect: str, names: frozenset[str]) -> str | None:
+    """The first token of ``sql`` outside its literals whose lower-cased text ``names`` holds (quoted
+    names too), or why the text cannot be tokenized; None when there is none.
+
+    >>> denied_name('SELECT * FROM "DuckDB_Settings"()', "duckdb", DUCKDB_PATH_FUNCTIONS)
+    'duckdb_settings'
+    """
     try:
-        tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
+        tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
     except SqlglotError:
         return "a text that cannot be read (an unterminated string or comment?)"
     for token in tokens:
         if token.token_type in _LITERALS:
             continue
         name = token.text.lower()
-        if name in POSTGRES_DENIED_FUNCTIONS:
+        if name in names:
             return name
     return None
 

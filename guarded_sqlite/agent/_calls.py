@@ -48,8 +48,9 @@ DEFAULT_TIMEOUT = 10.0
 ENGINE_MEMORY = {"sqlite": 64 * 2**20, "duckdb": 512 * 2**20, "postgres": 64 * 2**20}
 """Bytes the engine itself may take for one statement in the worker: DuckDB's ``memory_limit``
 (``lockdown.DUCKDB_MEMORY_LIMIT``, 512 MB); for SQLite (2 MB page cache, values capped at
-``lockdown.value_length_limit``, sorts and temporary tables spilled to ``TMPDIR``) and psycopg (rows
-fetched 16 at a time) a margin of 64 MiB."""
+``lockdown.value_length_limit``, sorts and temporary tables in memory, ``temp_store``) the worker's
+``hard_heap_limit`` (``lockdown.cap_sqlite_heap``), and for psycopg (rows fetched 16 at a time) a
+margin, of 64 MiB."""
 
 _SLACK = 32 * 2**20
 """Bytes of margin for the interpreter's own allocations during a call (arenas, thread stacks)."""

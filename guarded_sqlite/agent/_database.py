@@ -158,15 +158,11 @@ class GuardedDatabase:
         connection: Any = None
         try:
             if duck:
-                import duckdb
-
-                from .lockdown import DUCKDB_AGENT_CONFIG
+                from .lockdown import connect_duckdb
 
                 # Read-only unless writes are allowed: DuckDB has no query_only, and a SELECT can write
                 # (nextval() advances a stored sequence).
-                raw_duck = duckdb.connect(
-                    str(path), read_only=read_only or not allow_writes, config=DUCKDB_AGENT_CONFIG
-                )
+                raw_duck = connect_duckdb(str(path), read_only=read_only or not allow_writes)
                 connection = wrap(raw_duck, guard=_agent_policy(guard, limits))
             else:
                 # mode=rw never creates a missing file; as_uri() percent-encodes '?', '#' and '%' in the
@@ -224,7 +220,7 @@ class GuardedDatabase:
         The MCP server passes what is left of ``timeout`` since the request arrived."""
         from .._analysis.rewrite import MAX_PARSED_CHARS, is_read_only_query
         from .._core.deadlines import call_deadline, interrupt_after
-        from .lockdown import denied_call_problem, single_statement_problem
+        from .lockdown import denied_call_problem, reseed_duckdb, single_statement_problem
 
         arrived = time.monotonic()
         limit = self.timeout if time_limit is None else min(self.timeout, time_limit)
@@ -250,7 +246,11 @@ class GuardedDatabase:
                 f"statements of up to {MAX_PARSED_CHARS:,} characters. Shorten it (fewer literals in IN "
                 "lists, no long comments).",
             )
-        if not self.allow_writes and not is_read_only_query(sql, self.dialect):
+        # A DuckDB statement that starts as a read is judged by DuckDB's own parser under the lock
+        # (single_statement_problem: one SELECT by its type, on a file opened read-only), so its reads that
+        # sqlglot's tokens do not know are answered: DESCRIBE, SHOW, SUMMARIZE, FROM t LIMIT 1.
+        duck_read = self.dialect == "duckdb" and _first_word(sql) in _DUCKDB_READ_WORDS
+        if not self.allow_writes and not duck_read and not is_read_only_query(sql, self.dialect):
             first = _first_word(sql)
             if first in _QUERY_WORDS or first in _NOT_QUERY_WORDS:
                 raise QueryRefused(
@@ -281,28 +281,32 @@ class GuardedDatabase:
                 run = functools.partial(self._run_postgres, sql, tuple(parameters), limit)
                 description, rows, over, report, count = self._on_postgres(run, limit)
             else:
-                # Re-sent until the call ends: SQLite drops an interrupt that falls between two statements
-                # (the guard's Python work), and call_deadline bounds the guard's own statements.
-                deadline = interrupt_after(limit, self._raw.interrupt, every=_REINTERRUPT_EVERY)
                 try:
-                    with deadline, call_deadline(limit):
-                        cur = self.connection.execute(sql, tuple(parameters))
-                        description = cur.description
-                        rows, over = self._fetch_within_limits(cur, deadline)
-                except Exception as failure:
-                    self._refuse_failure(failure, deadline.fired)
-                    raise  # not reached: _refuse_failure raises
-                # Rows may come from guard statements cut short: none are served late. A write that ended
-                # has happened, so its answer says so rather than "stopped".
-                if deadline.fired and description is not None:
-                    if over and self.dialect == "sqlite":
-                        cur.close()
-                    self._refuse_failure(TimeoutError("time limit passed"), True)
-                report = cur.guard_report
-                if over and self.dialect == "sqlite":  # a DuckDB connection is its own cursor: never closed here
-                    cur.close()  # lets go of the rest of the result now, not at the next statement
-                # sqlite3 gives -1 for DDL and queries: only a write's count is a count of changed rows.
-                count = getattr(cur, "rowcount", -1) if description is None else -1
+                    # Re-sent until the call ends: SQLite drops an interrupt that falls between two statements
+                    # (the guard's Python work), and call_deadline bounds the guard's own statements.
+                    deadline = interrupt_after(limit, self._raw.interrupt, every=_REINTERRUPT_EVERY)
+                    try:
+                        with deadline, call_deadline(limit):
+                            cur = self.connection.execute(sql, tuple(parameters))
+                            description = cur.description
+                            rows, over = self._fetch_within_limits(cur, deadline)
+                    except Exception as failure:
+                        self._refuse_failure(failure, deadline.fired)
+                        raise  # not reached: _refuse_failure raises
+                    # Rows may come from guard statements cut short: none are served late. A write that ended
+                    # has happened, so its answer says so rather than "stopped".
+                    if deadline.fired and description is not None:
+                        if over and self.dialect == "sqlite":
+                            cur.close()
+                        self._refuse_failure(TimeoutError("time limit passed"), True)
+                    report = cur.guard_report
+                    if over and self.dialect == "sqlite":  # a DuckDB connection is its own cursor: never closed here
+                        cur.close()  # lets go of the rest of the result now, not at the next statement
+                    # sqlite3 gives -1 for DDL and queries: only a write's count is a count of changed rows.
+                    count = getattr(cur, "rowcount", -1) if description is None else -1
+                finally:
+                    if self.dialect == "duckdb":  # setseed() is the connection's: no call's carries to the next
+                        reseed_duckdb(self._raw)
         assert report is not None  # every guarded execute sets one
         columns = tuple(entry[0] for entry in description) if description is not None else ()
         feedback = report.feedback()
@@ -316,8 +320,8 @@ class GuardedDatabase:
         if over == "chars":
             raise QueryRefused(
                 "too_large",
-                f"Refused: the rows take more than this tool's limit of {self.max_chars} characters as JSON. "
-                "Select fewer or narrower columns, or add a LIMIT.",
+                f"Refused: the rows and their column names take more than this tool's limit of {self.max_chars} "
+                "characters as JSON. Select fewer or narrower columns, give them shorter names, or add a LIMIT.",
                 feedback,
             )
         changed = count if isinstance(count, int) and count >= 0 else None
@@ -487,10 +491,15 @@ class GuardedDatabase:
     def _fetch_within_limits(self, cur: Any, deadline: Deadline) -> tuple[list[Any], str]:
         """The rows of ``cur``, fetched a few at a time and stopped as soon as they pass ``max_rows``
         (``"rows"``) or their JSON passes ``max_chars`` (``"chars"``); ``""`` when within both. The
-        count is the length of ``json.dumps(rows)``, computed row by row. Raises TimeoutError once
+        count is the length of ``json.dumps(rows)``, computed row by row, plus that of the column names
+        (DuckDB's ``query()`` builds them at run time: a short statement can name a column with millions
+        of characters), which are counted before any row is fetched. Raises TimeoutError once
         ``deadline`` fired: rows the guard buffered are served without a statement to interrupt."""
         rows: list[Any] = []
-        size = 2  # the brackets of the JSON list
+        names = [str(entry[0]) for entry in cur.description or ()]
+        size = 2 + len(json.dumps(names, ensure_ascii=False))  # the brackets of the JSON list, the names
+        if size > self.max_chars:
+            return rows, "chars"
         while True:
             if deadline.fired:
                 raise TimeoutError("time limit passed while fetching")
@@ -578,6 +587,8 @@ _REINTERRUPT_EVERY = 0.02
 _QUERY_WORDS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
 """First words of statements that read as queries (DuckDB's ``FROM t`` among them): refused only for a
 write inside (``WITH ... DELETE``)."""
+
+_DUCKDB_READ_WORDS = _QUERY_WORDS | {"DESCRIBE", "SHOW", "SUMMARIZE"}
 
 _NOT_QUERY_WORDS = frozenset(
     "INSERT UPDATE DELETE REPLACE UPSERT MERGE CREATE DROP ALTER TRUNCATE ATTACH DETACH PRAGMA VACUUM "

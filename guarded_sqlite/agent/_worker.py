@@ -10,8 +10,9 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
-from ._calls import QueryRefused, worker_memory_allowance
+from ._calls import ENGINE_MEMORY, QueryRefused, worker_memory_allowance
 from ._database import GuardedDatabase
+from .lockdown import cap_sqlite_heap
 
 __all__ = ["main"]
 
@@ -53,6 +54,8 @@ def _serve(requests: Connection, answers: Connection) -> None:
     )
     with db:
         allowance = worker_memory_allowance(db.dialect, db.max_chars, db.max_rows)
+        if db.dialect == "sqlite":  # this process is the worker's alone: SQLite's heap, spills included
+            cap_sqlite_heap(ENGINE_MEMORY["sqlite"])
         _limit_memory(allowance)
         while True:
             try:

@@ -8,13 +8,19 @@ stops a statement is ending the process that runs it.
 ``IsolatedDatabase`` is a ``GuardedDatabase`` whose database lives in a child process
 (``python -m guarded_sqlite.agent._worker``). The child opens the file with ``GuardedDatabase.open`` and the
 same options, so everything that object enforces (the lockdown, the limits while fetching, the
-in-process deadline) applies there unchanged; it answers one request at a time. The parent waits at
-most ``timeout + KILL_GRACE`` seconds for an answer; past that it kills the child, starts a fresh one
-and refuses the call as a timeout. In the child the in-process limit acts first, so a statement that
-can be interrupted ends with a refusal and the child lives on; only the rest cost a restart.
+in-process deadline) applies there unchanged; it answers one request at a time. A call's limit counts
+from its arrival: it waits for the child (other calls using it, a new child opening) within that limit
+or is refused as ``busy``, and the parent waits for an answer until ``timeout + KILL_GRACE`` seconds
+after the arrival; past that it kills the child, starts a fresh one and refuses the call as a timeout.
+In the child the in-process limit (what is left of the call's) acts first, so a statement that can be
+interrupted ends with a refusal and the child lives on; only the rest cost a restart.
 
-A child that dies on its own (a crash inside the database library) is restarted the same way and the
-call is refused with the reason; the server goes on serving.
+A child that dies while running a statement (a crash inside the database library) is restarted the
+same way and the call is refused with the reason; one that died between calls is replaced by the next
+call, which it then serves. A child that cannot open the database is ended and the call refused as
+``unavailable`` with the reason; a later call starts another, once the back-off since the last attempt
+has passed (``RETRY_BACKOFF``). The child's ``TMPDIR`` is a folder of its own that the parent removes
+when the child ends, so a killed child's temporary files (DuckDB's spill) do not stay behind.
 
 Messages are pickles over two pipes (``multiprocessing.connection.Connection``), written only by this
 module on both sides; the child's stdout is not used, so an MCP server's stdio stays its own.
@@ -23,16 +29,18 @@ module on both sides; the child's stdout is not used, so an MCP server's stdio s
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._calls import QueryRefused, QueryResult, busy_refusal
+from ._calls import ENGINE_MEMORY, QueryRefused, QueryResult, busy_refusal, worker_memory_allowance
 from ._database import GuardedDatabase
 from ._postgres_session import RETRY_BACKOFF
 from .schema_info import SchemaInfo
@@ -56,6 +64,10 @@ class _Worker:
     """One child process and its two pipe ends; ``options`` are sent first, the answer comes later."""
 
     def __init__(self, options: dict[str, Any]) -> None:
+        # The child's temporary files (DuckDB's spill) go to a folder of its own, removed when it ends
+        # however it ends: a killed process cannot remove its own.
+        self.scratch = tempfile.mkdtemp(prefix="guarded-sqlite-worker-")
+        environment = {**os.environ, "TMPDIR": self.scratch, "SQLITE_TMPDIR": self.scratch}
         to_child_read, to_child_write = os.pipe()
         from_child_read, from_child_write = os.pipe()
         try:
@@ -64,12 +76,14 @@ class _Worker:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 pass_fds=(to_child_read, from_child_write),
+                env=environment,
                 # Ctrl-C in a terminal reaches the whole process group; the parent decides when the child ends.
                 start_new_session=True,
             )
         except BaseException:
             os.close(to_child_write)
             os.close(from_child_read)
+            shutil.rmtree(self.scratch, ignore_errors=True)
             raise
         finally:
             os.close(to_child_read)
@@ -108,6 +122,21 @@ class _Worker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def headroom(self) -> int | None:
+        """Bytes the child may still map before its ``RLIMIT_DATA``, or None where /proc does not say.
+        DuckDB's allocator keeps the address space a large statement used, so after one the child can
+        be too close to its cap for the next call's Python objects."""
+        try:
+            status = Path(f"/proc/{self.process.pid}/status").read_text()
+            limits = Path(f"/proc/{self.process.pid}/limits").read_text()
+        except OSError:
+            return None
+        data = next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmData:")), None)
+        cap = next((line.split()[3] for line in limits.splitlines() if line.startswith("Max data size")), None)
+        if data is None or cap is None or not cap.isdigit():
+            return None
+        return int(cap) - data
+
     def ended(self) -> str:
         code = self.process.wait()
         if code < 0:
@@ -123,6 +152,7 @@ class _Worker:
         self.process.wait()
         self.requests.close()
         self.answers.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def close(self) -> None:
         try:
@@ -242,6 +272,8 @@ class IsolatedDatabase(GuardedDatabase):
                     )
                 self._replace()
                 raise _timeout_refusal(self.timeout)
+            if bounded and self._spent(worker):
+                self._replace()  # before the next call rather than during it
         finally:
             self._lock.release()
         kind = reply[0]
@@ -250,6 +282,12 @@ class IsolatedDatabase(GuardedDatabase):
         if kind == "refused":
             raise QueryRefused(reply[1], reply[2], reply[3])
         raise WorkerError(reply[1])
+
+    def _spent(self, worker: _Worker) -> bool:
+        """Whether ``worker`` has less room left under its memory cap than a call's own objects need."""
+        headroom = worker.headroom()
+        share = worker_memory_allowance(self.dialect, self.max_chars, self.max_rows) - ENGINE_MEMORY[self.dialect]
+        return headroom is not None and headroom < share
 
     def _ready_worker(self, give_up_at: float) -> _Worker:
         """A worker that has opened the database, started now if there is none (or it died while idle:

@@ -39,6 +39,13 @@ hypothesis token soups of the same words, through the ``query`` tool. What is me
   is not the call's growth; it is not counted.
 - Still serving: after the corpus the server answers ``schema`` and a query, and exits when its stdin
   closes.
+- Issue 36: PostgreSQL runs as the documented role, and after every call another plain connection to
+  the server opens and no advisory lock is held; the corpus holds session state (advisory locks,
+  ``LISTEN``, ``setseed``, ``set_config``), signals to backends (``pg_terminate_backend`` of its own and
+  its role's sessions), catalog functions that show paths, and sorts that would spill to disk. The
+  server keeps an audit log (``--audit-log``): one line per call, and none of the corpus's file paths
+  in it. A queue case sends slow statements and a benign one at once: each is answered within the
+  limit from its own arrival.
 """
 
 from __future__ import annotations
@@ -265,7 +272,9 @@ class Server:
             PYTHONPATH=os.pathsep.join([str(self.home / "hook"), *filter(None, [env.get("PYTHONPATH")])]),
             GUARDED_HOSTILE_AUDIT=str(self.audit),
         )
+        self.log = self.home / "calls.jsonl"
         args = [sys.executable, "-m", "guarded_sqlite", "mcp", self.target, "--timeout", f"{TIMEOUT:g}"]
+        args += ["--audit-log", str(self.log)]
         if self.read_only:
             args.append("--read-only")
         self.stderr = open(self.home / "stderr.log", "wb")
@@ -383,6 +392,27 @@ class Server:
                     foreign.append(f"pid {pid}: a socket {inode} of another family")
         return foreign
 
+    def pipeline(self, statements: list[str]) -> list[tuple[dict[str, Any], float]]:
+        """Send every statement at once (pipelined, as parallel tool calls arrive); each answer with
+        its seconds from when its own request was sent."""
+        sent: dict[int, tuple[int, float]] = {}
+        for index, sql in enumerate(statements):
+            self._id += 1
+            sent[self._id] = (index, time.monotonic())
+            params = {"name": "query", "arguments": {"sql": sql}}
+            self._send({"jsonrpc": "2.0", "id": self._id, "method": "tools/call", "params": params})
+        answers: list[tuple[dict[str, Any], float]] = [({}, 0.0)] * len(statements)
+        give_up = time.monotonic() + 60
+        pending = set(sent)
+        while pending:
+            answer = self.answers.get(timeout=max(0.0, give_up - time.monotonic()))
+            assert answer is not None, self.stderr_text()
+            if answer.get("id") in pending:
+                index, at = sent[answer["id"]]
+                answers[index] = (answer, time.monotonic() - at)
+                pending.discard(answer["id"])
+        return answers
+
     def audited(self) -> list[str]:
         if not self.audit.exists():
             return []
@@ -426,6 +456,10 @@ SQLITE_ONLY = [
     "LIMIT 1",
     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 3000000) SELECT group_concat(i) FROM n",
     "SELECT instr(printf('%.*c', 900000, 'x'), printf('%.*c', 400000, 'x') || 'y')",
+    # Disk (issue 36): a full sort that SQLite would spill to TMPDIR; in memory, under the heap cap.
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 3000000) "
+    "SELECT i, printf('%.*c', 50, 'x') FROM n ORDER BY random()",
+    "SELECT file FROM pragma_database_list",
     "ATTACH 'file:{outside}.uri?mode=rwc' AS u",
     "SELECT writefile('{outside}.w', 'x')",
 ]
@@ -449,6 +483,13 @@ DUCKDB_ONLY = [
     "SELECT current_setting('lock_configuration')",
     "CHECKPOINT",
     "SELECT setseed(0.5)",
+    # Disk and paths (issue 36): a sort past memory_limit spills at most max_temp_directory_size.
+    "SELECT i, md5(i::VARCHAR) AS h FROM range(30000000) t(i) ORDER BY h",
+    "SELECT * FROM query('SELECT 1 AS \"' || repeat('x', 30000000) || '\"')",
+    "SELECT * FROM duckdb_settings()",
+    "SELECT path FROM duckdb_databases()",
+    "DESCRIBE customers",
+    "SUMMARIZE customers",
 ]
 
 PG_ONLY = [
@@ -562,7 +603,15 @@ class Scene:
         )
 
     def listing(self) -> dict[str, list[str]]:
-        return {name: sorted(os.listdir(self.home / name)) for name in ("out", "cwd", "tmp", "home")}
+        """What the folders hold, but the worker's own temporary folder (which its parent removes)."""
+        return {
+            name: sorted(entry for entry in os.listdir(self.home / name) if not entry.startswith(WORKER_TMP))
+            for name in ("out", "cwd", "tmp", "home")
+        }
+
+
+WORKER_TMP = "guarded-sqlite-worker-"
+"""The prefix of a worker process's TMPDIR, made under the server's and removed when the worker ends."""
 
 
 HEALTH = "SELECT count(*) AS n FROM customers"
@@ -601,8 +650,12 @@ def finish(server: Server, scene: Scene, listing: dict[str, list[str]]) -> None:
     allowed = f", {scene.db_port})" if scene.db_port else None
     assert all(allowed and allowed in line for line in sockets), sockets
     assert server.close() == 0, server.stderr_text()
+    logged = server.log.read_text(encoding="utf-8").splitlines()
+    assert len(logged) == len(server.calls) + 1, "one audit line per call"  # and the schema call
+    assert all(scene.outside not in line and "/etc/passwd" not in line for line in logged)
     assert scene.canary.hits == []
     assert scene.listing() == listing
+    assert not list((scene.home / "tmp").glob(WORKER_TMP + "*")), "a worker's temporary folder stayed"
     assert list(Path(scene.outside).parent.glob(Path(scene.outside).name + "*")) == []
     assert scene.state() == scene.initial, "the database changed"
 
@@ -753,3 +806,32 @@ def test_generated_corpus_through_the_mcp_server(
         if server.process.poll() is None:
             server.close()
         record(engine, server.calls)
+
+
+SLOW = {
+    "sqlite": "SELECT instr(printf('%.*c', 999000, 'a'), printf('%.*c', 250000, 'a') || 'b')",
+    "duckdb": "SELECT count(*) FROM range(100000000000)",
+    "postgres": "SELECT pg_sleep(30)",
+}
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb", "postgres"])
+def test_calls_arriving_together_are_each_answered_within_their_limit(
+    engine: str, tmp_path: Path, canary: Canary, request: pytest.FixtureRequest
+) -> None:
+    """a21 through the MCP server: four slow statements and a benign one at once; each answered within
+    TIMEOUT + SLACK of its own request (the benign one served or refused as busy), and the next call
+    is served."""
+    scene = make_scene(engine, tmp_path, canary, request)
+    server = Server(scene.target, scene.home, db_port=scene.db_port)
+    try:
+        answers = server.pipeline([SLOW[engine]] * 4 + [HEALTH])
+        for answer, seconds in answers:
+            assert "result" in answer and seconds <= TIMEOUT + SLACK, (seconds, answer)
+        benign = answers[-1][0]["result"]
+        assert not benign.get("isError") or "busy" in benign["content"][0]["text"], benign
+        health = server.query(HEALTH)
+        assert not health.is_error and health.seconds <= TIMEOUT + SLACK, health.text
+    finally:
+        if server.process.poll() is None:
+            server.close()

@@ -1,7 +1,8 @@
 """The worker process of ``isolation.IsolatedDatabase``: opens the database with ``GuardedDatabase.open``
 (in process, with the parent's options), caps its own memory (``RLIMIT_DATA``) and answers one request
-at a time over the two pipes the parent passed, until told to close. Run as
-``python -m guarded_sqlite.agent._worker READ_FD WRITE_FD``, never imported by the library."""
+at a time over the two pipes the parent passed, until told to close. Started by ``isolation`` as
+``main([READ_FD, WRITE_FD])`` (``python -m guarded_sqlite.agent._worker READ_FD WRITE_FD`` does the
+same), never imported by the library."""
 
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def _data_bytes() -> int | None:
 
 
 def main(argv: list[str]) -> None:
-    """Entry point of ``python -m guarded_sqlite.agent._worker READ_FD WRITE_FD``."""
+    """Entry point of the worker: ``argv`` is ``[READ_FD, WRITE_FD]``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the child; Ctrl-C is the parent's
     _serve(Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False))
 

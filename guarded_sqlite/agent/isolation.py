@@ -6,14 +6,15 @@ limit, and holds the tool's lock all along. Bounding value sizes does not bound 
 stops a statement is ending the process that runs it.
 
 ``IsolatedDatabase`` is a ``GuardedDatabase`` whose database lives in a child process
-(``python -m guarded_sqlite.agent._worker``). The child opens the file with ``GuardedDatabase.open`` and the
-same options, so everything that object enforces (the lockdown, the limits while fetching, the
-in-process deadline) applies there unchanged; it answers one request at a time. A call's limit counts
-from its arrival: it waits for the child (other calls using it, a new child opening) within that limit
-or is refused as ``busy``, and the parent waits for an answer until ``timeout + KILL_GRACE`` seconds
-after the arrival; past that it kills the child, starts a fresh one and refuses the call as a timeout.
-In the child the in-process limit (what is left of the call's) acts first, so a statement that can be
-interrupted ends with a refusal and the child lives on; only the rest cost a restart.
+(``guarded_sqlite.agent._worker``, imported from the folder this process imported the package from). The
+child opens the file with ``GuardedDatabase.open`` and the same options, so everything that object
+enforces (the lockdown, the limits while fetching, the in-process deadline) applies there unchanged; it
+answers one request at a time. A call's limit counts from its arrival: it waits for the child (other
+calls using it, a new child opening) within that limit or is refused as ``busy``, and the parent waits
+for an answer until ``timeout + KILL_GRACE`` seconds after the arrival; past that it kills the child,
+starts a fresh one and refuses the call as a timeout. In the child the in-process limit (what is left of
+the call's) acts first, so a statement that can be interrupted ends with a refusal and the child lives
+on; only the rest cost a restart.
 
 A child that dies while running a statement (a crash inside the database library) is restarted the
 same way and the call is refused with the reason; one that died between calls is replaced by the next
@@ -72,7 +73,7 @@ class _Worker:
         from_child_read, from_child_write = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "guarded_sqlite.agent._worker", str(to_child_read), str(from_child_write)],
+                [sys.executable, "-c", _BOOT, _PACKAGE_ROOT, str(to_child_read), str(from_child_write)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 pass_fds=(to_child_read, from_child_write),
@@ -161,6 +162,19 @@ class _Worker:
         except (OSError, subprocess.TimeoutExpired):
             pass
         self.kill()
+
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+"""The folder this process imported ``guarded_sqlite`` from."""
+
+_BOOT = (
+    "import sys; root = sys.argv.pop(1); del sys.path[0]; "
+    "sys.path.insert(0, root) if root not in sys.path else None; "
+    "from guarded_sqlite.agent._worker import main; main(sys.argv[1:])"
+)
+"""The child's program: ``python -m`` would put the working directory first on ``sys.path``, so a
+server started inside another checkout of the package ran that checkout's worker. The child drops
+that entry and imports the package from where this process did."""
 
 
 def _seconds(timeout: float) -> float | None:

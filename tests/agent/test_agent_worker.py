@@ -144,3 +144,22 @@ def test_a_call_that_arrives_with_no_time_left_is_busy_at_once(shop: Path, isola
         kind, seconds = outcome(db, LONG, time_limit=0.3)
         assert kind == "timeout" and seconds < 0.3 + KILL_GRACE + HANDOFF
         assert outcome(db, BENIGN)[0] == "ok"
+
+
+def test_a_worker_left_near_its_memory_cap_is_replaced_after_the_call(
+    shop: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB's allocator keeps the address space a large statement used, so a worker can end a call
+    too close to its RLIMIT_DATA for the next call's objects: it is replaced right after that call."""
+    from guarded_sqlite.agent import isolation
+
+    with GuardedDatabase.open(shop) as db:
+        assert isinstance(db, IsolatedDatabase) and db._worker is not None
+        assert db._worker.headroom() is None or db._worker.headroom() > 0
+        monkeypatch.setattr(isolation._Worker, "headroom", lambda self: 0)
+        first = db._worker
+        assert db.query(BENIGN).rows == ((6,),)  # served, then the worker is replaced
+        assert db._worker is not first and db.restarts == 1
+        monkeypatch.undo()
+        assert db.query(BENIGN).rows == ((6,),)
+        assert db.restarts == 1

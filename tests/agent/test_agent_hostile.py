@@ -12,14 +12,15 @@ hypothesis token soups of the same words, through the ``query`` tool. What is me
 - Answered: each call gets a JSON-RPC result (rows, or a tool error whose text the model reads), never
   a JSON-RPC error or silence, within ``timeout + 1`` s of wall time from sending the request to
   reading the answer; a plain query after every hostile one still answers with the right rows.
-- Nothing written: the SQLite and DuckDB files' bytes are compared before and after; on PostgreSQL a
+- Nothing written: the SQLite and DuckDB files' bytes are compared before and after every call; on PostgreSQL a
   checksum of every row of the shop, the sequence's position, the large objects and the schema's
   tables (``PG_STATE``).
 - No file created: the server runs with its working directory, ``TMPDIR`` and ``HOME`` in the test's
   temporary folder; the statements point at a folder there (``{out}``), at relative names (the working
   directory), at ``~`` and at names under the system's ``/tmp`` (``{outside}``, unique per run, written
-  by the database server's processes too). Afterwards those folders hold exactly what they held
-  before, and nothing named ``{outside}*`` exists.
+  by the database server's processes too). After every call those folders hold exactly what they
+  held before (but the worker's own temporary folder, which must be gone at the end), and nothing
+  named ``{outside}*`` exists.
 - No socket except to the database server: the statements that reach for the network point at a TCP
   listener the test opens (``Canary``), which must never be connected to, by anyone (the MCP server,
   its worker or the database server). Besides, after every call the sockets of the server process and
@@ -587,11 +588,13 @@ class Scene:
     admin_dsn: str | None = None
     """PostgreSQL: the superuser's DSN, to check that the server still takes new connections."""
     initial: Any = None
+    initial_listing: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("out", "cwd", "tmp", "home"):
             (self.home / name).mkdir(parents=True, exist_ok=True)
         self.initial = self.state()
+        self.initial_listing = self.listing()
 
     def fill(self, template: str) -> str:
         return (
@@ -625,6 +628,9 @@ def check_call(server: Server, scene: Scene, sql: str, limits: tuple[int, int]) 
     assert call.seconds <= TIMEOUT + SLACK, (where, call.seconds, call.text[:300])
     bound = call_memory_bound(scene.engine, *limits, sql_chars=len(sql))
     assert call.growth <= bound, (where, call.growth, bound, call.text[:300])
+    assert scene.state() == scene.initial, (where, "the database changed")
+    assert scene.listing() == scene.initial_listing, (where, "a file was created")
+    assert not list(Path(scene.outside).parent.glob(Path(scene.outside).name + "*")), (where, "a file outside")
     foreign = server.foreign_sockets()
     assert not foreign, (where, foreign)
     health = server.query(HEALTH)
@@ -652,7 +658,6 @@ def finish(server: Server, scene: Scene, listing: dict[str, list[str]]) -> None:
     assert server.close() == 0, server.stderr_text()
     logged = server.log.read_text(encoding="utf-8").splitlines()
     assert len(logged) == len(server.calls) + 1, "one audit line per call"  # and the schema call
-    assert all(scene.outside not in line and "/etc/passwd" not in line for line in logged)
     assert scene.canary.hits == []
     assert scene.listing() == listing
     assert not list((scene.home / "tmp").glob(WORKER_TMP + "*")), "a worker's temporary folder stayed"
@@ -780,6 +785,10 @@ def test_hand_written_corpus_through_the_mcp_server(
         for template in CORPUS[engine]:
             check_call(server, scene, scene.fill(template), LIMITS)
         finish(server, scene, listing)
+        # Every path in this corpus is inside a string literal, which the audit log hides (in the generated
+        # soups a lone quote can leave one outside, where the engine does not read it as a string either).
+        logged = server.log.read_text(encoding="utf-8")
+        assert scene.outside not in logged and "/etc/passwd" not in logged
     finally:
         if server.process.poll() is None:
             server.close()

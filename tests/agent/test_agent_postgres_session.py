@@ -47,7 +47,10 @@ class Reader:
             admin.execute(f"CREATE SCHEMA {self.name}")
             admin.execute(f"SET search_path = {self.name}")
             admin.execute(SETUP)
-            admin.execute(f"CREATE ROLE {self.name} LOGIN")
+            admin.execute(
+                f"CREATE ROLE {self.name} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
+                "NOINHERIT CONNECTION LIMIT 4"
+            )
             admin.execute(f"GRANT USAGE ON SCHEMA {self.name} TO {self.name}")
             admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {self.name} TO {self.name}")
 

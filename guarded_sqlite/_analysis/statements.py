@@ -5,6 +5,7 @@ statement splitter of its own."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import sqlglot
 from sqlglot.errors import SqlglotError
@@ -125,6 +126,16 @@ def denied_name(sql: str, dialect: str, names: frozenset[str]) -> str | None:
     >>> denied_name('SELECT * FROM "DuckDB_Settings"()', "duckdb", DUCKDB_PATH_FUNCTIONS)
     'duckdb_settings'
     """
+    if len(sql) > _CACHED_CHARS:  # not kept in the cache: a long text is read once
+        return _denied_name.__wrapped__(sql, dialect, names)
+    return _denied_name(sql, dialect, names)
+
+
+_CACHED_CHARS = 20_000
+
+
+@lru_cache(maxsize=256)
+def _denied_name(sql: str, dialect: str, names: frozenset[str]) -> str | None:
     try:
         tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
     except SqlglotError:

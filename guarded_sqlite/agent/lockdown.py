@@ -390,7 +390,9 @@ def reset_postgres_session(raw: Any, *, owned: bool, allow_writes: bool) -> None
             cursor.execute("SELECT pg_advisory_unlock_all(), setseed(%s)", (seed,))
         return
     with raw.cursor() as cursor:
-        cursor.execute("DISCARD ALL")  # not inside a transaction block: its own statement
+        # Its own statement, outside a transaction block; never prepared: psycopg would prepare it after a
+        # few calls, and the statement deallocates itself while psycopg keeps its name.
+        cursor.execute("DISCARD ALL", prepare=False)
         if allow_writes:
             cursor.execute("SELECT setseed(%s)", (seed,))
         else:

@@ -6,6 +6,8 @@ same), never imported by the library."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sys
 import traceback
@@ -13,6 +15,7 @@ from multiprocessing.connection import Connection
 
 from ._calls import ENGINE_MEMORY, QueryRefused, worker_memory_allowance
 from ._database import GuardedDatabase
+from .isolation import SCRATCH_PREFIX
 from .lockdown import cap_sqlite_heap
 
 __all__ = ["main"]
@@ -123,7 +126,14 @@ def _data_bytes() -> int | None:
 def main(argv: list[str]) -> None:
     """Entry point of the worker: ``argv`` is ``[READ_FD, WRITE_FD]``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the child; Ctrl-C is the parent's
-    _serve(Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False))
+    try:
+        _serve(Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False))
+    finally:
+        # The folder the parent made for this process's temporary files: removed here too, for a parent
+        # that ended without closing the database (the pipes' end is this process's signal to stop).
+        scratch = os.environ.get("TMPDIR", "")
+        if os.path.basename(scratch).startswith(SCRATCH_PREFIX):
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -46,11 +46,14 @@ from ._database import GuardedDatabase
 from ._postgres_session import RETRY_BACKOFF
 from .schema_info import SchemaInfo
 
-__all__ = ["KILL_GRACE", "READY_TIMEOUT", "IsolatedDatabase", "WorkerError"]
+__all__ = ["KILL_GRACE", "READY_TIMEOUT", "SCRATCH_PREFIX", "IsolatedDatabase", "WorkerError"]
 
 KILL_GRACE = 0.5
 """Seconds past the time limit the parent waits before it kills the worker: time for the child's own
 interrupt to end the statement and answer with the usual refusal."""
+
+SCRATCH_PREFIX = "guarded-sqlite-worker-"
+"""How the name of the folder made for a worker's temporary files (its ``TMPDIR``) starts."""
 
 READY_TIMEOUT = 60.0
 """Seconds a new worker may take to start and open the database before opening fails."""
@@ -67,7 +70,7 @@ class _Worker:
     def __init__(self, options: dict[str, Any]) -> None:
         # The child's temporary files (DuckDB's spill) go to a folder of its own, removed when it ends
         # however it ends: a killed process cannot remove its own.
-        self.scratch = tempfile.mkdtemp(prefix="guarded-sqlite-worker-")
+        self.scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
         environment = {**os.environ, "TMPDIR": self.scratch, "SQLITE_TMPDIR": self.scratch}
         to_child_read, to_child_write = os.pipe()
         from_child_read, from_child_write = os.pipe()

@@ -829,8 +829,7 @@ def test_calls_arriving_together_are_each_answered_within_their_limit(
     engine: str, tmp_path: Path, canary: Canary, request: pytest.FixtureRequest
 ) -> None:
     """a21 through the MCP server: four slow statements and a benign one at once; each answered within
-    TIMEOUT + SLACK of its own request (the benign one served or refused as busy), and the next call
-    is served."""
+    TIMEOUT + SLACK of its own request (the benign one served or refused), and the next call is served."""
     scene = make_scene(engine, tmp_path, canary, request)
     server = Server(scene.target, scene.home, db_port=scene.db_port)
     try:
@@ -838,7 +837,9 @@ def test_calls_arriving_together_are_each_answered_within_their_limit(
         for answer, seconds in answers:
             assert "result" in answer and seconds <= TIMEOUT + SLACK, (seconds, answer)
         benign = answers[-1][0]["result"]
-        assert not benign.get("isError") or "busy" in benign["content"][0]["text"], benign
+        # Served, or refused (busy, a new worker still starting, or a timeout when it got the worker with
+        # little of its limit left): never after the others' limits added up.
+        assert not benign.get("isError") or benign["content"][0]["text"].startswith("Refused: "), benign
         health = server.query(HEALTH)
         assert not health.is_error and health.seconds <= TIMEOUT + SLACK, health.text
     finally:

@@ -229,7 +229,8 @@ _WRITE_TOKENS = frozenset(
         "INSERT",
         "UPDATE",
         "DELETE",
-        "REPLACE",
+        # Not REPLACE: a REPLACE that writes says INTO (a token below); elsewhere it is SQLite's and
+        # PostgreSQL's replace() function, a column named replace, or DuckDB's SELECT * REPLACE (...).
         "MERGE",
         "CREATE",
         "DROP",
@@ -271,7 +272,7 @@ def _is_read_only_query(sql: str, dialect: str) -> bool:
 _PARAMETER_PREFIXES = frozenset({TokenType.PLACEHOLDER, TokenType.PARAMETER, TokenType.COLON})
 
 
-def normalise_literals(sql: str, dialect: str = "sqlite") -> str:
+def normalise_literals(sql: str, dialect: str = "sqlite", *, double_quoted: bool = False) -> str:
     """``sql`` with every literal replaced by ``?``, every other character as written: what may be
     logged of a caller's SQL at INFO, since literals can be secrets (tokens, e-mail addresses).
 
@@ -280,20 +281,28 @@ def normalise_literals(sql: str, dialect: str = "sqlite") -> str:
     strings. Parameters (``?``, ``?1``, ``:name``, ``$1``, ``%s``), identifiers (quoted ones too),
     keywords, ``NULL``/``TRUE``/``FALSE`` and comments are kept. Text that does not tokenize gives
     ``<SQL not shown: N characters>``, never the text itself. A number right after ``:`` is kept as a
-    parameter name, so a slice bound such as ``x[1:2]``'s 2 is not replaced.
+    parameter name, so a slice bound such as ``x[1:2]``'s 2 is not replaced. A word written right after
+    a number is part of it (DuckDB's ``0xFF`` and ``0b101``, PostgreSQL's ``1_000``, which sqlglot reads
+    as a number and a name) and goes with it.
+
+    ``double_quoted=True`` replaces every ``"..."`` token as well: SQLite reads one that names no column
+    as a string (``WHERE email = "ana@example.com"``), which only the schema could tell apart from a
+    quoted name, so the audit log hides both.
 
     >>> normalise_literals("SELECT name FROM t WHERE token = 'tok_9f8e' AND n > 10 AND id = ?")
     'SELECT name FROM t WHERE token = ? AND n > ? AND id = ?'
     >>> normalise_literals("SELECT 'unterminated")
     '<SQL not shown: 20 characters>'
+    >>> normalise_literals('SELECT "name" FROM t WHERE email = "a@b.c" AND k = 0xFF', "duckdb", double_quoted=True)
+    'SELECT ? FROM t WHERE email = ? AND k = ?'
     """
     if _too_long(sql):  # not kept in the cache (see _too_long)
-        return _normalise_literals.__wrapped__(sql, dialect)
-    return _normalise_literals(sql, dialect)
+        return _normalise_literals.__wrapped__(sql, dialect, double_quoted)
+    return _normalise_literals(sql, dialect, double_quoted)
 
 
 @lru_cache(maxsize=256)
-def _normalise_literals(sql: str, dialect: str) -> str:
+def _normalise_literals(sql: str, dialect: str, double_quoted: bool) -> str:
     try:
         sqlglot_dialect = dialect_named(dialect)
         tokens = sqlglot_dialect.tokenize(sql)
@@ -304,18 +313,27 @@ def _normalise_literals(sql: str, dialect: str) -> str:
     pieces: list[str] = []
     copied = 0  # sql[:copied] is already in pieces
     previous: Token | None = None
+    replaced: Token | None = None  # the last token replaced by "?"
     for token in tokens:
         kind = token.token_type
+        adjacent = previous is not None and previous.end + 1 == token.start
         is_parameter_name = (
             kind == TokenType.NUMBER
+            and adjacent
             and previous is not None
             and previous.token_type in _PARAMETER_PREFIXES
-            and previous.end + 1 == token.start
         )
-        if kind in literals and not is_parameter_name:
+        if replaced is not None and replaced is previous and adjacent and replaced.token_type == TokenType.NUMBER:
+            if sql[token.start].isalnum() or sql[token.start] == "_":  # 0xFF: the rest of the number
+                copied = token.end + 1
+                replaced = previous = token
+                continue
+        quoted = double_quoted and sql[token.start] == '"' and kind == TokenType.IDENTIFIER
+        if (kind in literals and not is_parameter_name) or quoted:
             pieces.append(sql[copied : token.start])
             pieces.append("?")
             copied = token.end + 1
+            replaced = token
         previous = token
     pieces.append(sql[copied:])
     return "".join(pieces)

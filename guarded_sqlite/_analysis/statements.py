@@ -4,12 +4,21 @@ statement splitter of its own."""
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
+
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re-exports it
 
 from .trees import dialect_named
 
-__all__ = ["postgres_statements_problem"]
+__all__ = [
+    "DUCKDB_PATH_FUNCTIONS",
+    "POSTGRES_DENIED_FUNCTIONS",
+    "denied_name",
+    "postgres_denied_call",
+    "postgres_statements_problem",
+]
 
 
 def postgres_statements_problem(sql: str) -> str | None:
@@ -35,3 +44,123 @@ def postgres_statements_problem(sql: str) -> str | None:
     if statements > 1:
         return f"it holds {statements} statements; send one statement per call"
     return None
+
+
+POSTGRES_DENIED_FUNCTIONS = frozenset(
+    {
+        # Session-level advisory locks outlive the call's ROLLBACK and share one lock table with the whole
+        # server; the transaction-level ones still fill it while the call runs.
+        *(
+            f"pg_{try_}advisory_{xact}lock{shared}"
+            for try_ in ("", "try_")
+            for xact in ("", "xact_")
+            for shared in ("", "_shared")
+        ),
+        "pg_advisory_unlock",
+        "pg_advisory_unlock_shared",
+        "pg_advisory_unlock_all",
+        # Signals: any role may signal the backends of its own role (the tool's own connection among them).
+        "pg_terminate_backend",
+        "pg_cancel_backend",
+        "pg_reload_conf",
+        "pg_rotate_logfile",
+        "pg_log_backend_memory_contexts",
+        "pg_promote",
+        "pg_notify",
+        # Functions that run a query given as text, which no reading of the statement sees into.
+        "query_to_xml",
+        "query_to_xmlschema",
+        "query_to_xml_and_xmlschema",
+        "cursor_to_xml",
+        "cursor_to_xmlschema",
+        "ts_stat",
+        "dblink",
+        "dblink_exec",
+        "dblink_connect",
+        "dblink_connect_u",
+        "dblink_send_query",
+        "dblink_open",
+    }
+)
+"""Functions an agent tool's statement may not name on PostgreSQL, by lower-case name: what a read-only
+transaction allows but lets one call reach past its own transaction (locks, other sessions, the
+server's configuration) or run SQL this check cannot read. The session is reset after every call as
+well (``agent.lockdown.reset_postgres_session``); this refusal keeps a call from harming others while it
+runs."""
+
+
+def postgres_denied_call(sql: str) -> str | None:
+    """The first name in ``sql`` that ``POSTGRES_DENIED_FUNCTIONS`` holds, read from sqlglot's tokens
+    (quoted and schema-qualified names too, strings and comments not), or why the text cannot be read
+    that way; None when it names none. Fails closed: a text that does not tokenize, or that holds a
+    Unicode-escaped identifier (``U&"..."``, whose name only the server decodes), is refused.
+
+    >>> postgres_denied_call("SELECT pg_catalog.\\"PG_TERMINATE_BACKEND\\"(pg_backend_pid())")
+    'pg_terminate_backend'
+    >>> postgres_denied_call("SELECT 'pg_advisory_lock(1)' AS text -- pg_advisory_lock(1)")
+    """
+    if "&" in sql and _UNICODE_IDENTIFIER.search(sql):
+        return 'U&"..." (a Unicode-escaped identifier)'
+    return denied_name(sql, "postgres", POSTGRES_DENIED_FUNCTIONS)
+
+
+DUCKDB_PATH_FUNCTIONS = frozenset(
+    {
+        "duckdb_settings",  # temp_directory, home_directory, extension_directory, ...
+        "current_setting",
+        "duckdb_databases",  # each database's file path
+        "pragma_database_list",
+        "database_list",
+        "duckdb_extensions",  # install paths
+        "duckdb_temporary_files",
+        "duckdb_secrets",
+        "which_secret",
+    }
+)
+"""DuckDB functions an agent tool's statement may not name: they show absolute file paths."""
+
+
+def denied_name(sql: str, dialect: str, names: frozenset[str]) -> str | None:
+    """The first token of ``sql`` outside its literals whose lower-cased text ``names`` holds (quoted
+    names too), or why the text cannot be tokenized; None when there is none.
+
+    >>> denied_name('SELECT * FROM "DuckDB_Settings"()', "duckdb", DUCKDB_PATH_FUNCTIONS)
+    'duckdb_settings'
+    """
+    if len(sql) > _CACHED_CHARS:  # not kept in the cache: a long text is read once
+        return _denied_name.__wrapped__(sql, dialect, names)
+    return _denied_name(sql, dialect, names)
+
+
+_CACHED_CHARS = 20_000
+
+
+@lru_cache(maxsize=256)
+def _denied_name(sql: str, dialect: str, names: frozenset[str]) -> str | None:
+    try:
+        tokens = dialect_named(dialect).tokenize(sql)
+    except SqlglotError:
+        return "a text that cannot be read (an unterminated string or comment?)"
+    for token in tokens:
+        if token.token_type in _LITERALS:
+            continue
+        name = token.text.lower()
+        if name in names:
+            return name
+    return None
+
+
+_LITERALS = frozenset(
+    {
+        TokenType.STRING,
+        TokenType.NATIONAL_STRING,
+        TokenType.RAW_STRING,
+        TokenType.HEREDOC_STRING,
+        TokenType.BIT_STRING,
+        TokenType.BYTE_STRING,
+        TokenType.HEX_STRING,
+        TokenType.NUMBER,
+    }
+)
+
+_UNICODE_IDENTIFIER = re.compile(r'[uU]&"')

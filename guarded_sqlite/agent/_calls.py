@@ -20,6 +20,7 @@ __all__ = [
     "ENGINE_MEMORY",
     "QueryRefused",
     "QueryResult",
+    "busy_refusal",
     "call_memory_bound",
     "framework_missing",
     "guard_byte_cap",
@@ -47,8 +48,9 @@ DEFAULT_TIMEOUT = 10.0
 ENGINE_MEMORY = {"sqlite": 64 * 2**20, "duckdb": 512 * 2**20, "postgres": 64 * 2**20}
 """Bytes the engine itself may take for one statement in the worker: DuckDB's ``memory_limit``
 (``lockdown.DUCKDB_MEMORY_LIMIT``, 512 MB); for SQLite (2 MB page cache, values capped at
-``lockdown.value_length_limit``, sorts and temporary tables spilled to ``TMPDIR``) and psycopg (rows
-fetched 16 at a time) a margin of 64 MiB."""
+``lockdown.value_length_limit``, sorts and temporary tables in memory, ``temp_store``) the worker's
+``hard_heap_limit`` (``lockdown.cap_sqlite_heap``), and for psycopg (rows fetched 16 at a time) a
+margin, of 64 MiB."""
 
 _SLACK = 32 * 2**20
 """Bytes of margin for the interpreter's own allocations during a call (arenas, thread stacks)."""
@@ -141,13 +143,27 @@ class QueryRefused(Exception):
     likely a typo, while writes are off), ``"too_large"`` (over ``max_rows`` or
     ``max_chars``, a value over the per-value cap, or, with writes off, a statement longer than the
     write check reads: ``rewrite.MAX_PARSED_CHARS``), ``"timeout"``, ``"sql_error"`` (the database
-    rejected the statement), ``"multiple_statements"`` (more than one statement in one call) and
-    ``"empty"`` (no SQL given). ``feedback`` is the guard's feedback on the statement, when it ran."""
+    rejected the statement), ``"multiple_statements"`` (more than one statement in one call),
+    ``"empty"`` (no SQL given), ``"denied"`` (a function the tool does not run: PostgreSQL's advisory
+    locks, signals to server sessions, SQL given as text), ``"busy"`` (the database was busy with other
+    calls for this call's whole time limit; nothing ran), ``"unavailable"`` (the database could not be
+    opened or reached; retried on a later call, after a back-off) and ``"connection_lost"`` (the
+    connection ended during the call; a new one is opened for the next). ``feedback`` is the guard's
+    feedback on the statement, when it ran."""
 
     def __init__(self, kind: str, message: str, feedback: str = "") -> None:
         super().__init__(message if not feedback else f"{message}\n{feedback}")
         self.kind = kind
         self.feedback = feedback
+
+
+def busy_refusal(timeout: float) -> QueryRefused:
+    """The refusal of a call that could not have the database within its time limit."""
+    return QueryRefused(
+        "busy",
+        f"Refused: the database was busy with other calls for this call's whole time limit ({timeout:g} seconds "
+        "at most); nothing was run. Send fewer calls at once, or try again.",
+    )
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,16 @@ object in a worker process, which ``GuardedDatabase.open`` uses by default."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
-import sys
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from .._core.deadlines import Deadline
 from ..report import GuardReport
@@ -23,14 +25,16 @@ from ._calls import (
     DEFAULT_TIMEOUT,
     QueryRefused,
     QueryResult,
+    busy_refusal,
     guard_byte_cap,
     is_postgres_dsn,
-    redact_dsn,
 )
+from ._postgres_session import RECANCEL_EVERY, Canceller, Reconnector, connection_lost
+from ._refusals import CURSOR_NAME, ERROR_CHARS, clipped, failure_refusal, is_database_error
 from .presenting import json_safe
 from .schema_info import SchemaInfo
 
-__all__ = ["GuardedDatabase"]
+__all__ = ["ERROR_CHARS", "GuardedDatabase"]
 
 _DUCKDB_SUFFIXES = (".duckdb", ".ddb")
 
@@ -80,6 +84,10 @@ class GuardedDatabase:
         self.timeout = timeout
         self._raw = raw
         self._lock = threading.Lock()
+        self._reconnector: Reconnector | None = None
+        """Set when this object opened the PostgreSQL connection itself (from a URI): it may open it again."""
+        self._unreset = False
+        """The session could not be reset after the last call: the next one must not run on it as it is."""
         if self.dialect == "sqlite":
             self.value_limit = lock_down_sqlite(
                 raw, allow_writes=allow_writes, value_bytes=value_length_limit(max_chars)
@@ -150,15 +158,11 @@ class GuardedDatabase:
         connection: Any = None
         try:
             if duck:
-                import duckdb
-
-                from .lockdown import DUCKDB_AGENT_CONFIG
+                from .lockdown import connect_duckdb
 
                 # Read-only unless writes are allowed: DuckDB has no query_only, and a SELECT can write
                 # (nextval() advances a stored sequence).
-                raw_duck = duckdb.connect(
-                    str(path), read_only=read_only or not allow_writes, config=DUCKDB_AGENT_CONFIG
-                )
+                raw_duck = connect_duckdb(str(path), read_only=read_only or not allow_writes)
                 connection = wrap(raw_duck, guard=_agent_policy(guard, limits))
             else:
                 # mode=rw never creates a missing file; as_uri() percent-encodes '?', '#' and '%' in the
@@ -176,37 +180,29 @@ class GuardedDatabase:
                 connection.close()
             # Not a DuckDB file, another process's lock, a newer format, an unreadable SQLite file: the
             # database's own errors are the path's problem; anything else is a bug and keeps its traceback.
-            if not _is_database_error(failure):
+            if not is_database_error(failure):
                 raise
             raise ValueError(f"{path}: cannot be opened ({' '.join(str(failure).split())})") from None
 
     @classmethod
     def _open_postgres(cls, dsn: str, *, guard: Any, allow_writes: bool, **limits: Any) -> GuardedDatabase:
-        """``open`` for a PostgreSQL URI."""
-        import psycopg
+        """``open`` for a PostgreSQL URI: the connection is this object's, so it is reset after every
+        call and opened again when it was lost (``_postgres_session``)."""
+        from ._postgres_session import open_postgres
 
-        from .._api import wrap
-
+        policy = _agent_policy(guard, limits)
+        timeout = float(limits.get("timeout", DEFAULT_TIMEOUT))
+        connection = open_postgres(dsn, policy, allow_writes=allow_writes, connect_timeout=min(timeout, 30.0))
         try:
-            # Autocommit: each call's transaction is the tool's own (raw.transaction() begins and ends
-            # it); nothing is left open between calls, holding locks or a snapshot.
-            raw = psycopg.connect(dsn, autocommit=True)
-        except psycopg.Error as failure:
-            raise ValueError(f"{redact_dsn(dsn)}: cannot connect ({' '.join(str(failure).split())})") from None
-        try:
-            if not allow_writes:
-                # A second line behind each call's READ ONLY: any transaction this session starts is
-                # read-only unless it says otherwise (a model's change to it is rolled back with its call).
-                raw.execute("SET default_transaction_read_only = on")
-            connection = wrap(raw, guard=_agent_policy(guard, limits), dialect="postgres")
-            return cls(connection, allow_writes=allow_writes, **limits)
+            db = cls(connection, allow_writes=allow_writes, **limits)
         except BaseException:
-            raw.close()
+            connection.close()
             raise
+        db._reconnector = Reconnector(dsn, policy, allow_writes=allow_writes)
+        return db
 
     def close(self) -> None:
         """Close the connection."""
-
         self.connection.close()
 
     def __enter__(self) -> GuardedDatabase:
@@ -215,12 +211,21 @@ class GuardedDatabase:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def query(self, sql: str, parameters: Sequence[Any] = ()) -> QueryResult:
+    def query(self, sql: str, parameters: Sequence[Any] = (), *, time_limit: float | None = None) -> QueryResult:
         """Run one statement through the guard and return what it served; see ``QueryRefused`` for
-        every refusal. The limits apply to the rows the guard serves (after any repair)."""
+        every refusal. The limits apply to the rows the guard serves (after any repair).
+
+        ``time_limit`` (at most ``timeout``, its default) is how long this call may take from now,
+        waiting for the database included: a call that cannot have it in time is refused as ``busy``.
+        The MCP server passes what is left of ``timeout`` since the request arrived."""
         from .._analysis.rewrite import MAX_PARSED_CHARS, is_read_only_query
         from .._core.deadlines import call_deadline, interrupt_after
-        from .lockdown import single_statement_problem
+        from .lockdown import denied_call_problem, reseed_duckdb, single_statement_problem
+
+        arrived = time.monotonic()
+        limit = self.timeout if time_limit is None else min(self.timeout, time_limit)
+        if limit <= 0:  # it waited its whole limit before it got here (the MCP SDK's thread pool)
+            raise busy_refusal(self.timeout)
 
         if not isinstance(sql, str) or not sql.strip():
             raise QueryRefused("empty", "No SQL was given: pass one SELECT (or WITH ... SELECT) statement.")
@@ -241,7 +246,11 @@ class GuardedDatabase:
                 f"statements of up to {MAX_PARSED_CHARS:,} characters. Shorten it (fewer literals in IN "
                 "lists, no long comments).",
             )
-        if not self.allow_writes and not is_read_only_query(sql, self.dialect):
+        # A DuckDB statement that starts as a read is judged by DuckDB's own parser under the lock
+        # (single_statement_problem: one SELECT by its type, on a file opened read-only), so its reads that
+        # sqlglot's tokens do not know are answered: DESCRIBE, SHOW, SUMMARIZE, FROM t LIMIT 1.
+        duck_read = self.dialect == "duckdb" and _first_word(sql) in _DUCKDB_READ_WORDS
+        if not self.allow_writes and not duck_read and not is_read_only_query(sql, self.dialect):
             first = _first_word(sql)
             if first in _QUERY_WORDS or first in _NOT_QUERY_WORDS:
                 raise QueryRefused(
@@ -255,7 +264,11 @@ class GuardedDatabase:
                 f"Refused: only queries (SELECT, or WITH ... SELECT) may run here, and this statement starts "
                 f"with {first or sql.split(maxsplit=1)[0]!r}; check its first word.",
             )
-        with self._lock:
+        denied = denied_call_problem(sql, self.dialect)
+        if denied is not None:
+            raise QueryRefused("denied", denied)
+        with self._held(limit - (time.monotonic() - arrived)):
+            limit -= time.monotonic() - arrived
             problem = single_statement_problem(sql, self.dialect, self._raw, allow_writes=self.allow_writes)
             if problem is not None:
                 kind = "write" if "statements;" not in problem else "multiple_statements"
@@ -265,30 +278,35 @@ class GuardedDatabase:
                     + (" Writes are off for this tool." if kind == "write" else ""),
                 )
             if self.dialect == "postgres":
-                description, rows, over, report, count = self._run_postgres(sql, tuple(parameters))
+                run = functools.partial(self._run_postgres, sql, tuple(parameters), limit)
+                description, rows, over, report, count = self._on_postgres(run, limit)
             else:
-                # Re-sent until the call ends: SQLite drops an interrupt that falls between two statements
-                # (the guard's Python work), and call_deadline bounds the guard's own statements.
-                deadline = interrupt_after(self.timeout, self._raw.interrupt, every=_REINTERRUPT_EVERY)
                 try:
-                    with deadline, call_deadline(self.timeout):
-                        cur = self.connection.execute(sql, tuple(parameters))
-                        description = cur.description
-                        rows, over = self._fetch_within_limits(cur, deadline)
-                except Exception as failure:
-                    self._refuse_failure(failure, deadline.fired)
-                    raise  # not reached: _refuse_failure raises
-                # Rows may come from guard statements cut short: none are served late. A write that ended
-                # has happened, so its answer says so rather than "stopped".
-                if deadline.fired and description is not None:
-                    if over and self.dialect == "sqlite":
-                        cur.close()
-                    self._refuse_failure(TimeoutError("time limit passed"), True)
-                report = cur.guard_report
-                if over and self.dialect == "sqlite":  # a DuckDB connection is its own cursor: never closed here
-                    cur.close()  # lets go of the rest of the result now, not at the next statement
-                # sqlite3 gives -1 for DDL and queries: only a write's count is a count of changed rows.
-                count = getattr(cur, "rowcount", -1) if description is None else -1
+                    # Re-sent until the call ends: SQLite drops an interrupt that falls between two statements
+                    # (the guard's Python work), and call_deadline bounds the guard's own statements.
+                    deadline = interrupt_after(limit, self._raw.interrupt, every=_REINTERRUPT_EVERY)
+                    try:
+                        with deadline, call_deadline(limit):
+                            cur = self.connection.execute(sql, tuple(parameters))
+                            description = cur.description
+                            rows, over = self._fetch_within_limits(cur, deadline)
+                    except Exception as failure:
+                        self._refuse_failure(failure, deadline.fired)
+                        raise  # not reached: _refuse_failure raises
+                    # Rows may come from guard statements cut short: none are served late. A write that ended
+                    # has happened, so its answer says so rather than "stopped".
+                    if deadline.fired and description is not None:
+                        if over and self.dialect == "sqlite":
+                            cur.close()
+                        self._refuse_failure(TimeoutError("time limit passed"), True)
+                    report = cur.guard_report
+                    if over and self.dialect == "sqlite":  # a DuckDB connection is its own cursor: never closed here
+                        cur.close()  # lets go of the rest of the result now, not at the next statement
+                    # sqlite3 gives -1 for DDL and queries: only a write's count is a count of changed rows.
+                    count = getattr(cur, "rowcount", -1) if description is None else -1
+                finally:
+                    if self.dialect == "duckdb":  # setseed() is the connection's: no call's carries to the next
+                        reseed_duckdb(self._raw)
         assert report is not None  # every guarded execute sets one
         columns = tuple(entry[0] for entry in description) if description is not None else ()
         feedback = report.feedback()
@@ -302,8 +320,8 @@ class GuardedDatabase:
         if over == "chars":
             raise QueryRefused(
                 "too_large",
-                f"Refused: the rows take more than this tool's limit of {self.max_chars} characters as JSON. "
-                "Select fewer or narrower columns, or add a LIMIT.",
+                f"Refused: the rows and their column names take more than this tool's limit of {self.max_chars} "
+                "characters as JSON. Select fewer or narrower columns, give them shorter names, or add a LIMIT.",
                 feedback,
             )
         changed = count if isinstance(count, int) and count >= 0 else None
@@ -320,7 +338,7 @@ class GuardedDatabase:
         return result
 
     def _run_postgres(
-        self, sql: str, parameters: tuple[Any, ...]
+        self, sql: str, parameters: tuple[Any, ...], limit: float
     ) -> tuple[Any, list[Any], str, GuardReport | None, int]:
         """Run one statement on PostgreSQL in a transaction of its own: ``(description, rows, over,
         report, rowcount)`` as ``query`` uses them, or ``QueryRefused``.
@@ -346,15 +364,17 @@ class GuardedDatabase:
         over, count = "", -1
         report: GuardReport | None = None
         server_cursor: Any = None
-        canceller = _Canceller(raw)
-        deadline = interrupt_after(self.timeout, canceller, every=_RECANCEL_EVERY)
+        canceller = Canceller(raw)
+        deadline = interrupt_after(limit, canceller, every=RECANCEL_EVERY)
+        sent = False
         try:
             with raw.transaction(force_rollback=not self.allow_writes):
                 try:
-                    with deadline, call_deadline(self.timeout):
-                        start_postgres_call(raw, allow_writes=self.allow_writes, time_limit=self.timeout)
+                    with deadline, call_deadline(limit):
+                        start_postgres_call(raw, allow_writes=self.allow_writes, time_limit=limit)
+                        sent = True
                         if is_read_only_query(sql, "postgres"):
-                            cur = server_cursor = probed_server_cursor(self.connection, _CURSOR_NAME)
+                            cur = server_cursor = probed_server_cursor(self.connection, CURSOR_NAME)
                             options: dict[str, Any] = {}
                         else:  # a write (writes are allowed): DECLARE takes queries only
                             cur = self.connection.cursor()
@@ -379,6 +399,15 @@ class GuardedDatabase:
                     raise TimeoutError("time limit passed")
         except Exception as failure:
             self._end_transaction()
+            if connection_lost(raw):
+                if not sent:  # nothing of the model's ran: the call may run again on a new connection
+                    raise _LostBeforeCall(" ".join(str(failure).split())[:300]) from None
+                raise QueryRefused(
+                    "connection_lost",
+                    f"Refused: the connection to the database ended during this call ({clipped(str(failure))}); "
+                    "a new one is opened for the next call. Functions that end or signal server sessions "
+                    "are not available to this tool.",
+                ) from None
             timed_out = deadline.fired or isinstance(failure, psycopg.errors.QueryCanceled)
             self._refuse_failure(failure, timed_out)
             raise  # not reached: _refuse_failure raises
@@ -386,6 +415,64 @@ class GuardedDatabase:
             if server_cursor is not None:
                 server_cursor.close()  # the transaction has ended: nothing is sent
         return description, rows, over, report, count
+
+    @contextmanager
+    def _held(self, wait: float) -> Iterator[None]:
+        """This object's lock, waited for at most ``wait`` seconds: a call that cannot have the
+        database within its own time limit is refused as ``busy`` instead of queueing past it."""
+        if not self._lock.acquire(timeout=-1 if wait == float("inf") else max(0.0, wait)):
+            raise busy_refusal(self.timeout)
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _on_postgres(self, run: Callable[[], _T], limit: float) -> _T:
+        """``run()`` (one call's transaction) on a usable connection, then the session reset. A lost
+        connection is replaced first when this object opened it; one found lost before the model's
+        statement was sent (ended by the server between calls) is replaced and the call run again,
+        once."""
+        from .lockdown import reset_postgres_session
+
+        for attempt in (1, 2):
+            why = self._postgres_unusable()
+            if why:
+                if self._reconnector is None:
+                    raise QueryRefused(
+                        "unavailable",
+                        f"Refused: the database connection cannot be used ({why}), and this tool cannot open "
+                        "another: it was handed an open connection. Tell the user.",
+                    )
+                old, self._unreset = self.connection, False
+                self.connection = self._reconnector.reopen(why, limit)
+                self._raw = self.connection.__wrapped__
+                _close_quietly(old)
+            try:
+                return run()
+            except _LostBeforeCall as lost:
+                if attempt == 2:
+                    raise QueryRefused(
+                        "unavailable",
+                        f"Refused: the database connection was lost ({lost}), and again on a new one; try "
+                        "again shortly, or tell the user the database is unavailable.",
+                    ) from None
+            finally:
+                if not connection_lost(self._raw):
+                    try:
+                        reset_postgres_session(
+                            self._raw, owned=self._reconnector is not None, allow_writes=self.allow_writes
+                        )
+                    except Exception:  # a session that kept its state must not serve another call
+                        self._unreset = True
+        raise AssertionError("not reached")
+
+    def _postgres_unusable(self) -> str:
+        """Why the connection cannot serve a call (lost, or not reset after the last one), or ""."""
+        if connection_lost(self._raw):
+            return "the server ended it, or it restarted"
+        if self._unreset:
+            return "its session could not be reset after the last call"
+        return ""
 
     def _end_transaction(self) -> None:
         """Roll back whatever a failed call left open (a cancel request that arrived during the
@@ -404,10 +491,15 @@ class GuardedDatabase:
     def _fetch_within_limits(self, cur: Any, deadline: Deadline) -> tuple[list[Any], str]:
         """The rows of ``cur``, fetched a few at a time and stopped as soon as they pass ``max_rows``
         (``"rows"``) or their JSON passes ``max_chars`` (``"chars"``); ``""`` when within both. The
-        count is the length of ``json.dumps(rows)``, computed row by row. Raises TimeoutError once
+        count is the length of ``json.dumps(rows)``, computed row by row, plus that of the column names
+        (DuckDB's ``query()`` builds them at run time: a short statement can name a column with millions
+        of characters), which are counted before any row is fetched. Raises TimeoutError once
         ``deadline`` fired: rows the guard buffered are served without a statement to interrupt."""
         rows: list[Any] = []
-        size = 2  # the brackets of the JSON list
+        names = [str(entry[0]) for entry in cur.description or ()]
+        size = 2 + len(json.dumps(names, ensure_ascii=False))  # the brackets of the JSON list, the names
+        if size > self.max_chars:
+            return rows, "chars"
         while True:
             if deadline.fired:
                 raise TimeoutError("time limit passed while fetching")
@@ -424,50 +516,16 @@ class GuardedDatabase:
 
     def _refuse_failure(self, failure: Exception, timed_out: bool) -> None:
         """Turn a failed statement into ``QueryRefused``; errors that are not the database's own pass."""
-        from ..errors import describe_error
-
         report = getattr(self.connection, "guard_report", None)
-        # An error may quote the model's value whole (DuckDB's error('x' * 10**7), a failed CAST): clipped
-        # before anything reads it, so the reply stays small and the DECLARE pattern's time bounded.
-        feedback = _clipped(report.feedback()) if isinstance(report, GuardReport) else ""
-        message = _clipped(describe_error(failure))
-        if self.dialect == "postgres":  # the model wrote the query, not the DECLARE around it
-            feedback, message = _DECLARED.sub("", feedback), _DECLARED.sub("", message)
-        if timed_out:
-            raise QueryRefused(
-                "timeout",
-                f"Refused: the query ran longer than {self.timeout:g} seconds and was stopped. A join without "
-                "a condition, or over many rows, can run that long; add join conditions or a LIMIT.",
-            ) from None
-        if not _is_database_error(failure):
-            raise failure
-        if "string or blob too big" in message:
-            raise QueryRefused(
-                "too_large",
-                f"Refused: a value in the result is longer than this tool serves (values are capped at "
-                f"{self.value_limit}). Select a part of it (substr) or its length instead.",
-            ) from None
-        if "out of memory" in message.lower():  # DuckDB's memory_limit, the worker's RLIMIT_DATA, libpq
-            raise QueryRefused(
-                "too_large",
-                f"Refused: the statement needed more memory than this tool allows a call ({message}). Select "
-                "fewer or smaller values (substr, length, aggregates), or add a LIMIT.",
-            ) from None
-        if _is_postgres_denial(failure):
-            raise QueryRefused(
-                "write" if not self.allow_writes else "sql_error",
-                f"Refused: the database denied this statement ({message}): this tool runs each call in a "
-                "read-only transaction (while writes are off) as a role that may only read.",
-            ) from None
-        if "not authorized" in message or "prohibited" in message:
-            raise QueryRefused(
-                "write" if not self.allow_writes else "sql_error",
-                f"Refused: the database denied this statement ({message}): ATTACH, VACUUM, writes (while "
-                "writes are off), settings and functions that reach outside the database are not available "
-                "to this tool.",
-            ) from None
-        # The feedback already opens with "The query failed: <error>."; say it once.
-        raise QueryRefused("sql_error", feedback or f"The query failed: {message}.") from None
+        raise failure_refusal(
+            failure,
+            timed_out=timed_out,
+            dialect=self.dialect,
+            allow_writes=self.allow_writes,
+            timeout=self.timeout,
+            value_limit=self.value_limit,
+            feedback=report.feedback() if isinstance(report, GuardReport) else "",
+        ) from None
 
     def schema(self) -> SchemaInfo:
         """Every table and view with columns, keys, foreign keys and row counts, read fresh."""
@@ -476,7 +534,7 @@ class GuardedDatabase:
         with self._lock:
             if self.dialect != "postgres":
                 return describe(self._raw, self.dialect)
-            return self._describe_postgres()
+            return self._on_postgres(self._describe_postgres, self.timeout)
 
     def _describe_postgres(self) -> SchemaInfo:
         """``describe`` in a read-only transaction that is rolled back, under the call's time limit (the
@@ -486,20 +544,38 @@ class GuardedDatabase:
         from .schema_description import describe
 
         raw = self._raw
-        canceller = _Canceller(raw)
+        canceller = Canceller(raw)
+        started = False
         try:
             with raw.transaction(force_rollback=True):
-                deadline = interrupt_after(self.timeout, canceller, every=_RECANCEL_EVERY)
+                deadline = interrupt_after(self.timeout, canceller, every=RECANCEL_EVERY)
                 try:
                     with deadline, call_deadline(self.timeout):
                         start_postgres_call(raw, allow_writes=False, time_limit=self.timeout)
+                        started = True
                         return describe(raw, "postgres")
                 finally:
                     deadline.cancel()
                     canceller.wait()
-        except Exception:
+        except Exception as failure:
             self._end_transaction()
+            if connection_lost(raw) and not started:
+                raise _LostBeforeCall(" ".join(str(failure).split())[:300]) from None
             raise
+
+
+_T = TypeVar("_T")
+
+
+class _LostBeforeCall(Exception):
+    """The connection was found lost before the model's statement was sent: the call may run again."""
+
+
+def _close_quietly(connection: Any) -> None:
+    try:
+        connection.close()
+    except Exception:  # a connection the server ended has nothing left to close
+        pass
 
 
 _FETCH_BATCH = 16
@@ -508,52 +584,11 @@ _FETCH_BATCH = 16
 _REINTERRUPT_EVERY = 0.02
 """Seconds between the interrupts re-sent once a call's time limit has passed, until the call ends."""
 
-_RECANCEL_EVERY = 0.1
-"""PostgreSQL: seconds between cancel requests once a call's time limit has passed. A request that
-reaches the server between two statements is dropped, like SQLite's interrupt; each one costs a
-connection to the server, hence the longer interval."""
-
-_CANCEL_TIMEOUT = 5.0
-"""Seconds a cancel request may take to reach the server before it is given up."""
-
-_CURSOR_NAME = "guarded_sqlite_agent"
-"""The server-side cursor a PostgreSQL call's query is declared as (one per call, closed with its
-transaction)."""
-
-_DECLARED = re.compile(r'(?:\.\.\.)?[A-Za-z]*\s*"' + _CURSOR_NAME + r'" CURSOR FOR ')
-"""The ``DECLARE`` in PostgreSQL's excerpt of a failed query (``LINE 1: DECLARE "..." CURSOR FOR SELECT
-nme``, or ``...ECLARE`` when cut): removed from what the model reads."""
-
-
-class _Canceller:
-    """Sends psycopg's cancel request for ``raw`` on a thread of its own, one at a time. The watchdog
-    thread serves every deadline in the process and must not wait on a round trip to a server; ``wait``
-    lets the call finish only once no request is on its way, so none can cancel a later statement."""
-
-    def __init__(self, raw: Any) -> None:
-        self._raw = raw
-        self._thread: threading.Thread | None = None
-
-    def __call__(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return  # the previous request is still on its way
-        self._thread = threading.Thread(target=self._send, name="guarded-sqlite-pg-cancel", daemon=True)
-        self._thread.start()
-
-    def _send(self) -> None:
-        try:
-            self._raw.cancel_safe(timeout=_CANCEL_TIMEOUT)
-        except Exception:  # a closed connection, an unreachable server: the statement timeout remains
-            pass
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join(_CANCEL_TIMEOUT)
-
-
 _QUERY_WORDS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
 """First words of statements that read as queries (DuckDB's ``FROM t`` among them): refused only for a
 write inside (``WITH ... DELETE``)."""
+
+_DUCKDB_READ_WORDS = _QUERY_WORDS | {"DESCRIBE", "SHOW", "SUMMARIZE"}
 
 _NOT_QUERY_WORDS = frozenset(
     "INSERT UPDATE DELETE REPLACE UPSERT MERGE CREATE DROP ALTER TRUNCATE ATTACH DETACH PRAGMA VACUUM "
@@ -601,32 +636,3 @@ def _agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
 
 
 _WORD = re.compile(r"[A-Za-z_]+")
-
-
-def _is_database_error(failure: Exception) -> bool:
-    if isinstance(failure, sqlite3.Error):
-        return True
-    # The other drivers' errors can only come from a driver already imported: none is imported here.
-    for name in ("duckdb", "psycopg"):
-        driver = sys.modules.get(name)
-        if driver is not None and isinstance(failure, driver.Error):
-            return True
-    return False
-
-
-def _is_postgres_denial(failure: Exception) -> bool:
-    """A write in a read-only transaction (SQLSTATE 25006) or a privilege the role lacks (42501)."""
-    psycopg = sys.modules.get("psycopg")
-    if psycopg is None or not isinstance(failure, psycopg.Error):
-        return False
-    return isinstance(failure, (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege))
-
-
-ERROR_CHARS = 2_000
-"""Most characters of a database error (and of the guard's feedback on it) a refusal quotes."""
-
-
-def _clipped(text: str) -> str:
-    if len(text) <= ERROR_CHARS:
-        return text
-    return f"{text[:ERROR_CHARS]}... ({len(text) - ERROR_CHARS:,} more characters not shown)"

@@ -1,17 +1,22 @@
 """The worker process of ``isolation.IsolatedDatabase``: opens the database with ``GuardedDatabase.open``
 (in process, with the parent's options), caps its own memory (``RLIMIT_DATA``) and answers one request
-at a time over the two pipes the parent passed, until told to close. Run as
-``python -m guarded_sqlite.agent._worker READ_FD WRITE_FD``, never imported by the library."""
+at a time over the two pipes the parent passed, until told to close. Started by ``isolation`` as
+``main([READ_FD, WRITE_FD])`` (``python -m guarded_sqlite.agent._worker READ_FD WRITE_FD`` does the
+same), never imported by the library."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sys
 import traceback
 from multiprocessing.connection import Connection
 
-from ._calls import QueryRefused, worker_memory_allowance
+from ._calls import ENGINE_MEMORY, QueryRefused, worker_memory_allowance
 from ._database import GuardedDatabase
+from .isolation import SCRATCH_PREFIX
+from .lockdown import cap_sqlite_heap
 
 __all__ = ["main"]
 
@@ -53,6 +58,8 @@ def _serve(requests: Connection, answers: Connection) -> None:
     )
     with db:
         allowance = worker_memory_allowance(db.dialect, db.max_chars, db.max_rows)
+        if db.dialect == "sqlite":  # this process is the worker's alone: SQLite's heap, spills included
+            cap_sqlite_heap(ENGINE_MEMORY["sqlite"])
         _limit_memory(allowance)
         while True:
             try:
@@ -64,7 +71,7 @@ def _serve(requests: Connection, answers: Connection) -> None:
             out_of_memory = False
             try:
                 if request[0] == "query":
-                    answers.send(("ok", db.query(request[1], request[2])))
+                    answers.send(("ok", db.query(request[1], request[2], time_limit=request[3])))
                 else:
                     answers.send(("ok", db.schema()))
             except QueryRefused as refused:
@@ -117,9 +124,16 @@ def _data_bytes() -> int | None:
 
 
 def main(argv: list[str]) -> None:
-    """Entry point of ``python -m guarded_sqlite.agent._worker READ_FD WRITE_FD``."""
+    """Entry point of the worker: ``argv`` is ``[READ_FD, WRITE_FD]``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the child; Ctrl-C is the parent's
-    _serve(Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False))
+    try:
+        _serve(Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False))
+    finally:
+        # The folder the parent made for this process's temporary files: removed here too, for a parent
+        # that ended without closing the database (the pipes' end is this process's signal to stop).
+        scratch = os.environ.get("TMPDIR", "")
+        if os.path.basename(scratch).startswith(SCRATCH_PREFIX):
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

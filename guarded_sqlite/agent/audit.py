@@ -2,20 +2,25 @@
 
 ``guarded-sqlite mcp DB --audit-log PATH`` appends a line for every tool call: when it ended (UTC,
 ISO 8601), which tool, the SQL with its literals replaced by ``?`` (``rewrite.normalise_literals``:
-literals can be secrets the model read), the outcome (``served``, ``refused`` with the refusal's kind,
-or ``failed``), how many rows were served or changed, and what the guard found and did (its report's
-``trigger`` and ``action``), plus the call's duration. So an operator can see what the model ran and
-what the guard said, without the data.
+literals can be secrets the model read; on SQLite every double-quoted token too, since SQLite reads one
+that names no column as a string; comments and names are kept), the outcome (``served``, ``refused``
+with the refusal's kind, or ``failed``), how many rows were served or changed, and what the guard
+found and did (its report's ``trigger`` and ``action``), plus the call's duration. So an operator can
+see what the model ran and what the guard said, without the data.
 
 Logging never costs more than the call: a statement is cut to ``MAX_LOGGED_SQL`` characters before it
 is normalised (a cut inside a string literal hides the whole text rather than show part of it), and a
-line is written and flushed once per call. ``audit_record`` is the pure part (what a line holds);
-``AuditLog`` only appends lines to a file, under a lock, since tool calls arrive on several threads.
+line is written once per call, unbuffered, so a write that fails (a full disk) fails in ``write`` and
+leaves nothing behind for ``close``, which never raises. The MCP server writes a call's line before it
+serves the call's answer, and by default refuses a call whose line cannot be written. ``audit_record``
+is the pure part (what a line holds); ``AuditLog`` only appends lines to a file, under a lock, since
+tool calls arrive on several threads.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -69,6 +74,8 @@ def logged_sql(sql: str, dialect: str, limit: int = MAX_LOGGED_SQL) -> str:
 
     >>> logged_sql("SELECT * FROM users WHERE email = 'ana@example.com'", "sqlite")
     'SELECT * FROM users WHERE email = ?'
+    >>> logged_sql('SELECT name FROM users WHERE email = "ana@example.com"', "sqlite")
+    'SELECT name FROM users WHERE email = ?'
     >>> logged_sql("SELECT 1 + 22222", "sqlite", limit=12)
     'SELECT ? + ?… (16 characters, cut to 12)'
     >>> logged_sql("SELECT 'a secret that is long'", "sqlite", limit=15)  # cut inside a literal: all hidden
@@ -76,9 +83,10 @@ def logged_sql(sql: str, dialect: str, limit: int = MAX_LOGGED_SQL) -> str:
     """
     from .._analysis.rewrite import normalise_literals
 
+    quoted = dialect == "sqlite"  # SQLite's "x" is a string when no column is named x
     if len(sql) <= limit:
-        return normalise_literals(sql, dialect)
-    return f"{normalise_literals(sql[:limit], dialect)}… ({len(sql)} characters, cut to {limit})"
+        return normalise_literals(sql, dialect, double_quoted=quoted)
+    return f"{normalise_literals(sql[:limit], dialect, double_quoted=quoted)}… ({len(sql)} characters, cut to {limit})"
 
 
 def audit_record(
@@ -112,27 +120,37 @@ def audit_record(
 
 
 class AuditLog:
-    """Appends ``AuditRecord``s to ``path`` as JSON lines, one ``write`` and flush per record. The file
-    is created if missing and never truncated. Raises ``OSError`` when it cannot be opened."""
+    """Appends ``AuditRecord``s to ``path`` as JSON lines, each written whole, unbuffered. The file is
+    created if missing and never truncated. Raises ``OSError`` when it cannot be opened; ``write``
+    raises ``OSError`` when its line could not be written (then none of it was, or a part that a reader
+    sees as a line without its end); ``close`` never raises."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # closed by close()
+        self._file: IO[bytes] = open(self.path, "ab", buffering=0)  # closed by close()
         self._lock = threading.Lock()
 
     def write(self, record: AuditRecord) -> None:
-        line = json.dumps(asdict(record), ensure_ascii=False) + "\n"
+        line = (json.dumps(asdict(record), ensure_ascii=False) + "\n").encode("utf-8")
         with self._lock:
-            self._file.write(line)
-            self._file.flush()
+            written = 0
+            while written < len(line):  # a raw write may take part of it
+                count = self._file.write(line[written:])
+                if not count:
+                    raise OSError(f"the audit log {self.path} took no more bytes")
+                written += count
 
     def now(self) -> datetime:
         """The current time, as records take it."""
         return datetime.now(timezone.utc)
 
     def close(self) -> None:
+        """Close the file; a failure is logged, not raised (nothing is buffered, so nothing is lost)."""
         with self._lock:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as failure:
+                logging.getLogger(__name__).warning("could not close the audit log %s: %s", self.path, failure)
 
     def __enter__(self) -> AuditLog:
         return self

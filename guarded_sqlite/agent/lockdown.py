@@ -17,25 +17,37 @@ setup:
 - PostgreSQL (``postgres_session_problem``, ``start_postgres_call``): every call runs in a transaction
   of its own, ``READ ONLY`` unless writes are allowed and rolled back, with ``statement_timeout`` set
   ``LOCAL`` to the call's limit: a ``set_config(..., false)`` by the model is undone with the
-  transaction and cannot lift the next call's limit. What the role may do (superuser, server file
-  access) is the operator's to withhold; see docs/agents.md.
+  transaction and cannot lift the next call's limit. After the transaction the session itself is reset
+  (``reset_postgres_session``: ``DISCARD ALL``, so session advisory locks, ``LISTEN``, prepared
+  statements, held cursors, temporary tables and settings never outlive a call), and functions that
+  reach past the call while it runs (advisory locks, signals to other backends, SQL given as text) are
+  refused by name (``_analysis.statements.postgres_denied_call``). What the role may do (superuser,
+  server file access) is the operator's to withhold; see docs/agents.md.
 - ``single_statement_problem``: more than one statement is refused (DuckDB's ``execute`` and psycopg's
   simple query protocol run them all); DuckDB's own parser also names each statement's type.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "DUCKDB_AGENT_CONFIG",
+    "DUCKDB_SPILL_LIMIT",
     "SQLITE_DENIED_FUNCTIONS",
+    "cap_sqlite_heap",
+    "connect_duckdb",
+    "denied_call_problem",
     "duckdb_lockdown_problem",
     "lock_down_sqlite",
     "postgres_session_problem",
+    "reseed_duckdb",
+    "reset_postgres_session",
     "single_statement_problem",
     "sqlite_decision",
     "start_postgres_call",
@@ -105,6 +117,7 @@ _READ_PRAGMAS = frozenset(
         "page_size",  # FTS3/FTS4 read it when they connect to a table
         "query_only",
         "busy_timeout",
+        "temp_store",
     }
 )
 """PRAGMAs the guard reads (catalog, settings it saves and restores); read without an argument, or with
@@ -125,6 +138,9 @@ def sqlite_decision(action: int, arg1: str | None, arg2: str | None, *, allow_wr
     """
     if action in _ALWAYS_DENIED:
         return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_READ and (arg1 or "").lower() == "pragma_database_list":
+        # The file's absolute path: read as NULL. The guard's own catalog reads use the PRAGMA statement.
+        return sqlite3.SQLITE_IGNORE if (arg2 or "").lower() == "file" else sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_FUNCTION:
         return sqlite3.SQLITE_DENY if (arg2 or "").lower() in SQLITE_DENIED_FUNCTIONS else sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA:
@@ -165,11 +181,14 @@ def value_length_limit(max_chars: int) -> int:
 
 
 def lock_down_sqlite(raw: sqlite3.Connection, *, allow_writes: bool, value_bytes: int | None) -> str:
-    """Set up ``raw`` for a model's statements: ``query_only`` (unless writes are allowed), the
-    authorizer, and the per-value length cap. Replaces any authorizer the caller set (sqlite3 cannot
-    read one back). Returns what ``value_bytes`` became, for the documentation of the limits."""
+    """Set up ``raw`` for a model's statements: ``query_only`` (unless writes are allowed), temporary
+    tables and sort spills in memory rather than in ``TMPDIR`` (``temp_store``: a read-only call writes
+    no file; the worker process caps SQLite's heap, ``cap_sqlite_heap``), the authorizer, and the
+    per-value length cap. Replaces any authorizer the caller set (sqlite3 cannot read one back). Returns
+    what ``value_bytes`` became, for the documentation of the limits."""
     if not allow_writes:
         raw.execute("PRAGMA query_only = ON")
+    raw.execute("PRAGMA temp_store = MEMORY")
 
     def authorizer(action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None) -> int:
         return sqlite_decision(action, arg1, arg2, allow_writes=allow_writes)
@@ -184,8 +203,23 @@ def lock_down_sqlite(raw: sqlite3.Connection, *, allow_writes: bool, value_bytes
     return f"{value_bytes} bytes"
 
 
+def cap_sqlite_heap(heap_bytes: int) -> None:
+    """Cap the memory SQLite may allocate in this whole process (``PRAGMA hard_heap_limit``), so that a
+    sort spilled to memory (``temp_store``) fails with SQLite's "out of memory" past it instead of
+    growing: for the worker process, which has no other SQLite connection to hold back."""
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute(f"PRAGMA hard_heap_limit = {int(heap_bytes)}")
+    finally:
+        probe.close()
+
+
 DUCKDB_MEMORY_LIMIT = "512MB"
 """DuckDB's ``memory_limit`` for the agent tools: one statement cannot take the machine's memory."""
+
+DUCKDB_SPILL_LIMIT = "512MB"
+"""DuckDB's ``max_temp_directory_size`` for the agent tools: what a sort or join past ``memory_limit``
+may write to its temporary directory before the statement fails."""
 
 DUCKDB_AGENT_CONFIG: dict[str, Any] = {
     "enable_external_access": False,
@@ -193,11 +227,51 @@ DUCKDB_AGENT_CONFIG: dict[str, Any] = {
     "autoload_known_extensions": False,
     "python_enable_replacements": False,
     "memory_limit": DUCKDB_MEMORY_LIMIT,
+    "max_temp_directory_size": DUCKDB_SPILL_LIMIT,
     "lock_configuration": True,
 }
 """``duckdb.connect(path, read_only=True, config=DUCKDB_AGENT_CONFIG)`` opens a file the way the agent
 tools do: no file system, network or extension access, no Python variables as tables, bounded memory,
 and no statement can change these settings."""
+
+_SET_LAST = ("enable_external_access", "lock_configuration")
+"""Settings applied after ``temp_directory``, which DuckDB refuses to change once external access is off."""
+
+
+def connect_duckdb(path: str, *, read_only: bool) -> Any:
+    """``duckdb.connect(path, read_only, config=DUCKDB_AGENT_CONFIG)`` with the spill in a directory of
+    this process's own under ``TMPDIR`` (DuckDB removes it at close; the worker process's ``TMPDIR`` is
+    a folder its parent removes when it ends the worker, however it ended), not ``<db>.tmp`` beside the
+    file, where a killed process's spill stayed."""
+    import secrets
+    import tempfile
+
+    import duckdb
+
+    early = {name: value for name, value in DUCKDB_AGENT_CONFIG.items() if name not in _SET_LAST}
+    spill = Path(tempfile.gettempdir()) / f"guarded-sqlite-duckdb-{os.getpid()}-{secrets.token_hex(4)}"
+    raw = duckdb.connect(path, read_only=read_only, config=early)
+    try:
+        raw.execute("SET temp_directory = " + "'" + str(spill).replace("'", "''") + "'")
+        for name in _SET_LAST:
+            raw.execute(f"SET {name} = {str(DUCKDB_AGENT_CONFIG[name]).lower()}")
+    except BaseException:
+        raw.close()
+        raise
+    return raw
+
+
+def reseed_duckdb(raw: Any) -> None:
+    """``setseed`` from this process's random source, after a call: a seed the model chose (DuckDB
+    keeps it on the connection) does not make a later call's ``random()`` predictable. A connection
+    that fails here (interrupted at that moment) keeps its seed until a later call's reseed."""
+    import random
+
+    try:
+        raw.execute("SELECT setseed(?)", [random.SystemRandom().uniform(-1.0, 1.0)]).fetchall()
+    except Exception:
+        pass
+
 
 _DUCKDB_REQUIRED = {
     "enable_external_access": "false",
@@ -295,3 +369,59 @@ def start_postgres_call(raw: Any, *, allow_writes: bool, time_limit: float | Non
         timeout = pg_statement_timeout(time_limit)
         if timeout is not None:
             cursor.execute("SELECT set_config('statement_timeout', %s, true)", (timeout,))
+
+
+def reset_postgres_session(raw: Any, *, owned: bool, allow_writes: bool) -> None:
+    """Undo what a call left in the session beyond its transaction, after the transaction has ended:
+    the server's own reset rather than a reading of what the model wrote.
+
+    A session the tool opened (``owned``, autocommit) gets ``DISCARD ALL``: session advisory locks,
+    ``LISTEN``, prepared statements, ``WITH HOLD`` cursors, temporary tables, and every setting a
+    committed ``set_config(..., false)`` made go back to the connection's start (psycopg forgets its
+    own prepared statements on seeing it); then ``default_transaction_read_only`` on again unless writes
+    are allowed. A connection the caller handed in keeps its settings and its other state (they are the
+    caller's), and loses its session advisory locks only. Both get a ``setseed`` from this process's
+    random source, so no call's ``random()`` follows a seed an earlier call chose."""
+    import random
+
+    seed = random.SystemRandom().uniform(-1.0, 1.0)
+    if not owned:
+        with raw.transaction(), raw.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all(), setseed(%s)", (seed,))
+        return
+    with raw.cursor() as cursor:
+        # Its own statement, outside a transaction block; never prepared: psycopg would prepare it after a
+        # few calls, and the statement deallocates itself while psycopg keeps its name.
+        cursor.execute("DISCARD ALL", prepare=False)
+        if allow_writes:
+            cursor.execute("SELECT setseed(%s)", (seed,))
+        else:
+            cursor.execute("SELECT setseed(%s), set_config('default_transaction_read_only', 'on', false)", (seed,))
+
+
+def denied_call_problem(sql: str, dialect: str) -> str | None:
+    """Why ``sql`` may not run as a model's statement although a read-only transaction would let it,
+    or None: on PostgreSQL, a name in ``statements.POSTGRES_DENIED_FUNCTIONS`` (advisory locks, signals
+    to backends, SQL given as text), read from sqlglot's tokens and refused when the text cannot be
+    read. On DuckDB, the catalog functions that show absolute paths (``duckdb_settings()``,
+    ``duckdb_databases()``, ...: ``statements.DUCKDB_PATH_FUNCTIONS``). SQLite's denials are its
+    authorizer's (``pragma_database_list``'s file reads as NULL)."""
+    from .._analysis.statements import DUCKDB_PATH_FUNCTIONS, denied_name, postgres_denied_call
+
+    if dialect == "duckdb":
+        name = denied_name(sql, "duckdb", DUCKDB_PATH_FUNCTIONS)
+        if name is None:
+            return None
+        return (
+            f"Refused: this tool does not run {name} (it shows the database's and the machine's file paths); "
+            "read the tables instead (the schema tool lists them)."
+        )
+    if dialect != "postgres":
+        return None
+    name = postgres_denied_call(sql)
+    if name is None:
+        return None
+    return (
+        f"Refused: this tool does not run {name} (advisory locks, signals to server sessions, and functions "
+        "that run SQL given as text reach past one call); write the query without it."
+    )

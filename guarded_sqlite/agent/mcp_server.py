@@ -22,6 +22,7 @@ model can read and act on, never a protocol error. The SDK is imported when a se
 # build their schemas, and it resolves string annotations in this module's globals, where the SDK's
 # types (imported inside build_server, since the SDK is optional) are not.
 
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -158,13 +159,22 @@ def _unexpected(tool: str, failure: Exception) -> "CallToolResult":
     )
 
 
-def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditLog | None" = None) -> "MCPServer[Any]":
+def build_server(
+    db: GuardedDatabase,
+    *,
+    name: str = SERVER_NAME,
+    audit: "AuditLog | None" = None,
+    audit_best_effort: bool = False,
+) -> "MCPServer[Any]":
     """An MCP server (the SDK's ``MCPServer``) with the tools ``query`` and ``schema`` over ``db``.
 
     Run it with ``.run("stdio")`` (what ``guarded-sqlite mcp`` does), or connect to it in-process with
     ``mcp.Client(server)``. The server does not own ``db``: close it when the server is done. With
-    ``audit``, every call is appended to that log (``guarded_sqlite.agent.audit``); the server does not own it
-    either."""
+    ``audit``, every call is appended to that log (``guarded_sqlite.agent.audit``) before its answer is
+    sent, and a call whose line cannot be written (a full disk) is not served: the model gets a tool
+    error saying so, the server's stderr the reason. ``audit_best_effort=True`` serves it anyway (the
+    failure still goes to stderr). The server does not own the log either."""
+    import anyio.to_thread
     from mcp.server.mcpserver import MCPServer
     from mcp.types import CallToolResult, ToolAnnotations
     from pydantic import Field
@@ -185,10 +195,15 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditL
             read_only_hint=not db.allow_writes, destructive_hint=db.allow_writes or None, open_world_hint=False
         ),
     )
-    def query(sql: Annotated[str, Field(description=sql_help)]) -> Annotated[CallToolResult, QueryOutput]:
-        started = time.monotonic()
+    async def query(sql: Annotated[str, Field(description=sql_help)]) -> Annotated[CallToolResult, QueryOutput]:
+        # The limit counts from the request's arrival, here on the event loop: the SDK's thread pool (40
+        # threads) may make a call wait for a thread, and that wait is part of the call's time.
+        arrived = time.monotonic()
+        return await anyio.to_thread.run_sync(functools.partial(run_query, sql, arrived))
+
+    def run_query(sql: str, started: float) -> CallToolResult:
         try:
-            result = db.query(sql)
+            result = db.query(sql, time_limit=db.timeout - (time.monotonic() - started))
         except QueryRefused as refusal:
             _audit(audit, "query", sql, db.dialect, started, refusal=refusal.kind)
             # A refusal is the model's to act on: its message says why and what to do instead.
@@ -196,7 +211,8 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditL
         except Exception as failure:
             _audit(audit, "query", sql, db.dialect, started, failed=True)
             return _unexpected("query", failure)
-        _audit(audit, "query", sql, db.dialect, started, result=result)
+        if not _audit(audit, "query", sql, db.dialect, started, result=result) and not audit_best_effort:
+            return _unrecorded("query")
         return _text_result(result.observation(), structured=result.as_dict())
 
     @server.tool(
@@ -212,19 +228,32 @@ def build_server(db: GuardedDatabase, *, name: str = SERVER_NAME, audit: "AuditL
         except Exception as failure:
             _audit(audit, "schema", None, db.dialect, started, failed=True)
             return _unexpected("schema", failure)
-        _audit(audit, "schema", None, db.dialect, started)
+        if not _audit(audit, "schema", None, db.dialect, started) and not audit_best_effort:
+            return _unrecorded("schema")
         return _text_result(info.text(), structured=info.as_dict())
 
     return server
 
 
-def _audit(audit: "AuditLog | None", tool: str, sql: str | None, dialect: str, started: float, **outcome: Any) -> None:
-    """Append one call to ``audit``; a log that cannot be written is reported on stderr, never to the model."""
+def _audit(audit: "AuditLog | None", tool: str, sql: str | None, dialect: str, started: float, **outcome: Any) -> bool:
+    """Append one call to ``audit``: whether it was recorded (or there is no log). A log that cannot be
+    written is reported on stderr with the reason; the caller decides what the model gets."""
     if audit is None:
-        return
+        return True
     from .audit import audit_record
 
     try:
         audit.write(audit_record(tool, sql, dialect, ended=audit.now(), seconds=time.monotonic() - started, **outcome))
     except Exception:
         logger.exception("guarded-sqlite MCP server could not write its audit log %s", audit.path)
+        return False
+    return True
+
+
+def _unrecorded(tool: str) -> "CallToolResult":
+    return _text_result(
+        f"Refused: the {tool} tool's answer is not served because the server's audit log could not record this "
+        "call (the reason is on the server's stderr). This is not about the SQL: tell the user that the "
+        "server's audit log needs attention.",
+        error=True,
+    )

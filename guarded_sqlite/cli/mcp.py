@@ -89,13 +89,22 @@ def add_mcp_parser(commands: Any) -> None:
         type=Path,
         metavar="PATH",
         help="append one JSON line per tool call to PATH: time, tool, SQL with literals replaced by ?, "
-        "outcome, rows, the guard's trigger and action",
+        "outcome, rows, the guard's trigger and action; a call whose line cannot be written is refused",
+    )
+    command.add_argument(
+        "--audit-best-effort",
+        action="store_true",
+        help="with --audit-log: serve a call even when its line cannot be written (the failure goes to "
+        "stderr); default: refuse it",
     )
 
 
 def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
     """Carry out ``guarded-sqlite mcp`` for parsed ``args``: serve until the client disconnects.
     ``error`` prints a one-line error."""
+    if args.audit_best_effort and args.audit_log is None:
+        error("--audit-best-effort needs --audit-log PATH")
+        return 2
     try:
         import mcp.server.mcpserver  # noqa: F401  (checked before the database is opened)
     except ImportError as missing:
@@ -132,7 +141,7 @@ def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
             return 2
     with db:
         try:
-            build_server(db, audit=audit).run("stdio")
+            build_server(db, audit=audit, audit_best_effort=args.audit_best_effort).run("stdio")
         except KeyboardInterrupt:
             pass  # Ctrl-C in a terminal stops the server; not an error
         finally:

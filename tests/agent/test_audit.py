@@ -133,3 +133,91 @@ def test_a_record_of_a_refusal_has_no_rows() -> None:
 def test_no_string_literal_reaches_the_log_wherever_the_cut_falls(secret: str, cut: int) -> None:
     sql = f"SELECT id FROM users WHERE token = 'ZZ{secret}' OR mail = 'ZZ{secret}'"
     assert "ZZ" not in logged_sql(sql, "sqlite", limit=cut)
+
+
+# --- issue 36: literals as the engine reads them, a log that cannot be written -----------------------
+
+
+@pytest.mark.anyio
+async def test_a16_sqlite_double_quoted_strings_are_not_logged(shop: Path, tmp_path: Path) -> None:
+    """a16: SQLite serves `WHERE name = "Ana Lima"` (a string: no column has that name); the log hides
+    every double-quoted token, a quoted column name too, since only the schema tells them apart."""
+    log_path = tmp_path / "audit.jsonl"
+    with GuardedDatabase.open(shop) as db, AuditLog(log_path) as audit:
+        async with Client(build_server(db, audit=audit)) as client:
+            served = await client.call_tool("query", {"sql": 'SELECT "id" FROM customers WHERE name = "Ana Lima"'})
+    assert not served.is_error and served.structured_content["rows"] == [[1]]
+    (record,) = lines(log_path)
+    assert record["sql"] == "SELECT ? FROM customers WHERE name = ?"
+    assert "Ana" not in log_path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("sql", "dialect", "secret"),
+    [
+        ('SELECT * FROM t WHERE k = "sk_live_9f8e"', "sqlite", "sk_live_9f8e"),
+        ("SELECT * FROM t WHERE k = 0xC0FFEE15", "duckdb", "C0FFEE15"),
+        ("SELECT * FROM t WHERE k = 0b1011011", "duckdb", "1011011"),
+        ("SELECT * FROM t WHERE k = 12_345_678", "postgres", "345"),
+        ("SELECT * FROM t WHERE k = X'DEADBEEF'", "sqlite", "DEADBEEF"),
+    ],
+)
+def test_a16_literals_are_hidden_as_the_engine_reads_them(sql: str, dialect: str, secret: str) -> None:
+    """a16: what each engine reads as a literal, sqlglot's tokens aside: SQLite's "..." strings, DuckDB's
+    0x and 0b numbers, PostgreSQL's digits with underscores."""
+    assert secret not in logged_sql(sql, dialect)
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full to stand in for a full disk")
+@pytest.mark.parametrize("best_effort", [False, True])
+async def test_a17_a_call_the_log_cannot_record_is_not_served(shop: Path, best_effort: bool) -> None:
+    """a17: every write to /dev/full fails as on a full disk: by default no answer is served without
+    its record (the model reads why); with best effort the answer is served. Closing never raises."""
+    audit = AuditLog("/dev/full")
+    with GuardedDatabase.open(shop) as db:
+        async with Client(build_server(db, audit=audit, audit_best_effort=best_effort)) as client:
+            query = await client.call_tool("query", {"sql": "SELECT name FROM customers WHERE id = 1"})
+            schema = await client.call_tool("schema", {})
+            refused = await client.call_tool("query", {"sql": "DELETE FROM orders"})
+    audit.close()
+    assert refused.is_error and "only queries" in refused.content[0].text  # nothing served: the refusal stands
+    for result in (query, schema):
+        if best_effort:
+            assert not result.is_error
+        else:
+            assert result.is_error and result.structured_content is None
+            assert "audit log could not record this call" in result.content[0].text
+    if best_effort:
+        assert query.structured_content["rows"] == [["Ana Lima"]]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full to stand in for a full disk")
+def test_a17_the_command_refuses_unrecorded_calls_and_exits_0(shop: Path) -> None:
+    """a17: `guarded-sqlite mcp --audit-log /dev/full` starts, refuses each call it cannot record, and
+    exits 0 at disconnect (closing the log used to raise)."""
+    import subprocess
+
+    request = (
+        '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+        '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n'
+        '{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"query",'
+        '"arguments":{"sql":"SELECT id FROM customers"}}}\n'
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "guarded_sqlite", "mcp", str(shop), "--read-only", "--audit-log", "/dev/full"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write(request.encode())
+    server.stdin.flush()
+    answers = [json.loads(server.stdout.readline()) for _ in range(2)]  # initialize's, then the call's
+    _, stderr = server.communicate(timeout=60)  # closes stdin: the client disconnects
+    code = server.returncode
+    call = answers[1]
+    assert call["id"] == 2 and call["result"]["isError"], call
+    assert "audit log could not record" in call["result"]["content"][0]["text"]
+    assert code == 0, stderr.decode()[-2000:]

@@ -352,7 +352,7 @@ async def test_an_unexpected_failure_is_a_clear_tool_error(
 ) -> None:
     db = open_db()
 
-    def broken(*args: object) -> Any:
+    def broken(*args: object, **options: object) -> Any:
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(db, "query", broken)

@@ -154,7 +154,8 @@ def test_a11_max_chars_counts_the_text_table(lite: Path) -> None:
         f"SELECT {columns} FROM a, r"
     )
     with GuardedDatabase.open(lite, max_chars=200_000) as db:
-        with pytest.raises(QueryRefused, match="as a text table"):
+        # Refused by the text table, or (the 301 names counted too, issue 36) already by the JSON count.
+        with pytest.raises(QueryRefused, match=r"as a text table|characters as JSON"):
             db.query(sql)
         result = db.query("SELECT id FROM customers LIMIT 3")
         assert len(result.observation()) <= 200_000

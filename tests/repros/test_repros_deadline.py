@@ -168,7 +168,7 @@ UNINTERRUPTIBLE = "SELECT instr(printf('%.*c', 999000, 'a'), printf('%.*c', 2500
 
 def test_a08_a_statement_inside_one_function_call_is_stopped_by_the_worker(shop: Path) -> None:
     """a08: one instr() call outlasts timeout=1; the worker is killed and restarted, and another call
-    waiting meanwhile is still answered."""
+    waiting meanwhile is still answered within its own limit."""
     from guarded_sqlite.agent.isolation import IsolatedDatabase
 
     with GuardedDatabase.open(shop, timeout=LIMIT) as db:
@@ -178,7 +178,10 @@ def test_a08_a_statement_inside_one_function_call_is_stopped_by_the_worker(shop:
 
         def other_call() -> None:
             started.wait()
-            answers["other"] = db.query("SELECT count(*) FROM orders").rows
+            try:
+                answers["other"] = db.query("SELECT count(*) FROM orders").rows
+            except QueryRefused as busy:  # it waited for the worker its whole limit (a21)
+                answers["other"] = busy.kind
 
         thread = threading.Thread(target=other_call)
         thread.start()
@@ -188,7 +191,8 @@ def test_a08_a_statement_inside_one_function_call_is_stopped_by_the_worker(shop:
         thread.join(60)
         assert refused.value.kind == "timeout"
         assert db.restarts == 1  # the worker was killed: its own interrupt could not stop instr()
-        assert answers["other"] == ((30,),)  # the other call was answered (before or after the restart)
+        # The other call was answered: before the slow one, or refused as busy at its own limit.
+        assert answers["other"] in (((30,),), "busy")
         assert db.query("SELECT count(*) FROM customers").rows == ((6,),)
 
 

@@ -1,0 +1,106 @@
+"""How a failed statement is told to the model: the database's error, clipped, and turned into the
+``QueryRefused`` whose kind and message say what to do instead (``failure_refusal``)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import sys
+
+from ._calls import QueryRefused
+
+__all__ = ["CURSOR_NAME", "ERROR_CHARS", "clipped", "failure_refusal", "is_database_error"]
+
+CURSOR_NAME = "guarded_sqlite_agent"
+"""The server-side cursor a PostgreSQL call's query is declared as (one per call, closed with its
+transaction)."""
+
+_DECLARED = re.compile(r'(?:\.\.\.)?[A-Za-z]*\s*"' + CURSOR_NAME + r'" CURSOR FOR ')
+"""The ``DECLARE`` in PostgreSQL's excerpt of a failed query (``LINE 1: DECLARE "..." CURSOR FOR SELECT
+nme``, or ``...ECLARE`` when cut): removed from what the model reads."""
+
+
+def failure_refusal(
+    failure: Exception,
+    *,
+    timed_out: bool,
+    dialect: str,
+    allow_writes: bool,
+    timeout: float,
+    value_limit: str,
+    feedback: str,
+) -> QueryRefused:
+    """The refusal for a statement that failed with ``failure`` (``feedback``: the guard's on it);
+    raises ``failure`` itself when it is not the database's own error (a bug keeps its traceback)."""
+    from ..errors import describe_error
+
+    # An error may quote the model's value whole (DuckDB's error('x' * 10**7), a failed CAST): clipped
+    # before anything reads it, so the reply stays small and the DECLARE pattern's time bounded.
+    feedback = clipped(feedback)
+    message = clipped(describe_error(failure))
+    if dialect == "postgres":  # the model wrote the query, not the DECLARE around it
+        feedback, message = _DECLARED.sub("", feedback), _DECLARED.sub("", message)
+    if timed_out:
+        return QueryRefused(
+            "timeout",
+            f"Refused: the query ran longer than {timeout:g} seconds and was stopped. A join without "
+            "a condition, or over many rows, can run that long; add join conditions or a LIMIT.",
+        )
+    if not is_database_error(failure):
+        raise failure
+    if "string or blob too big" in message:
+        return QueryRefused(
+            "too_large",
+            f"Refused: a value in the result is longer than this tool serves (values are capped at "
+            f"{value_limit}). Select a part of it (substr) or its length instead.",
+        )
+    if "out of memory" in message.lower():  # DuckDB's memory_limit, the worker's RLIMIT_DATA, libpq
+        return QueryRefused(
+            "too_large",
+            f"Refused: the statement needed more memory than this tool allows a call ({message}). Select "
+            "fewer or smaller values (substr, length, aggregates), or add a LIMIT.",
+        )
+    if _is_postgres_denial(failure):
+        return QueryRefused(
+            "write" if not allow_writes else "sql_error",
+            f"Refused: the database denied this statement ({message}): this tool runs each call in a "
+            "read-only transaction (while writes are off) as a role that may only read.",
+        )
+    if "not authorized" in message or "prohibited" in message:
+        return QueryRefused(
+            "write" if not allow_writes else "sql_error",
+            f"Refused: the database denied this statement ({message}): ATTACH, VACUUM, writes (while "
+            "writes are off), settings and functions that reach outside the database are not available "
+            "to this tool.",
+        )
+    # The feedback already opens with "The query failed: <error>."; say it once.
+    return QueryRefused("sql_error", feedback or f"The query failed: {message}.")
+
+
+def is_database_error(failure: Exception) -> bool:
+    if isinstance(failure, sqlite3.Error):
+        return True
+    # The other drivers' errors can only come from a driver already imported: none is imported here.
+    for name in ("duckdb", "psycopg"):
+        driver = sys.modules.get(name)
+        if driver is not None and isinstance(failure, driver.Error):
+            return True
+    return False
+
+
+def _is_postgres_denial(failure: Exception) -> bool:
+    """A write in a read-only transaction (SQLSTATE 25006) or a privilege the role lacks (42501)."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(failure, psycopg.Error):
+        return False
+    return isinstance(failure, (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege))
+
+
+ERROR_CHARS = 2_000
+"""Most characters of a database error (and of the guard's feedback on it) a refusal quotes."""
+
+
+def clipped(text: str) -> str:
+    if len(text) <= ERROR_CHARS:
+        return text
+    return f"{text[:ERROR_CHARS]}... ({len(text) - ERROR_CHARS:,} more characters not shown)"

@@ -412,6 +412,10 @@ class GuardedDatabase:
             self._refuse_failure(failure, timed_out)
             raise  # not reached: _refuse_failure raises
         finally:
+            # Also where the transaction could not even begin (a connection the server ended): a
+            # deadline left scheduled would interrupt whatever the process runs next.
+            deadline.cancel()
+            canceller.wait()
             if server_cursor is not None:
                 server_cursor.close()  # the transaction has ended: nothing is sent
         return description, rows, over, report, count

@@ -21,6 +21,7 @@ psycopg = pytest.importorskip("psycopg")
 
 from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
+from guarded_sqlite._core.deadlines import _WATCHDOG  # noqa: E402
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused, lockdown  # noqa: E402
 
 SETUP = """
@@ -122,6 +123,9 @@ def assert_healthy(db: GuardedDatabase, reader: Reader) -> None:
     started = time.monotonic()
     assert db.query(BENIGN).rows == ((50,),)
     assert time.monotonic() - started < TIMEOUT + 0.5
+    # No call left a time limit behind, to interrupt whatever this process runs next (a call on a
+    # connection the server had ended never began its transaction, and kept its deadline scheduled).
+    assert not [deadline for _, _, deadline in _WATCHDOG._heap if deadline._pending]
 
 
 ISOLATION = [pytest.param(False, id="in-process"), pytest.param(True, id="worker")]

@@ -4,6 +4,7 @@ query_only`` (and ``busy_timeout = 0``), so uncommitted changes are seen; both r
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -153,7 +154,7 @@ class SQLiteEngine(Engine):
             cursor.close()
         if not rows:  # an authorizer that ignores PRAGMA, or a build without the list: cannot tell
             return None
-        return frozenset(str(row[0]).lower() for row in rows if not row[1])
+        return frozenset(str(row[0]).lower() for row in rows if not row[1]) - _library_functions()
 
     def schema_summary(self, raw: Any) -> str:
         cursor = sqlite3.Cursor(raw)
@@ -167,6 +168,21 @@ class SQLiteEngine(Engine):
             lines.append(f"{table}({', '.join(columns)})")
         cursor.close()
         return "\n".join(lines)
+
+
+@functools.cache
+def _library_functions() -> frozenset[str]:
+    """The functions SQLite's own compiled-in extensions register on every connection without the
+    built-in flag (FTS3/FTS5's ``match``, ``bm25``, ``snippet``; R-tree's ``rtreenode``): the library's,
+    not the application's. A function the application registers through the guarded connection counts
+    whatever its name (``ConnectionState.registered_functions``)."""
+    probe = sqlite3.connect(":memory:")
+    try:
+        return frozenset(str(row[0]).lower() for row in probe.execute("PRAGMA function_list") if not row[1])
+    except sqlite3.Error:
+        return frozenset()
+    finally:
+        probe.close()
 
 
 def _restore(pragma: sqlite3.Cursor, name: str, value: int, attempts: int = 3) -> bool:

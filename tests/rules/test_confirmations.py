@@ -417,3 +417,17 @@ def test_names_function() -> None:
     assert names_function("SELECT grüße(a)", frozenset({"grüße"}))
     assert not names_function("SELECT 1fx(a), x_fx(b), $fx(c)", frozenset({"fx"}))
     assert names_function("SELECT abs(a), fx(b)", frozenset({"fx", "other"}))
+
+
+def test_sqlites_own_extension_functions_are_not_the_applications() -> None:
+    """FTS's ``match`` and ``bm25`` or R-tree's ``rtreenode``, which SQLite lists without the built-in
+    flag on every connection, are the library's: a connection without functions of the application's
+    has none, so no statement pays for reading its program (p17). One registered through the guarded
+    connection counts, whatever its name."""
+    from guarded_sqlite._guard.aggregate_check import user_functions
+
+    con = guarded_sqlite.connect(":memory:")
+    assert user_functions(con._self_guard) == frozenset()
+    con.create_function("audit", 1, lambda value: value)
+    con.create_function("match", 2, lambda pattern, value: 0)
+    assert user_functions(con._self_guard) == {"audit", "match"}

@@ -159,6 +159,18 @@ def plan(guard: Guarded, sql: str) -> AggregatePlan:
 _SAFE = AggregatePlan(note="no value aggregate at risk (kept while the schema version is unchanged)")
 
 
+def known_safe(guard: Guarded, sql: str) -> bool:
+    """Whether ``plan`` would serve ``sql``'s kept plan that puts nothing at risk (SQLite, schema version
+    unchanged): answered without making a tree, so the caller need not prepare to release any."""
+    view = guard.catalog
+    if not isinstance(view, SqliteSchemaView) or sql not in view.safe_aggregates:
+        return False
+    try:
+        return bool(view.safe_aggregates.get(sql) == view.own_cursor().execute("PRAGMA schema_version").fetchone()[0])
+    except sqlite3.Error:
+        return False
+
+
 def cheaper_check(guard: Guarded, sql: str, parameters: Any, found: AggregatePlan) -> AggregatePlan:
     """``found`` with its pre-grouped corrected and check queries (``pregroup``) where the statement's
     query plan reads the pre-grouped table by a full scan, else ``found`` itself. SQLite only; asked

@@ -67,21 +67,23 @@ def check_aggregates(
     """The aggregate fan-out rule for a healthy result the pre-screen passed (``_rules.fanout``); on SQLite
     a confirmation is reused while nothing it read can have changed (``_rules.confirmations``)."""
     if not _AGGREGATE_RULE:  # imported on first use: it loads sqlglot
-        from .._analysis.catalog import cheaper_check, plan
+        from .._analysis.catalog import cheaper_check, known_safe, plan
+        from .._analysis.trees import Collecting
         from .._rules import confirmations
         from .._rules.fanout import confirm
 
         # Replaced whole, not extended: threads making their first check at once each fill it.
-        _AGGREGATE_RULE[:] = (plan, confirm, confirmations, cheaper_check)
-    from .._analysis.trees import Collecting
-
+        _AGGREGATE_RULE[:] = (plan, confirm, confirmations, cheaper_check, known_safe, Collecting)
+    known_safe, collecting = _AGGREGATE_RULE[4:]
+    if known_safe(guard, sql):  # the common repeated statement: a kept plan, no tree made
+        return None
     # The trees the rule makes are freed as they are dropped, not by the cyclic collector.
-    with Collecting(guard.dialect):
+    with collecting(guard.dialect):
         return _check(guard, raw, sql, parameters, rows)
 
 
 def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]) -> FanoutOutcome | None:
-    plan, confirm, kept, cheaper_check = _AGGREGATE_RULE
+    plan, confirm, kept, cheaper_check = _AGGREGATE_RULE[:4]
     if call_time_passed():
         from .._rules.fanout import FanoutOutcome
 
@@ -283,5 +285,5 @@ def _plain_cursor(guard: ConnectionState) -> Any:
 
 
 _AGGREGATE_RULE: list[Any] = []
-"""``catalog.plan``, ``fanout.confirm``, ``guarded_sqlite._rules.confirmations`` and ``catalog.cheaper_check``,
-once the rule first runs."""
+"""``catalog.plan``, ``fanout.confirm``, ``guarded_sqlite._rules.confirmations``, ``catalog.cheaper_check``,
+``catalog.known_safe`` and ``trees.Collecting``, once the rule first runs."""

@@ -35,7 +35,8 @@ def shop(tmp_path: Path) -> Path:
 
 def outlasting_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     """The aggregate rule's plan step, made to return only after the call's limit has passed."""
-    from guarded_sqlite._analysis.catalog import cheaper_check, plan
+    from guarded_sqlite._analysis.catalog import cheaper_check, known_safe, plan
+    from guarded_sqlite._analysis.trees import Collecting
     from guarded_sqlite._rules import confirmations
     from guarded_sqlite._rules.fanout import confirm
 
@@ -43,7 +44,8 @@ def outlasting_plan(monkeypatch: pytest.MonkeyPatch) -> None:
         time.sleep(LIMIT + 0.2)
         return plan(*args, **kwargs)
 
-    monkeypatch.setattr(aggregate_check, "_AGGREGATE_RULE", [slow_plan, confirm, confirmations, cheaper_check])
+    rule = [slow_plan, confirm, confirmations, cheaper_check, known_safe, Collecting]
+    monkeypatch.setattr(aggregate_check, "_AGGREGATE_RULE", rule)
 
 
 def test_a13_sqlite_corrected_query_does_not_run_after_the_deadline(

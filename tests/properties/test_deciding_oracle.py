@@ -713,27 +713,34 @@ def test_d2_postgres_parameters_none(pg_dsn: str) -> None:
 # the aggregate check never ran ("empty_result", no finding, no decision). Kept as regression tests.
 
 
+def _embedded(dialect: str, schema: list[str], sql: str, params: Any) -> Callable[[Preset], tuple[list[Row], Any]]:
+    """``served(preset)``: ``sql`` run under ``preset`` on ``schema``, on a fresh SQLite connection or a
+    DuckDB one (``wrap()``), and its rows and report."""
+    if dialect == "duckdb":
+        raw = _duckdb(schema)
+
+        def on_duckdb(preset: Preset) -> tuple[list[Row], Any]:
+            cursor = _fetch(guarded_sqlite.wrap(raw, guard=preset, dialect="duckdb"), sql, params)
+            return cursor.fetchall(), cursor.guard_report
+
+        return on_duckdb
+    base = sqlite3.connect(":memory:")
+    for statement in schema:
+        base.execute(statement.format(real="REAL"))
+    base.commit()
+
+    def on_sqlite(preset: Preset) -> tuple[list[Row], Any]:
+        con = guarded_sqlite.connect(":memory:", guard=preset)
+        base.backup(con)
+        cursor = _fetch(con, sql, params)
+        return cursor.fetchall(), cursor.guard_report
+
+    return on_sqlite
+
+
 @pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
 def test_d3_every_group_filtered_out(dialect: str) -> None:
-    if dialect == "duckdb":
-        raw = _duckdb(EMPTY)
-
-        def served(preset: Preset) -> tuple[list[Row], Any]:
-            cursor = guarded_sqlite.wrap(raw, guard=preset, dialect="duckdb").execute(HAVING_ALL_OUT)
-            return cursor.fetchall(), cursor.guard_report
-    else:
-        base = sqlite3.connect(":memory:")
-        for statement in EMPTY:
-            base.execute(statement.format(real="REAL"))
-        base.commit()
-
-        def served(preset: Preset) -> tuple[list[Row], Any]:
-            con = guarded_sqlite.connect(":memory:", guard=preset)
-            base.backup(con)
-            cursor = con.execute(HAVING_ALL_OUT)
-            return cursor.fetchall(), cursor.guard_report
-
-    _served_as_corrected(served, [(1,)], [])
+    _served_as_corrected(_embedded(dialect, EMPTY, HAVING_ALL_OUT, None), [(1,)], [])
 
 
 def test_d3_postgres_every_group_filtered_out(pg_dsn: str) -> None:
@@ -782,25 +789,7 @@ def _served_or_refused(
 @pytest.mark.parametrize(("sql", "params", "truth", "written"), DEFECT_CASES)
 @pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
 def test_d4_d5(dialect: str, sql: str, params: Any, truth: list[Row], written: list[Row]) -> None:
-    if dialect == "duckdb":
-        raw = _duckdb(SHOP)
-
-        def served(preset: Preset) -> tuple[list[Row], Any]:
-            cursor = _fetch(guarded_sqlite.wrap(raw, guard=preset, dialect="duckdb"), sql, params)
-            return cursor.fetchall(), cursor.guard_report
-    else:
-        base = sqlite3.connect(":memory:")
-        for statement in SHOP:
-            base.execute(statement.format(real="REAL"))
-        base.commit()
-
-        def served(preset: Preset) -> tuple[list[Row], Any]:
-            con = guarded_sqlite.connect(":memory:", guard=preset)
-            base.backup(con)
-            cursor = _fetch(con, sql, params)
-            return cursor.fetchall(), cursor.guard_report
-
-    _served_or_refused(served, sql, truth, written)
+    _served_or_refused(_embedded(dialect, SHOP, sql, params), sql, truth, written)
 
 
 @pytest.mark.parametrize(("sql", "params", "truth", "written"), DEFECT_CASES)

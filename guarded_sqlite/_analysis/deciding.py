@@ -1,5 +1,5 @@
-"""Aggregates that decide which rows a statement serves: read by ``HAVING``, or by ``ORDER BY`` under
-``LIMIT``/``OFFSET`` (issue 34, c24).
+"""Aggregates that decide which rows a statement serves: read by ``HAVING``, by ``ORDER BY`` (under
+``LIMIT``/``OFFSET``, or only the order), or by an outer query (issue 34, c24).
 
 ``SELECT c.name FROM customers c JOIN orders o ... JOIN items i ... GROUP BY c.id ORDER BY SUM(o.total)
 DESC LIMIT 1`` shows no inflated number: the inflated sum picks *who* is served. The check query
@@ -8,13 +8,17 @@ values, and its rows are the groups the truth serves; when none of those groups 
 counted twice, nothing in them shows the fan-out, while the groups the inflation chose are not there to
 see. For such a statement ``plan_whole`` writes ``AggregatePlan.whole_sql``: the check query without
 its ``HAVING``, ``ORDER BY``, ``LIMIT`` and ``OFFSET``, whose rows are every group's counts. The rule
-runs it only when the check's own rows show nothing, and flags (or corrects) the statement only where
-some group's argument rows were counted several times *and* the corrected query serves other rows, or
-the same rows in another order when ``ORDER BY`` reads the aggregate.
+runs it only when the check's own rows show nothing and the corrected query serves other rows (or the
+same rows in another order, where ``ORDER BY`` reads the aggregate), and flags (or corrects) the
+statement only where some group's argument rows were counted several times.
 
-Positional parameters in the dropped clauses (``LIMIT ?``) are not bound to the whole check:
-``AggregatePlan.whole_dropped`` says how many of the statement's last positional parameters to leave
-out (those clauses end a SELECT, so their parameters are its last ones).
+``plan_nested`` does the same for the first subquery, derived table or CTE body whose SELECT puts an
+aggregate at risk when the statement's own SELECT puts none: that SELECT's check over every group, and
+the statement with it corrected (the rule compares the statement's rows with that one's).
+
+Positional parameters of the clauses a check leaves out (``LIMIT ?``) are not bound to it:
+``AggregatePlan.whole_binds`` is the slice of the statement's positional parameters it binds (those
+clauses end a SELECT, so their parameters are its last ones); named ones bind by name.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ _TAIL = ("having", "order", "limit", "offset")
 
 
 def plan_whole(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> AggregatePlan:
-    """``plan`` with ``whole_sql``, ``whole_dropped`` and ``decides`` set where an aggregate it may put at
+    """``plan`` with ``whole_sql``, ``whole_binds`` and ``decides`` set where an aggregate it may put at
     risk decides which rows are served, or in which order; unchanged otherwise."""
     if plan.check_sql is None or not isinstance(tree, exp.Select):
         return plan

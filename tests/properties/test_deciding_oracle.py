@@ -696,16 +696,23 @@ def test_d2_duckdb_parameters_none() -> None:
     _served_as_corrected(served, [(150.0,)], [(300.0,)])
 
 
+def _on_postgres(raw: Any, schema: list[str], run: Callable[[Any], Any]) -> Callable[[Preset], tuple[list[Row], Any]]:
+    """``served(preset)``: ``run(cursor)`` on a guarded cursor of ``raw`` (``schema`` created first), and
+    the rows and report."""
+    for statement in schema:
+        raw.execute(statement.format(real="DOUBLE PRECISION"))
+
+    def served(preset: Preset) -> tuple[list[Row], Any]:
+        cursor = guarded_sqlite.wrap(raw, guard=preset, dialect="postgres").cursor()
+        run(cursor)
+        return [tuple(row) for row in cursor.fetchall()], cursor.guard_report
+
+    return served
+
+
 def test_d2_postgres_parameters_none(pg_dsn: str) -> None:
     with postgres_schema(pg_dsn) as raw:
-        for statement in SHOP:
-            raw.execute(statement.format(real="DOUBLE PRECISION"))
-
-        def served(preset: Preset) -> tuple[list[Row], Any]:
-            cursor = guarded_sqlite.wrap(raw, guard=preset, dialect="postgres").cursor()
-            cursor.execute(NESTED, None)
-            return [tuple(row) for row in cursor.fetchall()], cursor.guard_report
-
+        served = _on_postgres(raw, SHOP, lambda cursor: cursor.execute(NESTED, None))
         _served_as_corrected(served, [(150.0,)], [(300.0,)])
 
 
@@ -745,14 +752,7 @@ def test_d3_every_group_filtered_out(dialect: str) -> None:
 
 def test_d3_postgres_every_group_filtered_out(pg_dsn: str) -> None:
     with postgres_schema(pg_dsn) as raw:
-        for statement in EMPTY:
-            raw.execute(statement.format(real="DOUBLE PRECISION"))
-
-        def served(preset: Preset) -> tuple[list[Row], Any]:
-            cursor = guarded_sqlite.wrap(raw, guard=preset, dialect="postgres").cursor()
-            cursor.execute(HAVING_ALL_OUT)
-            return [tuple(row) for row in cursor.fetchall()], cursor.guard_report
-
+        served = _on_postgres(raw, EMPTY, lambda cursor: cursor.execute(HAVING_ALL_OUT))
         _served_as_corrected(served, [(1,)], [])
 
 
@@ -795,14 +795,7 @@ def test_d4_d5(dialect: str, sql: str, params: Any, truth: list[Row], written: l
 @pytest.mark.parametrize(("sql", "params", "truth", "written"), DEFECT_CASES)
 def test_d4_d5_postgres(pg_dsn: str, sql: str, params: Any, truth: list[Row], written: list[Row]) -> None:
     with postgres_schema(pg_dsn) as raw:
-        for statement in SHOP:
-            raw.execute(statement.format(real="DOUBLE PRECISION"))
-
-        def served(preset: Preset) -> tuple[list[Row], Any]:
-            cursor = guarded_sqlite.wrap(raw, guard=preset, dialect="postgres").cursor()
-            _fetch(cursor, sql.replace("?", "%s"), params)
-            return [tuple(row) for row in cursor.fetchall()], cursor.guard_report
-
+        served = _on_postgres(raw, SHOP, lambda cursor: _fetch(cursor, sql.replace("?", "%s"), params))
         _served_or_refused(served, sql, truth, written)
 
 

@@ -61,7 +61,7 @@ def plan_whole(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
     if not isinstance(check, exp.Select):
         return plan
     _drop_tail(check)
-    tail = sum(_positional(part) for key in _TAIL if (part := tree.args.get(key)) is not None)
+    tail = _tail_positional(tree)
     binds = (0, _positional(tree) - tail) if tail else None
     return dataclasses.replace(plan, whole_sql=text_of(check, dialect), whole_binds=binds, decides=decides)
 
@@ -102,7 +102,7 @@ def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Aggre
         whole = keep(sqlglot.parse_one(found.check_sql, read=dialect))
         _drop_tail(whole)
         # Its own HAVING, ORDER BY, LIMIT and OFFSET are left out, with their parameters (D5).
-        tail = sum(_positional(part) for key in _TAIL if (part := inner.args.get(key)) is not None)
+        tail = _tail_positional(inner)
         corrected = keep(sqlglot.parse_one(served_sql(found, None) or "", read=dialect))
         keep(corrected.args.get("with_"))
         corrected.set("with_", None)  # in its place the statement's own CTEs are in scope again
@@ -127,6 +127,12 @@ def _drop_tail(select: exp.Expr) -> None:
     for key in _TAIL:
         keep(select.args.get(key))
         select.set(key, None)
+
+
+def _tail_positional(select: exp.Expression) -> int:
+    """How many positional parameters ``select``'s HAVING, ORDER BY, LIMIT and OFFSET hold: a check that
+    leaves those clauses out does not bind them."""
+    return sum(_positional(part) for key in _TAIL if (part := select.args.get(key)) is not None)
 
 
 def _positional(node: exp.Expression) -> int:

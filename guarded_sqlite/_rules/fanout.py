@@ -102,12 +102,15 @@ def confirm(
         changes = realised(plan, checked)
         counted, at = checked, width  # the rows the changes were found in, and where their counts start
         shown = [j for j in changes if j < len(plan.items) and plan.items[j] is not None]
-        if not changes and plan.whole_sql is not None and _other_rows(plan, rows, checked):
-            every_group = _attempt(whole, plan.whole_sql, row_cap, "check of every group")
-            if isinstance(every_group, str):
-                return _unconfirmed(sql, rows, f"{_CHOSE.format(plan.decides)}; {every_group}", started)
-            changes, counted = realised(plan, every_group), every_group
-        chose = bool(changes) and _other_rows(plan, rows, checked)
+        other = None  # whether the corrected query serves other rows: compared once, where needed
+        if not changes and plan.whole_sql is not None:
+            other = _other_rows(plan, rows, checked)
+            if other:
+                every_group = _attempt(whole, plan.whole_sql, row_cap, "check of every group")
+                if isinstance(every_group, str):
+                    return _unconfirmed(sql, rows, f"{_CHOSE.format(plan.decides)}; {every_group}", started)
+                changes, counted = realised(plan, every_group), every_group
+        chose = bool(changes) and (other if other is not None else _other_rows(plan, rows, checked))
     if not shown and not chose:
         # No argument row counted twice where it changes a value the statement shows, on this data,
         # nor which rows it serves or their order (an aggregate in HAVING or ORDER BY alone).

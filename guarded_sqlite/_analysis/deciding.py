@@ -92,13 +92,14 @@ def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Aggre
         if not found.risks:
             continue
         if found.corrected_sql is None or found.check_sql is None:
-            return dataclasses.replace(found, width=0, note=f"in a subquery: {found.note}")
+            return dataclasses.replace(found, width=0, nested=found.width, note=f"in a subquery: {found.note}")
         why = outer_reference(inner, facts, ctes)
         positional, inside = _positional(tree), _positional(inner)
         if not why and inside not in (0, positional):
             why = "positional parameters both inside and outside it"
         if why:
-            return dataclasses.replace(found, corrected_sql=None, check_sql=None, note=f"a subquery {why}: not checked")
+            refused = dataclasses.replace(found, corrected_sql=None, check_sql=None, nested=found.width)
+            return dataclasses.replace(refused, note=f"a subquery {why}: not checked")
         whole = keep(sqlglot.parse_one(found.check_sql, read=dialect))
         _drop_tail(whole)
         # Its own HAVING, ORDER BY, LIMIT and OFFSET are left out, with their parameters (D5).

@@ -223,3 +223,26 @@ def test_c24_an_inflated_having_that_filters_out_every_group_is_checked() -> Non
     assert cur.fetchall() == []
     assert cur.guard_report.trigger == "empty_result"
     assert cur.guard_report.decisions == ()
+
+
+def test_c24_a_correlated_subquery_that_filters_out_every_row_says_why() -> None:
+    """Found by the deciding oracle: a correlated ``EXISTS (... HAVING SUM(o.total) > 10)`` whose inflated
+    sum filters out every customer served no rows with only ``empty_result``; the subquery cannot be
+    checked on its own, and the decision says so, as for a result with rows."""
+    setup = (
+        "CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT);"
+        "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INT, total REAL);"
+        "CREATE TABLE items(id INTEGER PRIMARY KEY, order_id INT, sku TEXT);"
+        "INSERT INTO customers VALUES (1, 'ana'), (2, 'bo'); INSERT INTO orders VALUES (1, 2, -5), (2, 2, 25);"
+        "INSERT INTO items(order_id) VALUES (1), (1), (1), (2);"
+    )
+    sql = (
+        "SELECT x.id FROM customers x WHERE EXISTS (SELECT 1 FROM orders o JOIN items i ON i.order_id = o.id "
+        "WHERE o.customer_id = x.id GROUP BY o.customer_id HAVING SUM(o.total) > 10) ORDER BY x.id"
+    )
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    con.executescript(setup)
+    cur = con.execute(sql)
+    assert cur.fetchall() == []
+    reasons = [d.reason for d in cur.guard_report.decisions if d.rule == "aggregate"]
+    assert reasons and "outer query" in reasons[0], cur.guard_report.decisions

@@ -8,7 +8,9 @@ under the default preset (its confirmation reused, ``guarded_sqlite._rules.confi
 execution (nothing kept: the kept confirmations are dropped before each run; the plan stays cached)
 <= 3x; c13's paging query (``GROUP BY c.id ORDER BY c.id LIMIT 10`` with a Python function in the sum,
 50,000 customers and 300,000 orders, never reused: its confirmation is bounded to the served groups,
-``guarded_sqlite._analysis.paging``) <= 3x.
+``guarded_sqlite._analysis.paging``) <= 3x. Issue 34 adds the shapes where the sum decides the rows
+(first execution <= 3x) and a statement new to a warm connection (planning included: what text-to-SQL
+pays, since its statements are new).
 
     python benchmarks/bench_aggregates.py [--rounds 15] [--batch 300] [--customers 200] [--paging-customers 50000]
 """
@@ -40,6 +42,13 @@ DECIDING = {
     "HAVING": AT_RISK + " HAVING SUM(o.total) > 12",
     "derived table": f"SELECT MAX(s) FROM ({AT_RISK.replace('SUM(o.total)', 'SUM(o.total) AS s')})",
 }
+
+# Issue 34 item 4: a statement the connection has not seen (text-to-SQL sends new ones): planned, then
+# checked. Each call gives it a WHERE bound of its own, so no plan or confirmation is reused.
+NEW_STATEMENT = (
+    "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+    "JOIN items i ON i.order_id = o.id WHERE c.id > {bound} GROUP BY c.id"
+)
 
 PAGING = (
     "SELECT c.id, c.name, SUM(fx(c.points)) FROM customers c JOIN orders o ON o.customer_id = c.id "
@@ -138,6 +147,20 @@ def main(argv: list[str] | None = None) -> int:
         workloads[f"{shape}, raw"] = (at_risk_sql(cons["raw"], sql), max(1, args.batch // 30))
         workloads[f"{shape}, patch, first execution"] = (deciding_first(sql), max(1, args.batch // 30))
         workloads[f"{shape}, patch, repeated"] = (at_risk_sql(cons["patch"], sql), max(1, args.batch // 30))
+    fresh = {}
+    for name in ("raw", "patch"):
+        con = sqlite3.connect(":memory:") if name == "raw" else guarded_sqlite.connect(":memory:")
+        _fill(con, 300)  # 300 customers, 1,500 orders, 4,500 items: the issue's measurement
+        fresh[name] = con
+    report = fresh["patch"].execute(NEW_STATEMENT.format(bound=-1)).guard_report
+    assert report is not None and report.trigger == "aggregate_fanout", report
+
+    def new_statement(con: Any) -> Callable[[], Any]:
+        bounds = iter(range(-2, -(10**9), -1))
+        return lambda: con.execute(NEW_STATEMENT.format(bound=next(bounds))).fetchall()
+
+    for name, con in fresh.items():
+        workloads[f"new statement, {name}"] = (new_statement(con), max(1, args.batch // 30))
     paging = {}
     for name in ("raw", "patch"):
         con = sqlite3.connect(":memory:") if name == "raw" else guarded_sqlite.connect(":memory:")
@@ -164,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             if name.startswith("no-risk")
             else "paging (c13), raw"
             if name.startswith("paging")
+            else "new statement, raw"
+            if name.startswith("new statement")
             else f"{shape}, raw"
             if shape in DECIDING
             else "at-risk aggregate, raw"
@@ -184,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             3.0,
         ),
         ("c13's paging query, patch", median["paging (c13), patch"] / median["paging (c13), raw"], 3.0),
+        (
+            "a new statement on a warm connection, patch",
+            median["new statement, patch"] / median["new statement, raw"],
+            3.0,
+        ),
     )
     targets += tuple(
         (f"{shape}, first execution, patch", median[f"{shape}, patch, first execution"] / median[f"{shape}, raw"], 3.0)

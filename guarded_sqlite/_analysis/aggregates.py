@@ -25,14 +25,14 @@ engine resolves them (a bare ORDER BY term that is a select-list alias is the al
 an alias and a column elsewhere is refused); an expression mixing an aggregate at risk with one the
 correction leaves as written and the join inflates (``SUM(x) / COUNT(x)``) is refused whole; a pin in a
 LEFT JOIN's ON fixes nothing of the groups; row identities are the engine's own where a key could
-mislead (``_Planner._identities_of``: SQLite's rowid or a key compared under BINARY, DuckDB's rowid
+mislead (``joins.Analysis._identities_of``: SQLite's rowid or a key compared under BINARY, DuckDB's rowid
 unless a column takes the name, PostgreSQL's ``tableoid`` with ``ctid``). ``check_sql`` adds the counts
 ``guarded_sqlite._rules.fanout`` decides from; ``served_sql`` names the served columns as the caller's did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -56,9 +56,9 @@ from .pregroup import Leaf, leaf_join, pregrouped
 from .provenance import MAX_NODES, Analysis
 from .schema import SchemaFacts, fold
 from .sqltree import conjuncts, outer_scope, too_big
-from .trees import keep, text_of
+from .trees import keep, spent_text, text_of
 
-__all__ = ["AggregatePlan", "AggregateRisk", "plan_aggregates", "served_sql"]
+__all__ = ["AggregatePlan", "AggregateRisk", "grouped_only", "plan_aggregates", "served_sql"]
 
 
 @dataclass(frozen=True)
@@ -168,15 +168,25 @@ def served_sql(plan: AggregatePlan, names: Sequence[Any] | None) -> str | None:
     return sql
 
 
-def plan_aggregates(tree: exp.Expression, schema: SchemaFacts, dialect: str = "sqlite") -> AggregatePlan:
+def plan_aggregates(
+    tree: exp.Expression, schema: SchemaFacts, dialect: str = "sqlite", scanned: Callable[[str], bool] | None = None
+) -> AggregatePlan:
     """The value aggregates of ``tree``'s outermost SELECT that a join may inflate, and the corrected
-    query. Never raises: a shape it does not handle is reported in ``note``."""
+    query. Never raises: a shape it does not handle is reported in ``note``. ``scanned``: asked, where
+    a table can be pre-grouped (SQLite), whether the statement reads it whole (by its alias); the
+    corrected and check queries are then the pre-grouped ones, else the grouped ones, and only those
+    are written. Without it both are (``AggregatePlan.pregrouped``)."""
     try:
-        return _Planner(tree, schema, dialect).plan()
+        return _Planner(tree, schema, dialect, scanned).plan()
     except Unanalysable as why:
         return AggregatePlan(note=str(why))
     except Exception as error:  # a tree shape we did not foresee must never break the caller
         return AggregatePlan(note=f"analysis failed: {type(error).__name__}: {error}")
+
+
+def grouped_only(leaf: str) -> bool:
+    """``plan_aggregates``' ``scanned`` where only the grouped check may run (a paging query, a subquery)."""
+    return False
 
 
 Risk = tuple[exp.Expression, AggregateRisk, tuple[exp.Expression, ...]]
@@ -185,6 +195,12 @@ table its argument reads (the row numbering's partition, after the groups)."""
 
 
 class _Planner(Analysis):
+    def __init__(
+        self, tree: exp.Expression, schema: SchemaFacts, dialect: str, scanned: Callable[[str], bool] | None
+    ) -> None:
+        super().__init__(tree, schema, dialect)
+        self.scanned = scanned
+
     def plan(self) -> AggregatePlan:
         select = self.root
         if not isinstance(select, exp.Select):
@@ -278,7 +294,8 @@ class _Planner(Analysis):
         only = next(iter(repeating_tables)) if len(repeating_tables) == 1 else ()
         pregroupable = self.dialect == "sqlite" and len(only) == 1 and not unseen
         leaf = leaf_join(select, self.instances, only[0], self._resolve) if pregroupable else None
-        corrected, check, unnamed, before_join = self._rewrite(select, groups, risks, leaf)
+        chosen = None if leaf is None or self.scanned is None else self.scanned(leaf.alias)
+        corrected, check, unnamed, before_join = self._rewrite(select, groups, risks, leaf, chosen)
         return AggregatePlan(
             found,
             corrected,
@@ -331,64 +348,6 @@ class _Planner(Analysis):
                     raise Unanalysable(f"column {text_of(node)} of an aggregate's argument: no single table holds it")
                 reads.add(col[0])
         return reads
-
-    def _identities_of(self, reads: set[int]) -> tuple[exp.Expression, ...] | str:
-        """Expressions whose values tell apart the rows of the instances the argument reads, compared
-        as the row numbering's PARTITION BY compares them, or why there are none. Per instance:
-
-        * SQLite: its rowid (an integer: no collation decides anything), else a NOT NULL key with each
-          column ``COLLATE BINARY``: rows distinct under the key's own collation are distinct under
-          BINARY, and a row's copies are equal under any (a NOCASE column with a BINARY unique index
-          merged 'widget' and 'WIDGET' when compared under the column's NOCASE, c12);
-        * DuckDB: its ``rowid``, unless a column takes the name (then the table has none: a user column
-          ``rowid`` is data, c07, and a key's collation cannot be overridden for any type);
-        * PostgreSQL: ``tableoid`` with ``ctid``, unique across partitions and inheritance children,
-          where ``ctid`` alone and a parent's PRIMARY KEY repeat (c06); none for a foreign table;
-        * a derived table seen through: its key (by output name; its rows are told apart as its
-          DISTINCT or GROUP BY told them apart), ``COLLATE BINARY`` on SQLite.
-
-        A key that may hold NULL is never used: rows whose key is NULL would share one number."""
-        expressions: list[exp.Expression] = []
-        for k in sorted(reads):
-            instance = self.instances[k]
-            found = self._identity(k)
-            if found is None:
-                why = instance.opaque_reason or "no NOT NULL key and no row id"
-                return f"no row identity for {instance.label} ({why}): not corrected"
-            expressions.extend(found)
-        return tuple(expressions)
-
-    def _identity(self, k: int) -> list[exp.Expression] | None:
-        instance = self.instances[k]
-
-        def column(name: str) -> exp.Column:
-            return keep(exp.column(name, table=instance.display, quoted=True))
-
-        def binary(name: str) -> exp.Expression:
-            if self.dialect != "sqlite":
-                return column(name)
-            return keep(exp.Collate(this=column(name), expression=exp.var("BINARY")))
-
-        if instance.kind == "derived":
-            unnamed = instance.display == "subquery" or fold(instance.display) != instance.alias
-            if not instance.keys or instance.opaque_reason or unnamed:
-                return None
-            return [binary(name) for name in sorted(instance.keys[0])]
-        if instance.kind != "table" or instance.opaque_reason:
-            return None
-        if self.dialect == "postgres":
-            # A foreign table's ctid is its wrapper's to give, if any.
-            return None if instance.foreign else [column("tableoid"), column("ctid")]
-        if self.dialect == "duckdb":
-            return None if "rowid" in (instance.original or {}) else [column("rowid")]
-        identities = [key for key in instance.keys if key <= instance.not_null]
-        rowid = next((alias for alias in ("rowid", "oid", "_rowid_") if frozenset({alias}) in identities), None)
-        if rowid is not None:
-            return [column(rowid)]
-        key = next(iter(identities), None)
-        if key is None:
-            return None
-        return [binary(instance.original.get(c, c)) for c in sorted(key)]
 
     def _argument_refusal(self, node: exp.Expression, argument: exp.Expression, reads: set[int]) -> str:
         """Why one aggregate at risk cannot be corrected exactly, or ''."""
@@ -509,10 +468,16 @@ class _Planner(Analysis):
     # ------------------------------------------------------------------ the corrected query
 
     def _rewrite(
-        self, select: exp.Select, groups: list[exp.Expression], risks: list[Risk], leaf: Leaf | None
+        self,
+        select: exp.Select,
+        groups: list[exp.Expression],
+        risks: list[Risk],
+        leaf: Leaf | None,
+        chosen: bool | None,
     ) -> tuple[str, str, tuple[tuple[int, str], ...], tuple[str, str, str] | None]:
         """The corrected query, the same with the counting columns (``AggregatePlan.check_sql``), the
-        select items given a placeholder name, and ``AggregatePlan.pregrouped``."""
+        select items given a placeholder name, and ``AggregatePlan.pregrouped``. ``chosen``: whether
+        the pre-grouped forms replace the others (None: both are written)."""
         aliases: dict[Col, str] = {}
         projections: list[exp.Expr] = []
 
@@ -624,16 +589,14 @@ class _Planner(Analysis):
         )
 
         def over(query: exp.Select, rows: exp.Select) -> str:
-            """``query`` reading the derived table ``rows``, as SQL."""
+            """``query`` reading the derived table ``rows``, as SQL: both are spent (generated in place)."""
             derived = exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier(INNER_TABLE)))
-            keep([query.args.get("from_"), query.args.get("with_")])  # a second call replaces the first's
             query.set("from_", exp.From(this=derived))
             if with_ is not None:
                 query.set("with_", with_.copy())
-            return text_of(query, self.dialect)
+            return spent_text(query, self.dialect)
 
-        texts: list[str] = []
-        before_join: list[str] = []
+        forms: list[tuple[exp.Select, exp.Select, exp.Select | None]] = []
         for query, extra_count in ((outer, 0), (check, len(extras))):
             sqlite_form = self.dialect == "sqlite" and len(windows) == 1
             grouped = grouped_form(query, extra_count, inner) if sqlite_form else None
@@ -641,9 +604,14 @@ class _Planner(Analysis):
                 query, rows = grouped
             else:
                 query, rows = keep(query.copy()), keep(inner.copy())
-            texts.append(over(query, rows))
-            leaf_counted = pregrouped(rows, leaf) if grouped is not None and leaf is not None else None
-            if leaf_counted is not None:
-                before_join.append(over(query, leaf_counted))
-        both = (leaf.alias, before_join[0], before_join[1]) if leaf is not None and len(before_join) == 2 else None
-        return texts[0], texts[1], tuple(unnamed), both
+            counts_leaf = grouped is not None and chosen is not False
+            forms.append((query, rows, pregrouped(rows, leaf) if counts_leaf and leaf is not None else None))
+        # Only the SQL that may run is written: generating it costs more than building the trees.
+        leaf_rows = [form[2] for form in forms if form[2] is not None]
+        if leaf is None or len(leaf_rows) != 2 or chosen is False:
+            return over(*forms[0][:2]), over(*forms[1][:2]), tuple(unnamed), None
+        if chosen:
+            return over(forms[0][0], leaf_rows[0]), over(forms[1][0], leaf_rows[1]), tuple(unnamed), None
+        # Both forms: a copy of each query (a few select items, no FROM yet) reads the pre-grouped rows.
+        both = [over(keep(form[0].copy()), rows) for form, rows in zip(forms, leaf_rows, strict=True)]
+        return over(*forms[0][:2]), over(*forms[1][:2]), tuple(unnamed), (leaf.alias, both[0], both[1])

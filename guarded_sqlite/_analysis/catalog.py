@@ -37,6 +37,7 @@ an unknown-table error (``decide.forget_schema``); DDL by other connections is s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, cast
@@ -45,9 +46,9 @@ from sqlglot import exp
 
 from .._engines import SQLITE, execute_with
 from ..errors import describe_error
-from .aggregates import AggregatePlan, plan_aggregates
+from .aggregates import AggregatePlan, grouped_only, plan_aggregates
 from .deciding import plan_nested, plan_whole
-from .paging import plan_bound
+from .paging import pages_groups, plan_bound
 from .pregroup import scans_whole
 from .provenance import Provenance, analyse_tree, parse_statement, table_names
 from .schema import (
@@ -82,7 +83,6 @@ __all__ = [
     "MAX_NAMES",
     "SnapshotSchemaView",
     "SqliteSchemaView",
-    "cheaper_check",
     "explain",
     "plan",
     "program_functions",
@@ -133,12 +133,17 @@ def explain(guard: Guarded, sql: str) -> Provenance:
     return schema_view(guard).explain(sql, analyser)
 
 
-def plan(guard: Guarded, sql: str) -> AggregatePlan:
+def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     """``aggregates.plan_aggregates`` of ``sql`` on the guarded connection: kept and reused as the
     provenance verdicts are, except that on SQLite a plan that puts no aggregate at risk is served
     again while ``PRAGMA schema_version`` is unchanged (one statement, not the lookups). That number can
     repeat after other DDL (see above), which can make the guard miss a fan-out, never invent one: a plan
-    at risk, which leads to serving corrected values under ``"text_to_sql"``, is always checked."""
+    at risk, which leads to serving corrected values under ``"text_to_sql"``, is always checked.
+
+    On SQLite, where one table can be pre-grouped (``pregroup``), the plan's check is the pre-grouped
+    one if the statement's query plan (with ``parameters``, the first execution's) reads that table by a
+    full scan, else the grouped one: asked once per plan (``EXPLAIN QUERY PLAN`` prepares the statement,
+    it runs nothing), and never for a paging query, whose check is bounded to the groups it served."""
     view = schema_view(guard)
     if not isinstance(view, SqliteSchemaView):
         return view.explain(sql, _AGGREGATES)
@@ -148,7 +153,17 @@ def plan(guard: Guarded, sql: str) -> AggregatePlan:
         return AggregatePlan(note=f"catalog unreadable: {describe_error(error)}")
     if view.safe_aggregates.get(sql) == version:
         return _SAFE
-    found = view.explain(sql, _AGGREGATES)
+
+    def scanned(leaf: str) -> bool:
+        try:
+            cur = view.own_cursor()
+            execute_with(cur, f"EXPLAIN QUERY PLAN {sql}", parameters)
+            return scans_whole(cur.fetchall(), leaf)
+        except (sqlite3.Error, TypeError, ValueError):  # the grouped check stays: it needs no plan
+            return False
+
+    answer = functools.partial(_aggregate_plan, scanned=scanned)
+    found = view.explain(sql, Analyser(_AGGREGATES.kind, answer, _AGGREGATES.unknown))
     if not found.risks:
         if len(view.safe_aggregates) >= VERDICTS and sql not in view.safe_aggregates:
             del view.safe_aggregates[next(iter(view.safe_aggregates))]
@@ -169,32 +184,6 @@ def known_safe(guard: Guarded, sql: str) -> bool:
         return bool(view.safe_aggregates.get(sql) == view.own_cursor().execute("PRAGMA schema_version").fetchone()[0])
     except sqlite3.Error:
         return False
-
-
-def cheaper_check(guard: Guarded, sql: str, parameters: Any, found: AggregatePlan) -> AggregatePlan:
-    """``found`` with its pre-grouped corrected and check queries (``pregroup``) where the statement's
-    query plan reads the pre-grouped table by a full scan, else ``found`` itself. SQLite only; asked
-    once per plan (``EXPLAIN QUERY PLAN`` prepares the statement, it runs nothing), and never for a
-    paging query, whose check is bounded to the groups it served."""
-    view = schema_view(guard)
-    if found.pregrouped is None or found.bounded_sql is not None or not isinstance(view, SqliteSchemaView):
-        return found
-    kept = view.cheaper.get(sql)
-    if kept is not None and kept[0] is found:
-        return kept[1]
-    leaf, corrected, check = found.pregrouped
-    chosen = found
-    try:
-        cur = view.own_cursor()
-        execute_with(cur, f"EXPLAIN QUERY PLAN {sql}", parameters)
-        if scans_whole(cur.fetchall(), leaf):
-            chosen = dataclasses.replace(found, corrected_sql=corrected, check_sql=check)
-    except (sqlite3.Error, TypeError, ValueError):  # the grouped check stays: it needs no plan
-        pass
-    if len(view.cheaper) >= VERDICTS and sql not in view.cheaper:
-        del view.cheaper[next(iter(view.cheaper))]
-    view.cheaper[sql] = (found, chosen)
-    return chosen
 
 
 def program_functions(guard: Guarded, sql: str, parameters: Any, keep: bool = True) -> frozenset[str] | None:
@@ -278,8 +267,12 @@ _PROJECTED: Analyser[Provenance] = Analyser(
 )
 
 
-def _aggregate_plan(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> AggregatePlan:
-    found = plan_aggregates(tree, facts, dialect)
+def _aggregate_plan(
+    tree: exp.Expression, facts: SchemaFacts, dialect: str, scanned: Callable[[str], bool] | None = None
+) -> AggregatePlan:
+    if scanned is not None and pages_groups(tree):
+        scanned = grouped_only  # the check bounded to the served groups is the grouped one
+    found = plan_aggregates(tree, facts, dialect, scanned)
     if not found.risks:
         nested = plan_nested(tree, facts, dialect)
         return found if nested is None else dataclasses.replace(nested, hazard=rerun_hazard(tree))
@@ -303,7 +296,7 @@ rows and its ``PRAGMA index_list``."""
 class SqliteSchemaView:
     """One SQLite connection's verdicts and table facts, reused only on identical declarations."""
 
-    __slots__ = ("calls", "cheaper", "places", "raw_ref", "safe_aggregates", "tables", "verdicts")
+    __slots__ = ("calls", "places", "raw_ref", "safe_aggregates", "tables", "verdicts")
 
     def __init__(self, raw_ref: Callable[[], Any]) -> None:
         # The connection as its guard state holds it (weakly when the state belongs to it: the
@@ -315,8 +308,6 @@ class SqliteSchemaView:
         self.tables: dict[tuple[Any, ...], TableFacts] = {}
         # SQL text -> PRAGMA schema_version when its aggregate plan put nothing at risk (see ``plan``)
         self.safe_aggregates: dict[str, int] = {}
-        # SQL text -> (its plan, the plan whose check runs: pre-grouped or not; see ``cheaper_check``)
-        self.cheaper: dict[str, tuple[AggregatePlan, AggregatePlan]] = {}
         # SQL text -> (schemas and their versions when read, the functions its program calls; ``program_functions``)
         self.calls: dict[str, tuple[Any, frozenset[str]]] = {}
         # (question, SQL text) -> (check statements, their rows when the answer was reached, answer)

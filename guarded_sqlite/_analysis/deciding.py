@@ -30,7 +30,7 @@ import sqlglot
 from sqlglot import exp
 
 from .aggregate_sql import aggregate_function, is_aggregate, outer_parts
-from .aggregates import AggregatePlan, plan_aggregates, served_sql
+from .aggregates import AggregatePlan, grouped_only, plan_aggregates, served_sql
 from .schema import SchemaFacts, fold
 from .sqltree import outer_reference, outer_scope
 from .trees import keep, text_of
@@ -88,7 +88,7 @@ def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Aggre
         alone = keep(inner.copy())
         if with_ is not None and any(fold(table.name) in ctes for table in inner.find_all(exp.Table)):
             alone.set("with_", with_.copy())
-        found = plan_aggregates(alone, facts, dialect)
+        found = plan_aggregates(alone, facts, dialect, grouped_only)  # its own check runs alone
         if not found.risks:
             continue
         if found.corrected_sql is None or found.check_sql is None:

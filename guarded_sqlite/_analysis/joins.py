@@ -34,7 +34,7 @@ from .sqltree import (
     predicate_conjuncts,
     source_count,
 )
-from .trees import text_of
+from .trees import keep, text_of
 
 __all__ = ["Closure", "Col", "Instance", "JoinGraph", "Unanalysable"]
 
@@ -461,6 +461,64 @@ class JoinGraph:
         if column.table:
             return []
         return self.merged_holders.get(fold(column.name), [])
+
+    def _identities_of(self, reads: set[int]) -> tuple[exp.Expression, ...] | str:
+        """Expressions whose values tell apart the rows of the instances the argument reads, compared
+        as the row numbering's PARTITION BY compares them, or why there are none. Per instance:
+
+        * SQLite: its rowid (an integer: no collation decides anything), else a NOT NULL key with each
+          column ``COLLATE BINARY``: rows distinct under the key's own collation are distinct under
+          BINARY, and a row's copies are equal under any (a NOCASE column with a BINARY unique index
+          merged 'widget' and 'WIDGET' when compared under the column's NOCASE, c12);
+        * DuckDB: its ``rowid``, unless a column takes the name (then the table has none: a user column
+          ``rowid`` is data, c07, and a key's collation cannot be overridden for any type);
+        * PostgreSQL: ``tableoid`` with ``ctid``, unique across partitions and inheritance children,
+          where ``ctid`` alone and a parent's PRIMARY KEY repeat (c06); none for a foreign table;
+        * a derived table seen through: its key (by output name; its rows are told apart as its
+          DISTINCT or GROUP BY told them apart), ``COLLATE BINARY`` on SQLite.
+
+        A key that may hold NULL is never used: rows whose key is NULL would share one number."""
+        expressions: list[exp.Expression] = []
+        for k in sorted(reads):
+            instance = self.instances[k]
+            found = self._identity(k)
+            if found is None:
+                why = instance.opaque_reason or "no NOT NULL key and no row id"
+                return f"no row identity for {instance.label} ({why}): not corrected"
+            expressions.extend(found)
+        return tuple(expressions)
+
+    def _identity(self, k: int) -> list[exp.Expression] | None:
+        instance = self.instances[k]
+
+        def column(name: str) -> exp.Column:
+            return keep(exp.column(name, table=instance.display, quoted=True))
+
+        def binary(name: str) -> exp.Expression:
+            if self.dialect != "sqlite":
+                return column(name)
+            return keep(exp.Collate(this=column(name), expression=exp.var("BINARY")))
+
+        if instance.kind == "derived":
+            unnamed = instance.display == "subquery" or fold(instance.display) != instance.alias
+            if not instance.keys or instance.opaque_reason or unnamed:
+                return None
+            return [binary(name) for name in sorted(instance.keys[0])]
+        if instance.kind != "table" or instance.opaque_reason:
+            return None
+        if self.dialect == "postgres":
+            # A foreign table's ctid is its wrapper's to give, if any.
+            return None if instance.foreign else [column("tableoid"), column("ctid")]
+        if self.dialect == "duckdb":
+            return None if "rowid" in (instance.original or {}) else [column("rowid")]
+        identities = [key for key in instance.keys if key <= instance.not_null]
+        rowid = next((alias for alias in ("rowid", "oid", "_rowid_") if frozenset({alias}) in identities), None)
+        if rowid is not None:
+            return [column(rowid)]
+        key = next(iter(identities), None)
+        if key is None:
+            return None
+        return [binary(instance.original.get(c, c)) for c in sorted(key)]
 
 
 def _column_list(source: exp.Expression, ctes: dict[str, exp.Expression]) -> str:

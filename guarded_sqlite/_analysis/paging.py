@@ -35,7 +35,7 @@ from .aggregates import AggregatePlan
 from .deciding import reads_aggregate
 from .trees import keep, text_of
 
-__all__ = ["MAX_KEYS", "bounded_check", "plan_bound"]
+__all__ = ["MAX_KEYS", "bounded_check", "pages_groups", "plan_bound"]
 
 MAX_KEYS = 1000
 """Served groups beyond which the whole check runs instead (a longer list costs more than it saves)."""
@@ -47,23 +47,25 @@ _MARKER = '"__gs_bound"'
 _INNER = "__gs_t"
 
 
+def pages_groups(tree: exp.Expression) -> bool:
+    """Whether ``tree`` is a paging query over groups whose check ``plan_bound`` bounds (or refuses)."""
+    if not isinstance(tree, exp.Select) or (tree.args.get("limit") is None and tree.args.get("offset") is None):
+        return False
+    if not _groups(tree):
+        return False  # one group at most: the check reads what the statement reads
+    # The bounded check drops LIMIT and OFFSET, and positional parameters bind by place (DuckDB refuses
+    # a name its statement lacks): the whole check binds every parameter as the statement does (R5).
+    return not _ordered_by_aggregate(tree) and not any(
+        isinstance(node, (exp.Placeholder, exp.Parameter)) for node in _limits(tree)
+    )
+
+
 def plan_bound(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> AggregatePlan:
     """``plan`` with ``bounded_sql`` and the group keys' places, or ``paging`` saying why a paging
     query is refused; unchanged for a statement that is not a paging query over groups."""
-    if plan.check_sql is None or not isinstance(tree, exp.Select):
-        return plan
-    if tree.args.get("limit") is None and tree.args.get("offset") is None:
+    if plan.check_sql is None or not isinstance(tree, exp.Select) or not pages_groups(tree):
         return plan
     groups = _groups(tree)
-    if not groups:
-        return plan  # one group at most: the check reads what the statement reads
-    if _ordered_by_aggregate(tree):
-        return plan
-    if any(isinstance(node, (exp.Placeholder, exp.Parameter)) for node in _limits(tree)):
-        # The bounded check drops LIMIT and OFFSET, and positional parameters bind by place (DuckDB
-        # refuses a name its statement lacks): the whole check binds every parameter as the statement
-        # does (R5).
-        return plan
     positions = []
     for group in groups:
         position = next((i for i, item in enumerate(tree.expressions) if item.unalias() == group), None)

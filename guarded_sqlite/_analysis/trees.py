@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from sqlglot import Dialect, exp
 
-__all__ = ["Collecting", "dialect_named", "keep", "release", "text_of"]
+__all__ = ["Collecting", "dialect_named", "keep", "release", "spent_text", "text_of"]
 
 _Node = exp.Expr
 T = TypeVar("T")
@@ -109,3 +109,10 @@ def text_of(node: exp.Expr, dialect: str | None = None, **options: Any) -> str:
         return copied.sql(dialect=dialect, copy=False, **options)
     finally:
         release(copied)
+
+
+def spent_text(node: exp.Expr, dialect: str) -> str:
+    """``node``'s SQL, generated in place: for a tree the caller made, has handed to ``keep`` and reads
+    no more (sqlglot's generator may rewrite what it generates from). ``text_of`` copies the tree first,
+    which for the corrected queries cost as much as generating them."""
+    return node.sql(dialect=dialect, copy=False)

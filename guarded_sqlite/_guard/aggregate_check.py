@@ -67,14 +67,14 @@ def check_aggregates(
     """The aggregate fan-out rule for a healthy result the pre-screen passed (``_rules.fanout``); on SQLite
     a confirmation is reused while nothing it read can have changed (``_rules.confirmations``)."""
     if not _AGGREGATE_RULE:  # imported on first use: it loads sqlglot
-        from .._analysis.catalog import cheaper_check, known_safe, plan
+        from .._analysis.catalog import known_safe, plan
         from .._analysis.trees import Collecting
         from .._rules import confirmations
         from .._rules.fanout import confirm
 
         # Replaced whole, not extended: threads making their first check at once each fill it.
-        _AGGREGATE_RULE[:] = (plan, confirm, confirmations, cheaper_check, known_safe, Collecting)
-    known_safe, collecting = _AGGREGATE_RULE[4:]
+        _AGGREGATE_RULE[:] = (plan, confirm, confirmations, known_safe, Collecting)
+    known_safe, collecting = _AGGREGATE_RULE[3:]
     if known_safe(guard, sql):  # the common repeated statement: a kept plan, no tree made
         return None
     # The trees the rule makes are freed as they are dropped, not by the cyclic collector.
@@ -83,7 +83,7 @@ def check_aggregates(
 
 
 def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]) -> FanoutOutcome | None:
-    plan, confirm, kept, cheaper_check = _AGGREGATE_RULE[:4]
+    plan, confirm, kept = _AGGREGATE_RULE[:3]
     if call_time_passed():
         from .._rules.fanout import FanoutOutcome
 
@@ -112,12 +112,10 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
                     served = shape(list(entry.corrected)) if shape is not None else list(entry.corrected)
                 reused = RuleDecision(decision.rule, decision.applied, f"{decision.reason}; {kept.REUSED}")
                 return cast("FanoutOutcome", kept_outcome._replace(rows=served, decision=reused, elapsed_ns=0))
-        found = plan(guard, sql)
+        found = plan(guard, sql, parameters)
         if not found.risks or (not rows and found.whole_sql is None and not found.nested):
             # No rows, and the aggregate only shows values: the corrected query has no rows either.
             return None
-        if found.pregrouped is not None:
-            found = cheaper_check(guard, sql, parameters, found)
         try:
             # A paging query checks the groups it served (guarded_sqlite._analysis.paging).
             check_sql = kept.bounded_check(found, rows, guard.dialect)
@@ -285,5 +283,5 @@ def _plain_cursor(guard: ConnectionState) -> Any:
 
 
 _AGGREGATE_RULE: list[Any] = []
-"""``catalog.plan``, ``fanout.confirm``, ``guarded_sqlite._rules.confirmations``, ``catalog.cheaper_check``,
-``catalog.known_safe`` and ``trees.Collecting``, once the rule first runs."""
+"""``catalog.plan``, ``fanout.confirm``, ``guarded_sqlite._rules.confirmations``, ``catalog.known_safe`` and
+``trees.Collecting``, once the rule first runs."""

@@ -22,9 +22,11 @@ __all__ = [
     "may_aggregate",
     "outer_parts",
     "outside_aggregates",
+    "read_by",
     "read_outside",
     "repetition_invariant",
     "window_reads",
+    "without_counts",
 ]
 
 INNER_TABLE = "__gs_t"
@@ -215,10 +217,32 @@ def grouped_form(query: exp.Select, extra_count: int, rows: exp.Select) -> tuple
     # sorter behind the derived table's GROUP BY then carries narrower rows (1-2% of the check's time
     # on bench_aggregates; a text column costs more). No column of a GROUP BY query depends on another's
     # presence: a bare column's row is chosen by the group's MIN part, or is any row of the group.
-    read = {column.name for column in query.find_all(exp.Column) if column.table == INNER_TABLE}
-    keep(list(middle.expressions))
-    middle.set("expressions", [item for item in middle.expressions if item.alias_or_name in read])
+    _narrow(middle, query)
     return query, middle
+
+
+def _narrow(rows: exp.Select, query: exp.Select) -> None:
+    """Drop, in place, the columns of the derived table ``rows`` that ``query`` does not read."""
+    read = {column.name for column in query.find_all(exp.Column) if column.table == INNER_TABLE}
+    keep(list(rows.expressions))
+    rows.set("expressions", [item for item in rows.expressions if item.alias_or_name in read])
+
+
+def without_counts(check: exp.Select, extra_count: int) -> exp.Select:
+    """A copy of ``grouped_form``'s check query without its trailing ``extra_count`` counting columns:
+    the corrected query's grouped form (``read_by`` gives its derived table)."""
+    corrected = keep(check.copy())
+    items = corrected.expressions
+    keep(items[len(items) - extra_count :])
+    corrected.set("expressions", items[: len(items) - extra_count])
+    return corrected
+
+
+def read_by(query: exp.Select, rows: exp.Select) -> exp.Select:
+    """A copy of the derived table ``rows`` with only the columns ``query`` reads."""
+    narrowed = keep(rows.copy())
+    _narrow(narrowed, query)
+    return narrowed
 
 
 def _convert(

@@ -47,9 +47,11 @@ from .aggregate_sql import (
     may_aggregate,
     outer_parts,
     outside_aggregates,
+    read_by,
     read_outside,
     repetition_invariant,
     window_reads,
+    without_counts,
 )
 from .joins import Col, Unanalysable
 from .pregroup import Leaf, leaf_join, pregrouped
@@ -596,22 +598,20 @@ class _Planner(Analysis):
                 query.set("with_", with_.copy())
             return spent_text(query, self.dialect)
 
-        forms: list[tuple[exp.Select, exp.Select, exp.Select | None]] = []
-        for query, extra_count in ((outer, 0), (check, len(extras))):
-            sqlite_form = self.dialect == "sqlite" and len(windows) == 1
-            grouped = grouped_form(query, extra_count, inner) if sqlite_form else None
-            if grouped is not None:
-                query, rows = grouped
-            else:
-                query, rows = keep(query.copy()), keep(inner.copy())
-            counts_leaf = grouped is not None and chosen is not False
-            forms.append((query, rows, pregrouped(rows, leaf) if counts_leaf and leaf is not None else None))
-        # Only the SQL that may run is written: generating it costs more than building the trees.
-        leaf_rows = [form[2] for form in forms if form[2] is not None]
-        if leaf is None or len(leaf_rows) != 2 or chosen is False:
-            return over(*forms[0][:2]), over(*forms[1][:2]), tuple(unnamed), None
+        named = tuple(unnamed)
+        grouped = grouped_form(check, len(extras), inner) if self.dialect == "sqlite" and len(windows) == 1 else None
+        if grouped is None:
+            return over(outer, keep(inner.copy())), over(check, inner), named, None
+        # Only the SQL that may run is written: generating it costs more than building the trees. The
+        # corrected query is the check's grouped form without its counting columns (the same SQL as its
+        # own grouped form: the parts it reads are met first, and so are named alike).
+        query, rows = grouped
+        leaf_rows = pregrouped(rows, leaf) if leaf is not None and chosen is not False else None
+        corrected = without_counts(query, len(extras))
+        if leaf is None or leaf_rows is None:
+            return over(corrected, read_by(corrected, rows)), over(query, rows), named, None
         if chosen:
-            return over(forms[0][0], leaf_rows[0]), over(forms[1][0], leaf_rows[1]), tuple(unnamed), None
+            return over(corrected, read_by(corrected, leaf_rows)), over(query, leaf_rows), named, None
         # Both forms: a copy of each query (a few select items, no FROM yet) reads the pre-grouped rows.
-        both = [over(keep(form[0].copy()), rows) for form, rows in zip(forms, leaf_rows, strict=True)]
-        return over(*forms[0][:2]), over(*forms[1][:2]), tuple(unnamed), (leaf.alias, both[0], both[1])
+        before_join = over(keep(corrected.copy()), read_by(corrected, leaf_rows)), over(keep(query.copy()), leaf_rows)
+        return over(corrected, read_by(corrected, rows)), over(query, rows), named, (leaf.alias, *before_join)

@@ -1,6 +1,7 @@
 """How many statements a text holds, by sqlglot's tokens (which know each dialect's strings, dollar
-quotes and comments): the agent tools' one-statement rule on PostgreSQL, whose driver has no
-statement splitter of its own."""
+quotes and comments): the agent tools' one-statement rule on PostgreSQL and MySQL/MariaDB, whose
+drivers have no statement splitter of their own; and the names (functions, MySQL's executable
+comments) an agent tool's statement may not hold."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from .trees import dialect_named
 
 __all__ = [
     "DUCKDB_PATH_FUNCTIONS",
+    "MYSQL_DENIED_FUNCTIONS",
     "POSTGRES_DENIED_FUNCTIONS",
     "denied_name",
+    "mysql_denied_call",
     "postgres_denied_call",
     "postgres_statements_problem",
+    "statements_problem",
 ]
 
 
@@ -30,8 +34,19 @@ def postgres_statements_problem(sql: str) -> str | None:
     'it holds 2 statements; send one statement per call'
     >>> postgres_statements_problem("SELECT $$; DELETE FROM t$$")
     """
+    return statements_problem(sql, "postgres")
+
+
+def statements_problem(sql: str, dialect: str) -> str | None:
+    """Why ``sql`` is not one statement of ``dialect`` by sqlglot's tokens, or None (empty statements
+    not counted).
+
+    >>> statements_problem("SELECT 'it''s'; DELETE FROM t", "mysql")
+    'it holds 2 statements; send one statement per call'
+    >>> statements_problem("SELECT 1 # a comment; DELETE FROM t", "mysql")
+    """
     try:
-        tokens = dialect_named("postgres").tokenize(sql)
+        tokens = dialect_named(dialect).tokenize(sql)
     except SqlglotError:
         return "it cannot be split into statements (an unterminated string or comment?)"
     statements, open_statement = 0, False
@@ -102,6 +117,49 @@ def postgres_denied_call(sql: str) -> str | None:
     if "&" in sql and _UNICODE_IDENTIFIER.search(sql):
         return 'U&"..." (a Unicode-escaped identifier)'
     return denied_name(sql, "postgres", POSTGRES_DENIED_FUNCTIONS)
+
+
+MYSQL_DENIED_FUNCTIONS = frozenset(
+    {
+        # Named locks belong to the session, outlive a ROLLBACK and can hold other clients off.
+        "get_lock",
+        "release_lock",
+        "release_all_locks",
+        # A file on the database server's machine (with the FILE privilege), and UDFs that run commands.
+        "load_file",
+        "sys_exec",
+        "sys_eval",
+        # Waits on replication, which the call's time limit does not always reach.
+        "master_pos_wait",
+        "master_gtid_wait",
+        "source_pos_wait",
+        "wait_for_executed_gtid_set",
+        "wait_until_sql_thread_after_gtids",
+    }
+)
+"""Functions an agent tool's statement may not name on MySQL/MariaDB, by lower-case name. The session
+is reset after every call as well (``agent.lockdown.reset_mysql_session``), which releases named locks."""
+
+_EXECUTABLE_COMMENT = re.compile(r"/\*\s*(?:[mM]?!|\+)")
+"""``/*! ... */`` and ``/*M! ... */``, whose text the server runs as SQL that no reading of the
+statement sees (they carried writes past keyword checks), and MySQL's optimizer hints ``/*+ ... */``
+(``MAX_EXECUTION_TIME(0)`` lifts the call's time limit)."""
+
+
+def mysql_denied_call(sql: str) -> str | None:
+    """What in ``sql`` an agent tool does not run on MySQL/MariaDB, or None: an executable comment or
+    an optimizer hint (looked for in the whole text, strings too: refused rather than read wrong), or
+    a name in ``MYSQL_DENIED_FUNCTIONS`` outside the literals. A text that does not tokenize is refused.
+
+    >>> mysql_denied_call("SELECT 1 /*!50000 , (SELECT 2) */")
+    'an executable comment (/*! ... */, /*M! ... */) or an optimizer hint (/*+ ... */)'
+    >>> mysql_denied_call("SELECT `GET_LOCK`('x', 0)")
+    'get_lock'
+    >>> mysql_denied_call("SELECT 'get_lock' AS word /* a plain comment */")
+    """
+    if "/*" in sql and _EXECUTABLE_COMMENT.search(sql):
+        return "an executable comment (/*! ... */, /*M! ... */) or an optimizer hint (/*+ ... */)"
+    return denied_name(sql, "mysql", MYSQL_DENIED_FUNCTIONS)
 
 
 DUCKDB_PATH_FUNCTIONS = frozenset(

@@ -21,6 +21,9 @@ SQLite files and DuckDB files (and connections) are supported, and PostgreSQL th
 is a transaction of its own (``READ ONLY`` and rolled back unless writes are allowed) with
 ``statement_timeout`` set ``LOCAL`` to the call's limit, a cancel request at the deadline as the
 backstop, and queries read through a server-side cursor, so rows past the limits never leave the server.
+MySQL and MariaDB through PyMySQL likewise (a ``mysql://`` or ``mariadb://`` URI, or a guarded
+``pymysql`` connection): ``START TRANSACTION READ ONLY`` and the server's statement time limit per call,
+``KILL QUERY`` at the deadline, and the session reset after each call (``_mysql_session``).
 
 Its modules: ``_calls`` (limits, ``QueryResult``, ``QueryRefused``), ``_database`` (``GuardedDatabase`` in
 this process), ``isolation`` (the same in a worker process, ``GuardedDatabase.open``'s default) and
@@ -39,6 +42,7 @@ from ._calls import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._calls import ENGINE_MEMORY as ENGINE_MEMORY
 from ._calls import QueryRefused, QueryResult, call_memory_bound, worker_memory_allowance
 from ._calls import guard_byte_cap as guard_byte_cap
+from ._calls import is_mysql_dsn as is_mysql_dsn
 from ._calls import is_postgres_dsn as is_postgres_dsn
 from ._calls import redact_dsn as redact_dsn
 from ._database import GuardedDatabase

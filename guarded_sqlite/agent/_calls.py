@@ -24,6 +24,7 @@ __all__ = [
     "call_memory_bound",
     "framework_missing",
     "guard_byte_cap",
+    "is_mysql_dsn",
     "is_postgres_dsn",
     "redact_dsn",
     "worker_memory_allowance",
@@ -45,12 +46,12 @@ the model hears nothing: on Spider dev's released predictions, 6-10 of the 10-14
 DEFAULT_TIMEOUT = 10.0
 """Seconds a statement may run before it is interrupted (a cross join can run for hours)."""
 
-ENGINE_MEMORY = {"sqlite": 64 * 2**20, "duckdb": 512 * 2**20, "postgres": 64 * 2**20}
+ENGINE_MEMORY = {"sqlite": 64 * 2**20, "duckdb": 512 * 2**20, "postgres": 64 * 2**20, "mysql": 64 * 2**20}
 """Bytes the engine itself may take for one statement in the worker: DuckDB's ``memory_limit``
 (``lockdown.DUCKDB_MEMORY_LIMIT``, 512 MB); for SQLite (2 MB page cache, values capped at
 ``lockdown.value_length_limit``, sorts and temporary tables in memory, ``temp_store``) the worker's
-``hard_heap_limit`` (``lockdown.cap_sqlite_heap``), and for psycopg (rows fetched 16 at a time) a
-margin, of 64 MiB."""
+``hard_heap_limit`` (``lockdown.cap_sqlite_heap``), and for psycopg (rows fetched 16 at a time) and
+PyMySQL (a buffered result, which a larger one makes fail inside the worker's cap) a margin, of 64 MiB."""
 
 _SLACK = 32 * 2**20
 """Bytes of margin for the interpreter's own allocations during a call (arenas, thread stacks)."""
@@ -112,6 +113,19 @@ def is_postgres_dsn(target: object) -> bool:
     (True, False)
     """
     return isinstance(target, str) and target.lower().startswith(_POSTGRES_SCHEMES)
+
+
+_MYSQL_SCHEMES = ("mysql://", "mariadb://")
+"""How a MySQL or MariaDB connection URI starts (``GuardedDatabase.open`` reads it for PyMySQL)."""
+
+
+def is_mysql_dsn(target: object) -> bool:
+    """Whether ``target`` is a MySQL or MariaDB connection URI (``mysql://`` or ``mariadb://``).
+
+    >>> is_mysql_dsn("mariadb://reader@db.internal:3306/shop"), is_mysql_dsn("shop.db")
+    (True, False)
+    """
+    return isinstance(target, str) and target.lower().startswith(_MYSQL_SCHEMES)
 
 
 def redact_dsn(dsn: str) -> str:

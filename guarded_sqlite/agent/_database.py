@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import sqlite3
 import threading
 import time
@@ -27,10 +26,21 @@ from ._calls import (
     QueryResult,
     busy_refusal,
     guard_byte_cap,
+    is_mysql_dsn,
     is_postgres_dsn,
 )
 from ._postgres_session import RECANCEL_EVERY, Canceller, Reconnector, connection_lost
-from ._refusals import CURSOR_NAME, ERROR_CHARS, clipped, failure_refusal, is_database_error
+from ._refusals import (
+    CURSOR_NAME,
+    DUCKDB_READ_WORDS,
+    ERROR_CHARS,
+    NOT_QUERY_WORDS,
+    QUERY_WORDS,
+    clipped,
+    failure_refusal,
+    first_word,
+    is_database_error,
+)
 from .presenting import json_safe
 from .schema_info import SchemaInfo
 
@@ -44,13 +54,15 @@ class GuardedDatabase:
     server's worker threads and an agent framework's threads can share one.
 
     ``connection`` is a guarded connection (``guarded_sqlite.connect``'s, or ``wrap()``'s over SQLite,
-    DuckDB or psycopg 3). With ``allow_writes=False`` (the default) any statement that is not a query is
+    DuckDB, psycopg 3 or PyMySQL). With ``allow_writes=False`` (the default) any statement that is not a query is
     refused, and on SQLite ``PRAGMA query_only`` is switched on as well.
 
     A PostgreSQL connection must have no transaction open: each call opens its own (``READ ONLY``
     and rolled back unless ``allow_writes``; with writes, committed when the statement succeeds), so
     autocommit on or off makes no difference to the tool. What the model can reach beyond that is what
-    the connection's role may do: connect as a role with SELECT privileges only (see docs/agents.md)."""
+    the connection's role may do: connect as a role with SELECT privileges only (see docs/agents.md).
+    A PyMySQL connection must be in autocommit mode with no transaction open and no multi-statements;
+    each call gets ``START TRANSACTION READ ONLY`` and the server's time limit (``_mysql_session``)."""
 
     _isolated: ClassVar[Callable[..., GuardedDatabase] | None] = None
     """What ``open`` makes by default: ``isolation.IsolatedDatabase``, a subclass in the module that runs
@@ -75,8 +87,10 @@ class GuardedDatabase:
             raise ValueError("max_rows and max_chars must be at least 0, timeout positive")
         raw: Any = raw_sqlite(connection) if isinstance(connection, sqlite3.Connection) else connection.__wrapped__
         self.dialect: str = engine_for(raw).dialect
-        if self.dialect not in ("sqlite", "duckdb", "postgres"):
-            raise TypeError(f"GuardedDatabase supports SQLite, DuckDB and PostgreSQL connections, not {self.dialect}")
+        if self.dialect not in ("sqlite", "duckdb", "postgres", "mysql"):
+            raise TypeError(
+                f"GuardedDatabase supports SQLite, DuckDB, PostgreSQL and MySQL/MariaDB connections, not {self.dialect}"
+            )
         self.connection = connection
         self.allow_writes = allow_writes
         self.max_rows = max_rows
@@ -88,7 +102,20 @@ class GuardedDatabase:
         """Set when this object opened the PostgreSQL connection itself (from a URI): it may open it again."""
         self._unreset = False
         """The session could not be reset after the last call: the next one must not run on it as it is."""
-        if self.dialect == "sqlite":
+        self._mysql: Any = None
+        """MySQL/MariaDB: the ``_mysql_session.MySQLSession`` that runs the calls."""
+        if self.dialect == "mysql":
+            from ._mysql_session import MySQLSession
+            from .lockdown import mysql_session_problem
+
+            problem = mysql_session_problem(raw)
+            if problem is not None:
+                raise ValueError(problem)
+            self._mysql = MySQLSession(
+                connection, allow_writes=allow_writes, fetch=self._fetch_within_limits, refuse=self._refuse_failure
+            )
+            self.value_limit = "the server's max_allowed_packet"
+        elif self.dialect == "sqlite":
             self.value_limit = lock_down_sqlite(
                 raw, allow_writes=allow_writes, value_bytes=value_length_limit(max_chars)
             )
@@ -129,11 +156,10 @@ class GuardedDatabase:
         PostgreSQL (needs psycopg 3): the connection is opened in autocommit mode and guarded like the
         files; every call then runs in a transaction of its own, ``READ ONLY`` and rolled back unless
         ``allow_writes``, with ``SET LOCAL statement_timeout`` and a cancel request at the deadline.
-        ``isolated=True`` runs the connection in a worker process here too: the server's timeout and the
-        cancel stop the statement, but not the client receiving a value of hundreds of megabytes (a
-        ``repeat('x', 100000000)``), which only the worker's memory cap and its kill bound
-        (``call_memory_bound``). ``read_only`` (like the default) also sets the session's
-        ``default_transaction_read_only``.
+        ``isolated=True`` runs it in a worker process too: the server's timeout and the cancel do not stop
+        the client receiving a huge value, which the worker's memory cap and its kill bound. ``read_only``
+        (like the default) also sets ``default_transaction_read_only``. MySQL/MariaDB (``mysql://`` or
+        ``mariadb://user@host:port/db``, needs PyMySQL) is opened and run the same way (``_mysql_session``).
 
         Raises ``ValueError`` for a path that is not a usable database (or a server that refuses the
         connection), with the reason."""
@@ -143,13 +169,13 @@ class GuardedDatabase:
         if read_only and allow_writes:
             raise ValueError("read_only and allow_writes exclude each other")
         if isolated:
-            target = str(path) if is_postgres_dsn(path) else Path(path)
+            target = str(path) if is_postgres_dsn(path) or is_mysql_dsn(path) else Path(path)
             isolated_class = GuardedDatabase._isolated
             if isolated_class is None:  # set when the package imports isolation, which a submodule import runs
                 raise RuntimeError("guarded_sqlite.agent.isolation has not registered the worker-process database")
             return isolated_class(target, guard=guard, read_only=read_only, allow_writes=allow_writes, **limits)
-        if is_postgres_dsn(path):
-            return cls._open_postgres(str(path), guard=guard, allow_writes=allow_writes, **limits)
+        if is_postgres_dsn(path) or is_mysql_dsn(path):
+            return cls._open_server(str(path), guard=guard, allow_writes=allow_writes, **limits)
         path = Path(path)
         duck = path.suffix.lower() in _DUCKDB_SUFFIXES
         problem = (None if path.is_file() else f"{path}: no such file") if duck else database_problem(path)
@@ -185,25 +211,32 @@ class GuardedDatabase:
             raise ValueError(f"{path}: cannot be opened ({' '.join(str(failure).split())})") from None
 
     @classmethod
-    def _open_postgres(cls, dsn: str, *, guard: Any, allow_writes: bool, **limits: Any) -> GuardedDatabase:
-        """``open`` for a PostgreSQL URI: the connection is this object's, so it is reset after every
-        call and opened again when it was lost (``_postgres_session``)."""
+    def _open_server(cls, dsn: str, *, guard: Any, allow_writes: bool, **limits: Any) -> GuardedDatabase:
+        """``open`` for a PostgreSQL or MySQL/MariaDB URI: the connection is this object's, so it is
+        reset after every call and opened again when it was lost (``_postgres_session``,
+        ``_mysql_session``)."""
+        from ._mysql_session import open_mysql
         from ._postgres_session import open_postgres
 
+        opener = open_mysql if is_mysql_dsn(dsn) else open_postgres
         policy = _agent_policy(guard, limits)
         timeout = float(limits.get("timeout", DEFAULT_TIMEOUT))
-        connection = open_postgres(dsn, policy, allow_writes=allow_writes, connect_timeout=min(timeout, 30.0))
+        connection = opener(dsn, policy, allow_writes=allow_writes, connect_timeout=min(timeout, 30.0))
         try:
             db = cls(connection, allow_writes=allow_writes, **limits)
         except BaseException:
             connection.close()
             raise
-        db._reconnector = Reconnector(dsn, policy, allow_writes=allow_writes)
+        reconnector = Reconnector(dsn, policy, allow_writes=allow_writes, opener=opener)
+        if db._mysql is not None:
+            db._mysql.reconnector = reconnector
+        else:
+            db._reconnector = reconnector
         return db
 
     def close(self) -> None:
         """Close the connection."""
-        self.connection.close()
+        (self.connection if self._mysql is None else self._mysql).close()
 
     def __enter__(self) -> GuardedDatabase:
         return self
@@ -249,10 +282,10 @@ class GuardedDatabase:
         # A DuckDB statement that starts as a read is judged by DuckDB's own parser under the lock
         # (single_statement_problem: one SELECT by its type, on a file opened read-only), so its reads that
         # sqlglot's tokens do not know are answered: DESCRIBE, SHOW, SUMMARIZE, FROM t LIMIT 1.
-        duck_read = self.dialect == "duckdb" and _first_word(sql) in _DUCKDB_READ_WORDS
+        duck_read = self.dialect == "duckdb" and first_word(sql) in DUCKDB_READ_WORDS
         if not self.allow_writes and not duck_read and not is_read_only_query(sql, self.dialect):
-            first = _first_word(sql)
-            if first in _QUERY_WORDS or first in _NOT_QUERY_WORDS:
+            first = first_word(sql)
+            if first in QUERY_WORDS or first in NOT_QUERY_WORDS:
                 raise QueryRefused(
                     "write",
                     "Refused: only queries (SELECT, or WITH ... SELECT) may run here; this statement is not a "
@@ -277,7 +310,10 @@ class GuardedDatabase:
                     f"Refused: only one query (SELECT, or WITH ... SELECT) may run per call, and {problem}."
                     + (" Writes are off for this tool." if kind == "write" else ""),
                 )
-            if self.dialect == "postgres":
+            if self.dialect == "mysql":
+                description, rows, over, report, count = self._mysql.call(sql, tuple(parameters), limit)
+                self.connection, self._raw = self._mysql.connection, self._mysql.raw
+            elif self.dialect == "postgres":
                 run = functools.partial(self._run_postgres, sql, tuple(parameters), limit)
                 description, rows, over, report, count = self._on_postgres(run, limit)
             else:
@@ -536,6 +572,10 @@ class GuardedDatabase:
         from .schema_description import describe
 
         with self._lock:
+            if self.dialect == "mysql":
+                info: SchemaInfo = self._mysql.describe(self.timeout)
+                self.connection, self._raw = self._mysql.connection, self._mysql.raw
+                return info
             if self.dialect != "postgres":
                 return describe(self._raw, self.dialect)
             return self._on_postgres(self._describe_postgres, self.timeout)
@@ -588,38 +628,6 @@ _FETCH_BATCH = 16
 _REINTERRUPT_EVERY = 0.02
 """Seconds between the interrupts re-sent once a call's time limit has passed, until the call ends."""
 
-_QUERY_WORDS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
-"""First words of statements that read as queries (DuckDB's ``FROM t`` among them): refused only for a
-write inside (``WITH ... DELETE``)."""
-
-_DUCKDB_READ_WORDS = _QUERY_WORDS | {"DESCRIBE", "SHOW", "SUMMARIZE"}
-
-_NOT_QUERY_WORDS = frozenset(
-    "INSERT UPDATE DELETE REPLACE UPSERT MERGE CREATE DROP ALTER TRUNCATE ATTACH DETACH PRAGMA VACUUM "
-    "REINDEX ANALYZE ANALYSE BEGIN COMMIT ROLLBACK END SAVEPOINT RELEASE COPY INSTALL LOAD SET RESET CALL "
-    "EXPORT IMPORT CHECKPOINT GRANT REVOKE USE EXPLAIN DESCRIBE SHOW SUMMARIZE COMMENT".split()
-)
-"""First words of the statements SQLite and DuckDB know that are not plain queries."""
-
-
-def _first_word(sql: str) -> str:
-    """The statement's first keyword, upper-cased, after comments and opening parentheses. Linear in
-    the text: each comment is skipped by moving an index, never by copying the rest."""
-    position, end = 0, len(sql)
-    while True:
-        while position < end and (sql[position].isspace() or sql[position] == "("):
-            position += 1
-        if sql.startswith("--", position):
-            newline = sql.find("\n", position)
-            position = end if newline < 0 else newline + 1
-        elif sql.startswith("/*", position):
-            close = sql.find("*/", position + 2)
-            position = end if close < 0 else close + 2
-        else:
-            break
-    match = _WORD.match(sql, position)
-    return match.group(0).upper() if match else ""
-
 
 def _agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
     """The guard's policy for an agent tool: it buffers no more bytes than ``max_chars`` of rows can take
@@ -637,6 +645,3 @@ def _agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
         byte_cap = min(byte_cap, policy.byte_cap)
     row_cap = max(1, min(policy.row_cap, max(10 * max_rows, 10_000)))
     return dataclasses.replace(policy, row_cap=row_cap, byte_cap=byte_cap)
-
-
-_WORD = re.compile(r"[A-Za-z_]+")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._calls import QueryRefused, redact_dsn
@@ -67,9 +68,11 @@ def connection_lost(raw: Any) -> bool:
 class Reconnector:
     """Opens the tool's PostgreSQL connection again after it was lost, at most once per back-off
     period: a call that finds the connection gone gets a new one, or a refusal saying when the next
-    attempt will be."""
+    attempt will be. ``opener`` (``open_postgres`` by default; ``_mysql_session.open_mysql`` for a
+    MySQL/MariaDB URI) takes ``open_postgres``'s arguments and raises ``ValueError`` when it fails."""
 
-    def __init__(self, dsn: str, policy: Any, *, allow_writes: bool) -> None:
+    def __init__(self, dsn: str, policy: Any, *, allow_writes: bool, opener: Callable[..., Any] | None = None) -> None:
+        self._opener = open_postgres if opener is None else opener
         self._dsn = dsn
         self._policy = policy
         self._allow_writes = allow_writes
@@ -91,7 +94,7 @@ class Reconnector:
                 "then, or tell the user the database is unavailable.",
             )
         try:
-            connection = open_postgres(
+            connection = self._opener(
                 self._dsn, self._policy, allow_writes=self._allow_writes, connect_timeout=time_limit
             )
         except ValueError as failure:

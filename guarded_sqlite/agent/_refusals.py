@@ -9,7 +9,17 @@ import sys
 
 from ._calls import QueryRefused
 
-__all__ = ["CURSOR_NAME", "ERROR_CHARS", "clipped", "failure_refusal", "is_database_error"]
+__all__ = [
+    "CURSOR_NAME",
+    "DUCKDB_READ_WORDS",
+    "ERROR_CHARS",
+    "NOT_QUERY_WORDS",
+    "QUERY_WORDS",
+    "clipped",
+    "failure_refusal",
+    "first_word",
+    "is_database_error",
+]
 
 CURSOR_NAME = "guarded_sqlite_agent"
 """The server-side cursor a PostgreSQL call's query is declared as (one per call, closed with its
@@ -60,7 +70,7 @@ def failure_refusal(
             f"Refused: the statement needed more memory than this tool allows a call ({message}). Select "
             "fewer or smaller values (substr, length, aggregates), or add a LIMIT.",
         )
-    if _is_postgres_denial(failure):
+    if _is_postgres_denial(failure) or _is_mysql_denial(failure):
         return QueryRefused(
             "write" if not allow_writes else "sql_error",
             f"Refused: the database denied this statement ({message}): this tool runs each call in a "
@@ -81,7 +91,7 @@ def is_database_error(failure: Exception) -> bool:
     if isinstance(failure, sqlite3.Error):
         return True
     # The other drivers' errors can only come from a driver already imported: none is imported here.
-    for name in ("duckdb", "psycopg"):
+    for name in ("duckdb", "psycopg", "pymysql"):
         driver = sys.modules.get(name)
         if driver is not None and isinstance(failure, driver.Error):
             return True
@@ -96,6 +106,19 @@ def _is_postgres_denial(failure: Exception) -> bool:
     return isinstance(failure, (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege))
 
 
+_MYSQL_DENIALS = frozenset({1792, 1142, 1143, 1044, 1045, 1227, 1370, 1290})
+"""MySQL/MariaDB: a write in a read-only transaction (1792), a privilege the account lacks (table,
+column, database, global, routine), and the server's own restrictions (``--read-only``,
+``secure_file_priv``: 1290)."""
+
+
+def _is_mysql_denial(failure: Exception) -> bool:
+    pymysql = sys.modules.get("pymysql")
+    if pymysql is None or not isinstance(failure, pymysql.MySQLError):
+        return False
+    return bool(failure.args) and failure.args[0] in _MYSQL_DENIALS
+
+
 ERROR_CHARS = 2_000
 """Most characters of a database error (and of the guard's feedback on it) a refusal quotes."""
 
@@ -104,3 +127,41 @@ def clipped(text: str) -> str:
     if len(text) <= ERROR_CHARS:
         return text
     return f"{text[:ERROR_CHARS]}... ({len(text) - ERROR_CHARS:,} more characters not shown)"
+
+
+QUERY_WORDS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
+"""First words of statements that read as queries (DuckDB's ``FROM t`` among them): refused only for a
+write inside (``WITH ... DELETE``)."""
+
+DUCKDB_READ_WORDS = QUERY_WORDS | {"DESCRIBE", "SHOW", "SUMMARIZE"}
+
+NOT_QUERY_WORDS = frozenset(
+    "INSERT UPDATE DELETE REPLACE UPSERT MERGE CREATE DROP ALTER TRUNCATE ATTACH DETACH PRAGMA VACUUM "
+    "REINDEX ANALYZE ANALYSE BEGIN COMMIT ROLLBACK END SAVEPOINT RELEASE COPY INSTALL LOAD SET RESET CALL "
+    "EXPORT IMPORT CHECKPOINT GRANT REVOKE USE EXPLAIN DESCRIBE SHOW SUMMARIZE COMMENT HANDLER DO KILL LOCK "
+    "UNLOCK FLUSH RENAME START XA PREPARE EXECUTE DEALLOCATE OPTIMIZE REPAIR INSTALL UNINSTALL".split()
+)
+"""First words of the statements SQLite, DuckDB, PostgreSQL and MySQL/MariaDB know that are not plain
+queries."""
+
+
+def first_word(sql: str) -> str:
+    """The statement's first keyword, upper-cased, after comments and opening parentheses. Linear in
+    the text: each comment is skipped by moving an index, never by copying the rest."""
+    position, end = 0, len(sql)
+    while True:
+        while position < end and (sql[position].isspace() or sql[position] == "("):
+            position += 1
+        if sql.startswith("--", position):
+            newline = sql.find("\n", position)
+            position = end if newline < 0 else newline + 1
+        elif sql.startswith("/*", position):
+            close = sql.find("*/", position + 2)
+            position = end if close < 0 else close + 2
+        else:
+            break
+    match = _WORD.match(sql, position)
+    return match.group(0).upper() if match else ""
+
+
+_WORD = re.compile(r"[A-Za-z_]+")

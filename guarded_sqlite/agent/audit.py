@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -81,12 +82,29 @@ def logged_sql(sql: str, dialect: str, limit: int = MAX_LOGGED_SQL) -> str:
     >>> logged_sql("SELECT 'a secret that is long'", "sqlite", limit=15)  # cut inside a literal: all hidden
     '<SQL not shown: 15 characters>… (30 characters, cut to 15)'
     """
-    from .._analysis.rewrite import normalise_literals
-
     quoted = dialect == "sqlite"  # SQLite's "x" is a string when no column is named x
     if len(sql) <= limit:
-        return normalise_literals(sql, dialect, double_quoted=quoted)
-    return f"{normalise_literals(sql[:limit], dialect, double_quoted=quoted)}… ({len(sql)} characters, cut to {limit})"
+        return _without_literals(sql, dialect, quoted)
+    return f"{_without_literals(sql[:limit], dialect, quoted)}… ({len(sql)} characters, cut to {limit})"
+
+
+def _without_literals(sql: str, dialect: str, quoted: bool) -> str:
+    """``normalise_literals``, and on MySQL/MariaDB also inside executable comments and optimizer hints
+    (``/*!50000 ... 'x' */``), which the server reads as SQL though sqlglot keeps them as comments.
+
+    >>> _without_literals("SELECT 1 /*!50000 INTO OUTFILE '/tmp/x' */", "mysql", False)
+    'SELECT ? /*!50000 INTO OUTFILE ? */'
+    """
+    from .._analysis.rewrite import normalise_literals
+
+    text = normalise_literals(sql, dialect, double_quoted=quoted)
+    if dialect != "mysql" or "/*" not in text:
+        return text
+    return _EXECUTABLE.sub(lambda m: m.group(1) + normalise_literals(m.group(2), dialect) + "*/", text)
+
+
+_EXECUTABLE = re.compile(r"(/\*\s*(?:[mM]?!\d*|\+))(.*?)\*/", re.DOTALL)
+"""An executable comment or a hint: its opening (with MySQL's version number) and its text."""
 
 
 def audit_record(

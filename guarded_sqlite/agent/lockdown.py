@@ -23,6 +23,14 @@ setup:
   reach past the call while it runs (advisory locks, signals to other backends, SQL given as text) are
   refused by name (``_analysis.statements.postgres_denied_call``). What the role may do (superuser,
   server file access) is the operator's to withhold; see docs/agents.md.
+- MySQL/MariaDB through PyMySQL (``mysql_session_problem``, ``start_mysql_call``,
+  ``reset_mysql_session``): the driver's multi-statement flag off (the server then refuses a second
+  statement as a syntax error), every call in ``START TRANSACTION READ ONLY`` (error 1792 on a write)
+  under the session's ``max_statement_time`` (MariaDB) or ``max_execution_time`` (MySQL), rolled back;
+  then the session reset (``COM_RESET_CONNECTION``: user variables, named locks, temporary tables,
+  ``HANDLER``s, prepared statements and session settings all end with the call). Executable comments,
+  optimizer hints, named locks and ``LOAD_FILE`` are refused by reading the statement
+  (``_analysis.statements.mysql_denied_call``).
 - ``single_statement_problem``: more than one statement is refused (DuckDB's ``execute`` and psycopg's
   simple query protocol run them all); DuckDB's own parser also names each statement's type.
 """
@@ -45,11 +53,15 @@ __all__ = [
     "denied_call_problem",
     "duckdb_lockdown_problem",
     "lock_down_sqlite",
+    "mysql_session_problem",
     "postgres_session_problem",
+    "prepare_mysql_session",
     "reseed_duckdb",
+    "reset_mysql_session",
     "reset_postgres_session",
     "single_statement_problem",
     "sqlite_decision",
+    "start_mysql_call",
     "start_postgres_call",
     "value_length_limit",
 ]
@@ -316,10 +328,10 @@ def single_statement_problem(sql: str, dialect: str, raw: Any, *, allow_writes: 
     sqlglot's tokens, which know PostgreSQL's strings, dollar quotes and comments; a text that does not
     tokenize is refused too. The agent also sends a query as a server-side cursor's ``DECLARE``, which
     PostgreSQL's own parser refuses with more than one statement in it."""
-    if dialect == "postgres":
-        from .._analysis.statements import postgres_statements_problem
+    if dialect in ("postgres", "mysql"):
+        from .._analysis.statements import statements_problem
 
-        return postgres_statements_problem(sql)
+        return statements_problem(sql, dialect)
     if dialect != "duckdb":
         return None
     duckdb = sys.modules["duckdb"]
@@ -406,8 +418,17 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
     read. On DuckDB, the catalog functions that show absolute paths (``duckdb_settings()``,
     ``duckdb_databases()``, ...: ``statements.DUCKDB_PATH_FUNCTIONS``). SQLite's denials are its
     authorizer's (``pragma_database_list``'s file reads as NULL)."""
-    from .._analysis.statements import DUCKDB_PATH_FUNCTIONS, denied_name, postgres_denied_call
+    from .._analysis.statements import DUCKDB_PATH_FUNCTIONS, denied_name, mysql_denied_call, postgres_denied_call
 
+    if dialect == "mysql":
+        name = mysql_denied_call(sql)
+        if name is None:
+            return None
+        return (
+            f"Refused: this tool does not run {name} (executable comments and hints run SQL or settings no "
+            "reading of the statement sees; named locks outlive the call; files are not the database's "
+            "tables); write the query without it."
+        )
     if dialect == "duckdb":
         name = denied_name(sql, "duckdb", DUCKDB_PATH_FUNCTIONS)
         if name is None:
@@ -425,3 +446,87 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
         f"Refused: this tool does not run {name} (advisory locks, signals to server sessions, and functions "
         "that run SQL given as text reach past one call); write the query without it."
     )
+
+
+_MULTI_STATEMENTS = 1 << 16
+"""PyMySQL's ``CLIENT.MULTI_STATEMENTS`` capability: with it the server runs every ``;``-separated
+statement of one text."""
+
+_COM_RESET_CONNECTION = 0x1F
+"""The protocol's reset command (MySQL 5.7.3+, MariaDB 10.2.4+): the server ends the transaction and
+returns the session to its state at login, keeping the connection and its current database."""
+
+
+def mysql_session_problem(raw: Any) -> str | None:
+    """Why a PyMySQL connection cannot serve a model's statements, or None: it must be open, in
+    autocommit mode with no transaction open (each call opens and ends its own), and without the
+    multi-statement capability (the server would run a second statement of the text)."""
+    from .._engines.mysql import in_transaction
+
+    if not raw.open:
+        return "the MySQL/MariaDB connection is closed"
+    if raw.client_flag & _MULTI_STATEMENTS:
+        return (
+            "the MySQL/MariaDB connection was opened with CLIENT.MULTI_STATEMENTS, so the server would run every "
+            "statement of a text; open it without that client flag (PyMySQL's default)"
+        )
+    if not raw.get_autocommit() or in_transaction(raw):
+        return (
+            "the MySQL/MariaDB connection is not in autocommit mode with no transaction open: open it with "
+            "autocommit=True; the tool runs each call in a transaction of its own"
+        )
+    return None
+
+
+def prepare_mysql_session(raw: Any, *, allow_writes: bool) -> None:
+    """A session the tool opened, at login and after every reset: the connection's character set
+    again (a reset returns it to the server's default), autocommit on, and without writes every
+    transaction ``READ ONLY`` by default as well as each call's own."""
+    raw.set_character_set(raw.charset, raw.collation)
+    if not allow_writes:
+        with raw.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION READ ONLY")
+    raw.autocommit(True)  # sent only when the server's status says it is off
+
+
+def start_mysql_call(raw: Any, *, allow_writes: bool, time_limit: float | None) -> None:
+    """The first statements of a call: the session's time limit (MariaDB's ``max_statement_time`` in
+    seconds; MySQL's ``max_execution_time`` in milliseconds, which covers SELECT only; 0 for no limit),
+    then ``START TRANSACTION READ ONLY`` unless writes are allowed. The model cannot change either
+    (``SET`` is not a query; executable comments and hints are refused), and the reset after the call
+    undoes both."""
+    from .._engines.mysql import is_mariadb
+
+    unlimited = time_limit is None or time_limit == float("inf")
+    with raw.cursor() as cursor:
+        if is_mariadb(raw):
+            seconds = 0.0 if unlimited else max(0.001, float(time_limit or 0))
+            cursor.execute(f"SET SESSION max_statement_time = {seconds:.3f}")
+        else:
+            milliseconds = 0 if unlimited else max(1, int(float(time_limit or 0) * 1000))
+            cursor.execute(f"SET SESSION max_execution_time = {milliseconds}")
+        cursor.execute("START TRANSACTION" if allow_writes else "START TRANSACTION READ ONLY")
+
+
+def reset_mysql_session(raw: Any, *, owned: bool, allow_writes: bool, time_setting: str | None) -> None:
+    """Undo what a call left in the session, after its transaction ended: the server's own reset rather
+    than a reading of what the model wrote.
+
+    A session the tool opened (``owned``) gets ``COM_RESET_CONNECTION``, which ends any transaction,
+    releases named locks (``GET_LOCK``) and table locks, drops temporary tables, closes ``HANDLER``s and
+    prepared statements, clears user variables (``@x := ...``) and returns every session variable to
+    its global value; then ``prepare_mysql_session``. PyMySQL has no call for the command, so it is
+    sent with the driver's own command writer; a server that refuses it (older than MySQL 5.7.3 or
+    MariaDB 10.2.4) makes this raise, and the tool then replaces the connection instead.
+
+    A connection the caller handed in keeps its session (it is the caller's): its named locks are
+    released, and its time limit put back (``time_setting``: the ``SET SESSION ...`` that restores it)."""
+    if owned:
+        raw._execute_command(_COM_RESET_CONNECTION, b"")
+        raw._read_ok_packet()
+        prepare_mysql_session(raw, allow_writes=allow_writes)
+        return
+    with raw.cursor() as cursor:
+        cursor.execute("SELECT RELEASE_ALL_LOCKS()")
+        if time_setting is not None:
+            cursor.execute(time_setting)

@@ -1,5 +1,6 @@
 """The schema as an agent tool shows it: tables, typed columns, keys, foreign keys with their cardinality,
-and row counts (``schema_info.SchemaInfo``), read from the catalog of SQLite, DuckDB or PostgreSQL.
+and row counts (``schema_info.SchemaInfo``), read from the catalog of SQLite, DuckDB, PostgreSQL or
+MySQL/MariaDB (only the connection's current database: the tools read one schema).
 
 Keys and foreign keys come from the same readers the guard's analysis uses (``schema``,
 ``schema_servers``), so what the model is told about keys is what the guard reasons with. Column types
@@ -8,6 +9,7 @@ and row counts are read here: the analysis needs neither.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .._analysis.schema import (
@@ -26,7 +28,8 @@ __all__ = ["describe", "foreign_key_cardinality"]
 
 
 def describe(raw: Any, dialect: str) -> SchemaInfo:
-    """Read the schema of ``raw`` (an unguarded ``sqlite3``, ``duckdb`` or ``psycopg`` connection).
+    """Read the schema of ``raw`` (an unguarded ``sqlite3``, ``duckdb``, ``psycopg`` or ``pymysql``
+    connection; MySQL's in the agent's read-only transaction, each row count limited as PostgreSQL's).
 
     PostgreSQL: ``raw`` must be in a transaction (the agent's read-only one); each row count runs in a
     savepoint limited to what the enclosing ``call_deadline`` has left, and is None once that is spent
@@ -38,6 +41,13 @@ def describe(raw: Any, dialect: str) -> SchemaInfo:
 
         facts = read_postgres_schema(raw)
         types, primary_keys, default_schema = _postgres_columns(raw)
+        reader = raw
+    elif dialect == "mysql":
+        from .._analysis.schema_mysql import read_mysql_schema
+
+        types, primary_keys, default_schema = _mysql_columns(raw)
+        facts = read_mysql_schema(raw)
+        facts = dataclasses.replace(facts, tables=tuple(t for t in facts.tables if t.schema == default_schema))
         reader = raw
     elif dialect == "duckdb":
         from .._analysis.schema_servers import read_duckdb_schema
@@ -62,6 +72,8 @@ def describe(raw: Any, dialect: str) -> SchemaInfo:
                 columns = types.get((table.schema, table.name)) or tuple((c, "") for c in table.columns)
             if dialect == "postgres":
                 count = None if table.is_view else _postgres_row_count(raw, table)
+            elif dialect == "mysql":
+                count = None if table.is_view else _mysql_row_count(raw, table)
             else:
                 count = None if table.is_view else _row_count(reader, table)
             keys = _declared_keys(table)
@@ -236,5 +248,71 @@ def _row_count(reader: Any, table: TableFacts) -> int | None:
     try:
         row = reader.execute(f"SELECT COUNT(*) FROM {_qualified(table)}").fetchone()
     except Exception:  # an unreadable table (a virtual table's module missing) has no count to show
+        return None
+    return int(row[0]) if row is not None else None
+
+
+_MY_COLUMN_TYPES = (
+    "SELECT table_name, column_name, column_type FROM information_schema.columns WHERE table_schema = DATABASE() "
+    "ORDER BY table_name, ordinal_position"
+)
+_MY_PRIMARY_KEYS = (
+    "SELECT table_name, column_name FROM information_schema.statistics WHERE table_schema = DATABASE() "
+    "AND index_name = 'PRIMARY' ORDER BY table_name, seq_in_index"
+)
+
+
+def _mysql_columns(
+    raw: Any,
+) -> tuple[dict[tuple[str, str], tuple[tuple[str, str], ...]], dict[tuple[str, str], tuple[str, ...]], str]:
+    """Column types (``int(11)``, ``varchar(20)``), primary keys in key order, and ``DATABASE()``, for
+    the connection's current database; a failed read leaves types empty rather than failing."""
+    import pymysql
+
+    types: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    primary: dict[tuple[str, str], list[str]] = {}
+    database = ""
+    try:
+        with raw.cursor(pymysql.cursors.Cursor) as cur:
+            cur.execute("SELECT DATABASE()")
+            row = cur.fetchone()
+            database = "" if row is None or row[0] is None else str(row[0])
+            cur.execute(_MY_COLUMN_TYPES)
+            for name, column, kind in cur.fetchall():
+                types.setdefault((database, str(name)), []).append((str(column), str(kind)))
+            cur.execute(_MY_PRIMARY_KEYS)
+            for name, column in cur.fetchall():
+                primary.setdefault((database, str(name)), []).append(str(column))
+    except pymysql.MySQLError:
+        pass
+    return (
+        {key: tuple(value) for key, value in types.items()},
+        {key: tuple(value) for key, value in primary.items()},
+        database,
+    )
+
+
+def _mysql_row_count(raw: Any, table: TableFacts) -> int | None:
+    """``COUNT(*)`` limited to what the call has left (MariaDB's ``SET STATEMENT max_statement_time``,
+    MySQL's ``MAX_EXECUTION_TIME`` hint); None when nothing is left or the count fails."""
+    import pymysql
+
+    from .._core.deadlines import time_left
+    from .._engines.mysql import is_mariadb
+
+    left = time_left(None)
+    if left is not None and left <= 0:
+        return None
+    name = ".".join("`" + part.replace("`", "``") + "`" for part in (table.schema, table.name))
+    sql = f"SELECT COUNT(*) FROM {name}"
+    if left is not None and is_mariadb(raw):
+        sql = f"SET STATEMENT max_statement_time = {max(left, 0.001):.3f} FOR {sql}"
+    elif left is not None:
+        sql = f"SELECT /*+ MAX_EXECUTION_TIME({max(1, int(left * 1000))}) */ COUNT(*) FROM {name}"
+    try:
+        with raw.cursor(pymysql.cursors.Cursor) as cur:
+            cur.execute(sql)
+            row = cur.fetchone()
+    except pymysql.MySQLError:  # a table the account may not read, or out of time
         return None
     return int(row[0]) if row is not None else None

@@ -40,6 +40,13 @@ hypothesis token soups of the same words, through the ``query`` tool. What is me
   is not the call's growth; it is not counted.
 - Still serving: after the corpus the server answers ``schema`` and a query, and exits when its stdin
   closes.
+- Issue 37: MariaDB (the session's throwaway server) runs the corpus as root, so that the tool's own
+  enforcement is what holds, and again as the account docs/agents.md asks for (SELECT on one database);
+  its corpus holds the published read-only bypasses (executable comments, stacked statements,
+  ``INTO OUTFILE``/``DUMPFILE``, ``LOAD_FILE``, ``LOAD DATA``), ``SLEEP``/``BENCHMARK``, named locks, user
+  variables and ``SET``, ``HANDLER``, temporary tables, ``KILL``, ``LOCK TABLES``, ``CALL``, ``DO`` and
+  row locks. After every call: the rows, the tables and the database's folder in the server's datadir
+  unchanged (a relative ``INTO OUTFILE`` lands there), no named lock held, and another connection opens.
 - Issue 36: PostgreSQL runs as the documented role, and after every call another plain connection to
   the server opens and no advisory lock is held; the corpus holds session state (advisory locks,
   ``LISTEN``, ``setseed``, ``set_config``), signals to backends (``pg_terminate_backend`` of its own and
@@ -557,7 +564,84 @@ PG_ONLY = [
     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n",
 ]
 
-CORPUS = {"sqlite": COMMON + SQLITE_ONLY, "duckdb": COMMON + DUCKDB_ONLY, "postgres": COMMON + PG_ONLY}
+MYSQL_ONLY = [
+    # Published read-only bypasses: executable comments and stacked statements.
+    "/*!50000 DELETE FROM customers */",
+    "/*!DROP TABLE customers*/",
+    "/*M!100000 DELETE FROM customers */",
+    "SELECT 1 /*!50000 , (SELECT GET_LOCK('hostile', 0)) */",
+    "SELECT 1 /*!50000 INTO OUTFILE '{outside}.cond' */",
+    "SELECT 1; DELETE FROM customers",
+    "SELECT 1; SELECT SLEEP(30)",
+    "SELECT 'a\\'; DELETE FROM customers; -- '",
+    # Files on the server's machine.
+    "SELECT * FROM customers INTO OUTFILE '{outside}.out'",
+    "SELECT * FROM customers INTO DUMPFILE '{outside}.dump'",
+    "SELECT email FROM customers LIMIT 1 INTO OUTFILE 'relative.txt'",
+    "SELECT email INTO OUTFILE '{outside}.into' FROM customers",
+    "SELECT LOAD_FILE('/etc/passwd')",
+    "SELECT load_file(CONCAT('/etc/', 'passwd'))",
+    "LOAD DATA INFILE '/etc/hostname' INTO TABLE customers",
+    "LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE customers",
+    "SELECT sys_exec('touch {outside}.udf')",
+    "INSTALL SONAME 'ha_example'",
+    # Time.
+    "SELECT SLEEP(30)",
+    "SELECT BENCHMARK(5000000000, MD5('x'))",
+    "SET STATEMENT max_statement_time = 0 FOR SELECT SLEEP(30)",
+    "SELECT /*+ MAX_EXECUTION_TIME(0) */ SLEEP(30)",
+    "DO SLEEP(30)",
+    "SELECT COUNT(*) FROM seq_1_to_100000000000",
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n",
+    # Session state: named locks, variables, settings, handlers, temporary tables, prepared statements.
+    "SELECT GET_LOCK('hostile', 0)",
+    "SELECT `get_lock`('hostile', 0)",
+    "DO GET_LOCK('hostile', 0)",
+    "SELECT @x := 1",
+    "SELECT 1 INTO @x",
+    "SELECT @@max_statement_time := 0",
+    "SET SESSION max_statement_time = 0",
+    "SET @@session.transaction_read_only = 0",
+    "SET SESSION TRANSACTION READ WRITE",
+    "SET GLOBAL max_connections = 1",
+    "SET GLOBAL read_only = 1",
+    "HANDLER customers OPEN",
+    "CREATE TEMPORARY TABLE t AS SELECT * FROM customers",
+    "PREPARE s FROM 'DELETE FROM customers'",
+    "EXECUTE s",
+    "XA START 'hostile'",
+    "COMMIT; DELETE FROM customers",
+    # Other sessions and the server.
+    "KILL CONNECTION_ID()",
+    "KILL QUERY 1",
+    "SELECT * FROM information_schema.processlist",
+    "LOCK TABLES customers WRITE",
+    "FLUSH TABLES WITH READ LOCK",
+    "CALL nothing()",
+    "SHUTDOWN",
+    "CREATE DATABASE hostile_db",
+    "SELECT * FROM customers FOR UPDATE",
+    "SELECT * FROM customers LOCK IN SHARE MODE",
+    # Sizes.
+    "SELECT seq FROM seq_1_to_100000000",
+    "SELECT REPEAT('x', 100000000)",
+    "SELECT GROUP_CONCAT(REPEAT('x', 1000000)) FROM seq_1_to_400",
+    "SELECT REPEAT('x', 190000)",
+    "SELECT seq, MD5(seq) AS h FROM seq_1_to_30000000 ORDER BY h",
+]
+
+MYSQL_WORDS = [
+    "/*!", "/*!50000", "/*M!", "INTO", "OUTFILE", "DUMPFILE", "'{outside}.gen'", "LOAD_FILE('/etc/passwd')",
+    "GET_LOCK('hostile', 0)", "SLEEP(30)", "@x", ":=", "HANDLER", "KILL", "LOCK", "TABLES", "DO", "#",
+]  # fmt: skip
+"""Words of MySQL's own added to the generated statements on MariaDB."""
+
+CORPUS = {
+    "sqlite": COMMON + SQLITE_ONLY,
+    "duckdb": COMMON + DUCKDB_ONLY,
+    "postgres": COMMON + PG_ONLY,
+    "mysql": COMMON + MYSQL_ONLY,
+}
 
 WORDS = [
     "SELECT", "1", ";", "DELETE", "FROM", "customers", "INSERT", "INTO", "VALUES", "(", ")", "ATTACH", "'{out}/g.db'",
@@ -587,6 +671,8 @@ class Scene:
     db_port: int | None = None
     admin_dsn: str | None = None
     """PostgreSQL: the superuser's DSN, to check that the server still takes new connections."""
+    after_call: Any = None
+    """MariaDB: a check run after every call (another connection opens, no named lock is held)."""
     initial: Any = None
     initial_listing: dict[str, list[str]] = field(default_factory=dict)
 
@@ -644,6 +730,8 @@ def check_call(server: Server, scene: Scene, sql: str, limits: tuple[int, int]) 
             assert plain.execute("SELECT 1").fetchone() == (1,), where
             held = plain.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
             assert held == (0,), (where, "advisory locks outlived the call")
+    if scene.after_call is not None:
+        scene.after_call(where)
     return call
 
 
@@ -695,6 +783,8 @@ def make_scene(engine: str, tmp_path: Path, canary: Canary, request: pytest.Fixt
     home = tmp_path / "server"
     folder = tmp_path / "db"
     folder.mkdir()
+    if engine.startswith("mysql"):
+        return make_mysql_scene(engine == "mysql-reader", home, canary, outside, request)
     if engine == "sqlite":
         import sqlite3
 
@@ -745,6 +835,55 @@ def make_scene(engine: str, tmp_path: Path, canary: Canary, request: pytest.Fixt
     return Scene(engine, uri, state, home, canary, outside, db_port=int(parts["port"]), admin_dsn=dsn)
 
 
+def make_mysql_scene(reader: bool, home: Path, canary: Canary, outside: str, request: pytest.FixtureRequest) -> Scene:
+    """The customers table in a fresh database on the session's MariaDB; the tool connects as root, or
+    (``reader``) as the account docs/agents.md asks for: SELECT on this database, nothing else."""
+    pymysql = pytest.importorskip("pymysql")
+    params: dict[str, Any] = request.getfixturevalue("mariadb_params")
+    name = f"hostile_{uuid.uuid4().hex[:10]}"
+
+    def admin() -> Any:
+        return pymysql.connect(**params, autocommit=True, connect_timeout=5)
+
+    with admin() as con, con.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+        cur.execute(f"CREATE TABLE {name}.customers (id INT PRIMARY KEY, email VARCHAR(40) NOT NULL)")
+        rows = [(i, f"u{i}@example.com") for i in range(1, 51)]
+        cur.executemany(f"INSERT INTO {name}.customers VALUES (%s, %s)", rows)
+        cur.execute("SELECT @@datadir")
+        folder = Path(cur.fetchone()[0]) / name
+        if reader:
+            cur.execute(f"CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY 'pw' WITH MAX_USER_CONNECTIONS 4")
+            cur.execute(f"GRANT SELECT ON `{name}`.* TO '{name}'@'127.0.0.1'")
+
+    def state() -> Any:
+        with admin() as con, con.cursor() as cur:
+            cur.execute(
+                f"SELECT (SELECT MD5(GROUP_CONCAT(id, email ORDER BY id)) FROM {name}.customers), "
+                f"(SELECT GROUP_CONCAT(table_name ORDER BY table_name) FROM information_schema.tables "
+                f"WHERE table_schema = '{name}'), @@GLOBAL.max_connections, @@GLOBAL.read_only"
+            )
+            return (cur.fetchone(), sorted(os.listdir(folder)))
+
+    def after_call(where: str) -> None:  # another connection opens; no named lock outlived the call
+        with admin() as con, con.cursor() as cur:
+            cur.execute("SELECT IS_FREE_LOCK('hostile'), @@GLOBAL.max_connections")
+            assert cur.fetchone()[0] == 1, (where, "a named lock outlived the call")
+
+    def drop() -> None:
+        with admin() as con, con.cursor() as cur:
+            cur.execute(f"DROP DATABASE {name}")
+            if reader:
+                cur.execute(f"DROP USER '{name}'@'127.0.0.1'")
+
+    request.addfinalizer(drop)
+    user = f"{name}:pw" if reader else str(params["user"])
+    uri = f"mysql://{user}@{params['host']}:{params['port']}/{name}"
+    scene = Scene("mysql", uri, state, home, canary, outside, db_port=int(params["port"]))
+    scene.after_call = after_call
+    return scene
+
+
 LIMITS = (DEFAULT_MAX_CHARS, DEFAULT_MAX_ROWS)
 """The server runs with the default limits."""
 
@@ -771,6 +910,8 @@ ENGINES = [
     pytest.param("duckdb", False, id="duckdb"),
     pytest.param("duckdb", True, id="duckdb-read-only"),
     pytest.param("postgres", False, id="postgres"),
+    pytest.param("mysql", False, id="mariadb"),
+    pytest.param("mysql-reader", False, id="mariadb-reader"),
 ]
 
 
@@ -782,7 +923,7 @@ def test_hand_written_corpus_through_the_mcp_server(
     server = Server(scene.target, scene.home, read_only=read_only, db_port=scene.db_port)
     listing = scene.listing()
     try:
-        for template in CORPUS[engine]:
+        for template in CORPUS[scene.engine]:
             check_call(server, scene, scene.fill(template), LIMITS)
         finish(server, scene, listing)
         # Every path in this corpus is inside a string literal, which the audit log hides (in the generated
@@ -792,10 +933,10 @@ def test_hand_written_corpus_through_the_mcp_server(
     finally:
         if server.process.poll() is None:
             server.close()
-        record(engine, server.calls)
+        record(scene.engine, server.calls)
 
 
-@pytest.mark.parametrize("engine", ["sqlite", "duckdb", "postgres"])
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb", "postgres", "mysql"])
 def test_generated_corpus_through_the_mcp_server(
     engine: str, tmp_path: Path, canary: Canary, request: pytest.FixtureRequest
 ) -> None:
@@ -803,8 +944,10 @@ def test_generated_corpus_through_the_mcp_server(
     server = Server(scene.target, scene.home, db_port=scene.db_port)
     listing = scene.listing()
 
+    words = WORDS + MYSQL_WORDS if engine == "mysql" else WORDS
+
     @settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=10).map(" ".join))
+    @given(st.lists(st.sampled_from(words), min_size=1, max_size=10).map(" ".join))
     def soup(template: str) -> None:
         check_call(server, scene, scene.fill(template), LIMITS)
 
@@ -821,10 +964,11 @@ SLOW = {
     "sqlite": "SELECT instr(printf('%.*c', 999000, 'a'), printf('%.*c', 250000, 'a') || 'b')",
     "duckdb": "SELECT count(*) FROM range(100000000000)",
     "postgres": "SELECT pg_sleep(30)",
+    "mysql": "SELECT SLEEP(30)",
 }
 
 
-@pytest.mark.parametrize("engine", ["sqlite", "duckdb", "postgres"])
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb", "postgres", "mysql"])
 def test_calls_arriving_together_are_each_answered_within_their_limit(
     engine: str, tmp_path: Path, canary: Canary, request: pytest.FixtureRequest
 ) -> None:

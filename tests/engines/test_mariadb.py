@@ -407,13 +407,14 @@ def test_mysqls_own_time_limit_is_set_and_restored() -> None:
     assert quiet.sent == []  # MariaDB limits the statement itself; no limit, nothing set
 
 
-def test_the_agent_tools_refuse_a_mariadb_connection_for_now(my_db: EngineDB) -> None:
-    """``GuardedDatabase`` (the agent tools, the MCP server) does not take MySQL/MariaDB yet: it says so
-    rather than serve a model without the per-call lockdown the other engines have."""
+def test_the_agent_tools_take_a_mariadb_connection(my_db: EngineDB) -> None:
+    """``GuardedDatabase`` takes a guarded PyMySQL connection in autocommit mode (the agent tools' own
+    tests, on a ``mysql://`` URI too, are ``tests/agent/test_agent_mariadb.py``)."""
     from guarded_sqlite.agent import GuardedDatabase
 
-    with pytest.raises(TypeError, match="not mysql"):
-        GuardedDatabase(my_db.con)
+    db = GuardedDatabase(my_db.con)
+    assert db.dialect == "mysql"
+    assert db.query(EXPLODING_SQL).report.trigger is not None
 
 
 def test_the_guards_own_statements_are_buffered_and_shaped_as_the_callers_rows(my_db: EngineDB) -> None:

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
-from guarded_sqlite.agent._database import _first_word
+from guarded_sqlite.agent._refusals import first_word as _first_word
 from guarded_sqlite.agent.lockdown import sqlite_decision, value_length_limit
 
 

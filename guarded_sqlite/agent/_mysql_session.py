@@ -1,0 +1,372 @@
+"""The MySQL/MariaDB connection behind an agent tool (PyMySQL), for ``GuardedDatabase``: opened from a
+``mysql://`` or ``mariadb://`` URI, each call run in a transaction of its own under the server's time
+limit, the session reset after it, a lost connection replaced (with ``_postgres_session.Reconnector``'s
+back-off), and ``KILL QUERY`` from a second connection at the deadline.
+
+What the server is told for each call is ``lockdown``'s (``start_mysql_call``, ``reset_mysql_session``);
+the limits while fetching and the refusals are ``_database``'s, passed in as ``fetch`` and ``refuse``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ._calls import QueryRefused, redact_dsn
+from ._postgres_session import CANCEL_TIMEOUT, RECANCEL_EVERY, Reconnector
+from .schema_info import SchemaInfo
+
+__all__ = ["MySQLSession", "QueryKiller", "mysql_arguments", "open_mysql"]
+
+_URI_OPTIONS = frozenset({"unix_socket", "charset", "ssl_ca", "ssl_cert", "ssl_key"})
+"""Query parameters a URI may carry, passed to ``pymysql.connect`` as they are."""
+
+_TIMEOUT_CODES = frozenset({1969, 3024, 1317})
+"""MariaDB's ``max_statement_time`` exceeded, MySQL's ``max_execution_time`` exceeded, and a query
+interrupted (``KILL QUERY``, sent at the deadline)."""
+
+_T = TypeVar("_T")
+
+
+def mysql_arguments(uri: str) -> dict[str, Any]:
+    """``pymysql.connect``'s arguments for ``mysql://user[:password]@host[:port]/database[?options]``
+    (or ``mariadb://``). Without a password in the URI, ``MYSQL_PWD`` from the environment is used,
+    as MySQL's own clients do. Raises ``ValueError`` for a URI that names no user or database.
+
+    >>> arguments = mysql_arguments("mariadb://reader:p%40ss@db.internal:3307/shop?charset=utf8mb4")
+    >>> sorted(arguments.items())[:4]
+    [('charset', 'utf8mb4'), ('database', 'shop'), ('host', 'db.internal'), ('password', 'p@ss')]
+    >>> arguments["port"], arguments["user"]
+    (3307, 'reader')
+    """
+    parts = urlsplit(uri)
+    database = unquote(parts.path.lstrip("/"))
+    if not parts.username or not database or "/" in database:
+        raise ValueError(f"{redact_dsn(uri)}: name a user and one database, as in mysql://user@host:3306/shop")
+    arguments: dict[str, Any] = {
+        "host": parts.hostname or "localhost",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username),
+        "database": database,
+    }
+    password = unquote(parts.password) if parts.password is not None else os.environ.get("MYSQL_PWD")
+    if password is not None:
+        arguments["password"] = password
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name not in _URI_OPTIONS:
+            raise ValueError(f"{redact_dsn(uri)}: unknown option {name!r} (known: {', '.join(sorted(_URI_OPTIONS))})")
+        arguments[name] = value
+    for name in ("ssl_ca", "ssl_cert", "ssl_key"):
+        if name in arguments:
+            arguments.setdefault("ssl", {})[name.removeprefix("ssl_")] = arguments.pop(name)
+    return arguments
+
+
+def open_mysql(uri: str, policy: Any, *, allow_writes: bool, connect_timeout: float) -> Any:
+    """A guarded PyMySQL connection to ``uri`` as an agent tool uses it: autocommit (each call's
+    transaction is the tool's own), without the multi-statement capability and with ``LOAD DATA
+    LOCAL`` off (PyMySQL's defaults, stated here), and without writes every transaction ``READ ONLY``
+    by default. Raises ``ValueError`` (without the password) when the server refuses or cannot be
+    reached within ``connect_timeout`` seconds."""
+    import pymysql
+
+    from .._api import wrap
+    from .lockdown import prepare_mysql_session
+
+    arguments = mysql_arguments(uri)
+    try:
+        raw = pymysql.connect(
+            **arguments,
+            autocommit=True,
+            client_flag=0,
+            local_infile=False,
+            connect_timeout=max(1.0, min(connect_timeout, 30.0)),
+        )
+    except pymysql.MySQLError as failure:
+        raise ValueError(f"{redact_dsn(uri)}: cannot connect ({' '.join(str(failure).split())})") from None
+    try:
+        prepare_mysql_session(raw, allow_writes=allow_writes)
+        return wrap(raw, guard=policy)
+    except BaseException:
+        raw.close()
+        raise
+
+
+def _code(failure: BaseException) -> int | None:
+    """The MySQL error number of a PyMySQL error, or None."""
+    args = getattr(failure, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _leaves_stream_unknown(failure: BaseException) -> bool:
+    """Whether ``failure`` may have left PyMySQL's socket between two packets of a reply (a client-side
+    error, 2000-2999, or memory running out while a result was read): nothing more may be read from it."""
+    import pymysql
+
+    if isinstance(failure, MemoryError) or isinstance(failure, pymysql.err.InterfaceError):
+        return True
+    code = _code(failure)
+    return isinstance(failure, pymysql.MySQLError) and (code is None or 2000 <= code < 3000)
+
+
+class QueryKiller:
+    """Sends ``KILL QUERY`` for ``raw``'s session from a connection of its own (the same account may
+    end its own statements without any privilege), on a thread of its own, one at a time; ``wait``
+    returns once no request is on its way."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._thread_id = raw.thread_id()
+        self._thread: threading.Thread | None = None
+        self.sent = False
+
+    def __call__(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self.sent = True
+        self._thread = threading.Thread(target=self._send, name="guarded-sqlite-mysql-kill", daemon=True)
+        self._thread.start()
+
+    def _send(self) -> None:
+        import pymysql
+
+        raw = self._raw
+        try:
+            killer = pymysql.connect(
+                host=raw.host,
+                port=raw.port,
+                user=raw.user,
+                password=raw.password,
+                unix_socket=raw.unix_socket,
+                ssl=raw.ctx if raw.ssl else None,
+                connect_timeout=CANCEL_TIMEOUT,
+                read_timeout=CANCEL_TIMEOUT,
+            )
+        except Exception:  # an unreachable server: its own time limit remains
+            return
+        try:
+            with killer.cursor() as cursor:
+                cursor.execute(f"KILL QUERY {int(self._thread_id)}")
+        except Exception:  # the statement had ended; nothing to stop
+            pass
+        finally:
+            killer.close()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join(CANCEL_TIMEOUT * 2)
+
+
+class _LostBeforeCall(Exception):
+    """The connection was found lost before the model's statement was sent: the call may run again."""
+
+
+class MySQLSession:
+    """The connection of one ``GuardedDatabase`` on MySQL/MariaDB, and its calls. ``fetch(cursor,
+    deadline)`` reads rows within the tool's limits; ``refuse(failure, timed_out)`` raises the refusal
+    for a failed statement. ``reconnector`` is set when the tool opened the connection from a URI: the
+    connection is then its own, reset after every call and replaced when lost."""
+
+    def __init__(
+        self,
+        connection: Any,
+        *,
+        allow_writes: bool,
+        fetch: Callable[[Any, Any], tuple[list[Any], str]],
+        refuse: Callable[[Exception, bool], None],
+    ) -> None:
+        from .._engines.mysql import is_mariadb
+
+        self.connection = connection
+        self.allow_writes = allow_writes
+        self.reconnector: Reconnector | None = None
+        self._fetch = fetch
+        self._refuse = refuse
+        self._unreset = False
+        self._broken = False
+        raw = connection.__wrapped__
+        name = "max_statement_time" if is_mariadb(raw) else "max_execution_time"
+        with raw.cursor() as cursor:
+            cursor.execute(f"SELECT @@SESSION.{name}")
+            row = cursor.fetchone()
+        value = row[0] if not isinstance(row, dict) else next(iter(row.values()))
+        self._time_setting = f"SET SESSION {name} = {value}"
+        """What puts back a handed-in connection's own time limit after each call."""
+
+    @property
+    def raw(self) -> Any:
+        return self.connection.__wrapped__
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def call(self, sql: str, parameters: tuple[Any, ...], limit: float) -> tuple[Any, list[Any], str, Any, int]:
+        """Run one statement: ``(description, rows, over, report, rowcount)`` as ``GuardedDatabase.query``
+        uses them, or ``QueryRefused``."""
+        return self._on_server(lambda: self._run(sql, parameters, limit), limit)
+
+    def describe(self, limit: float) -> SchemaInfo:
+        """``schema_description.describe`` in a read-only transaction under the time limit."""
+        return self._on_server(lambda: self._describe(limit), limit)
+
+    def _on_server(self, run: Callable[[], _T], limit: float) -> _T:
+        """``run()`` on a usable connection, then the session reset. A connection found lost before the
+        model's statement was sent is replaced and the call run again, once."""
+        for attempt in (1, 2):
+            self._make_usable(limit)
+            try:
+                return run()
+            except _LostBeforeCall as lost:
+                if attempt == 2:
+                    raise QueryRefused(
+                        "unavailable",
+                        f"Refused: the database connection was lost ({lost}), and again on a new one; try "
+                        "again shortly, or tell the user the database is unavailable.",
+                    ) from None
+            finally:
+                self._after_call()
+        raise AssertionError("not reached")
+
+    def _make_usable(self, limit: float) -> None:
+        why = ""
+        if not self.raw.open:
+            why = "the server ended it, or it restarted"
+        elif self._broken:
+            why = "a call ended while a reply was being read"
+        elif self._unreset:
+            why = "its session could not be reset after the last call"
+        if not why:
+            return
+        if self.reconnector is None:
+            raise QueryRefused(
+                "unavailable",
+                f"Refused: the database connection cannot be used ({why}), and this tool cannot open "
+                "another: it was handed an open connection. Tell the user.",
+            )
+        old = self.connection
+        self.connection = self.reconnector.reopen(why, limit)
+        self._unreset = self._broken = False
+        try:
+            old.close()
+        except Exception:  # a connection the server ended has nothing left to close
+            pass
+
+    def _after_call(self) -> None:
+        """Reset the session; a connection whose reply stream is unknown is closed instead."""
+        from .lockdown import reset_mysql_session
+
+        raw = self.raw
+        if not raw.open:
+            return
+        if self._broken:
+            try:
+                raw.close()
+            except Exception:
+                pass
+            return
+        try:
+            reset_mysql_session(
+                raw, owned=self.reconnector is not None, allow_writes=self.allow_writes, time_setting=self._time_setting
+            )
+        except Exception:  # a session that kept its state must not serve another call
+            self._unreset = True
+
+    def _run(self, sql: str, parameters: tuple[Any, ...], limit: float) -> tuple[Any, list[Any], str, Any, int]:
+        import pymysql
+
+        from .._core.deadlines import call_deadline, interrupt_after
+        from .lockdown import start_mysql_call
+
+        raw = self.raw
+        description: Any = None
+        rows: list[Any] = []
+        over, count = "", -1
+        report: Any = None
+        sent = False
+        try:
+            killer = QueryKiller(raw)
+        except Exception as failure:  # thread_id() of a connection that is already closed
+            raise _LostBeforeCall(" ".join(str(failure).split())[:300]) from None
+        deadline = interrupt_after(limit, killer, every=RECANCEL_EVERY)
+        try:
+            try:
+                with deadline, call_deadline(limit):
+                    start_mysql_call(raw, allow_writes=self.allow_writes, time_limit=limit)
+                    sent = True
+                    # Tuples whatever the connection's cursor class: the tool serves rows, not dicts.
+                    cur = self.connection.cursor(pymysql.cursors.Cursor)
+                    if parameters:
+                        cur.execute(sql, parameters)
+                    else:  # without arguments PyMySQL formats nothing: '%' stays a character
+                        cur.execute(sql)
+                    description = cur.description
+                    if description is not None:
+                        rows, over = self._fetch(cur, deadline)
+                    else:
+                        count = cur.rowcount
+                    report = cur.guard_report
+            finally:
+                deadline.cancel()
+                killer.wait()  # no KILL may arrive after the call
+            if self.allow_writes:
+                raw.commit()
+            else:
+                raw.rollback()
+            if deadline.fired and description is not None:
+                raise TimeoutError("time limit passed")
+        except Exception as failure:
+            self._end_after_failure(raw, failure)
+            if not raw.open:
+                why = " ".join(str(failure).split())[:300]
+                if not sent:  # nothing of the model's ran: the call may run again on a new connection
+                    raise _LostBeforeCall(why) from None
+                raise QueryRefused(
+                    "connection_lost",
+                    f"Refused: the connection to the database ended during this call ({why}); a new one is "
+                    "opened for the next call.",
+                ) from None
+            self._refuse(failure, deadline.fired or _code(failure) in _TIMEOUT_CODES)
+            raise  # not reached: refuse raises
+        return description, rows, over, report, count
+
+    def _end_after_failure(self, raw: Any, failure: BaseException) -> None:
+        """Roll back what a failed call left open, unless the reply stream is in an unknown state: then
+        the connection is marked to be closed after the call (and replaced, when the tool opened it)."""
+        if _leaves_stream_unknown(failure):
+            self._broken = True
+            return
+        if raw.open:
+            try:
+                raw.rollback()
+            except Exception as again:
+                if _leaves_stream_unknown(again):
+                    self._broken = True
+
+    def _describe(self, limit: float) -> SchemaInfo:
+        from .._core.deadlines import call_deadline, interrupt_after
+        from .lockdown import start_mysql_call
+        from .schema_description import describe
+
+        raw = self.raw
+        started = False
+        try:
+            killer = QueryKiller(raw)
+            deadline = interrupt_after(limit, killer, every=RECANCEL_EVERY)
+            try:
+                with deadline, call_deadline(limit):
+                    start_mysql_call(raw, allow_writes=False, time_limit=limit)
+                    started = True
+                    info = describe(raw, "mysql")
+            finally:
+                deadline.cancel()
+                killer.wait()
+            raw.rollback()
+            return info
+        except Exception as failure:
+            self._end_after_failure(raw, failure)
+            if not raw.open and not started:
+                raise _LostBeforeCall(" ".join(str(failure).split())[:300]) from None
+            raise

@@ -1,0 +1,486 @@
+"""``GuardedDatabase``, the MCP server and the framework tools on a real MariaDB server (issue 37 item 4).
+
+The server is the session's throwaway one (``tests/mariadb_server.py``; CI sets
+GUARDED_SQLITE_REQUIRE_MARIADB=1, so there a missing server fails). Each test gets the demo shop in a
+database of its own, reached through a ``mysql://`` URI as ``GuardedDatabase.open`` and
+``guarded-sqlite mcp`` are given it. The account is the server's root unless a test says otherwise, so
+the refusals here are the tool's own (the statement check, the read-only transaction, the time limit,
+the session reset); ``no_checks`` switches the statement check off to show what the server enforces
+alone, and ``reader`` is the account docs/agents.md asks for.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pymysql = pytest.importorskip("pymysql")
+
+from guarded_sqlite import wrap  # noqa: E402
+from guarded_sqlite.agent import GuardedDatabase, QueryRefused, lockdown  # noqa: E402
+from guarded_sqlite.cli.commands import main  # noqa: E402
+from guarded_sqlite.cli.demo import CUSTOMERS, PRODUCTS, build_shop  # noqa: E402
+from tests.agent_cases import AGGREGATE, FAN_OUT  # noqa: E402
+from tests.engines.test_engines import MariaDatabase, maria_database  # noqa: E402, F401 (the fixture)
+
+MY_SHOP = [
+    "CREATE TABLE customers (id INTEGER PRIMARY KEY, name VARCHAR(40) NOT NULL, city VARCHAR(40) NOT NULL, "
+    "points INTEGER NOT NULL)",
+    "CREATE TABLE products (id INTEGER PRIMARY KEY, name VARCHAR(40) NOT NULL, category VARCHAR(40) NOT NULL, "
+    "price DOUBLE NOT NULL)",
+    "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL, ordered_on VARCHAR(10) NOT NULL, "
+    "FOREIGN KEY (customer_id) REFERENCES customers(id))",
+    "CREATE TABLE order_items (order_id INTEGER NOT NULL, product_id INTEGER NOT NULL, quantity INTEGER NOT NULL, "
+    "FOREIGN KEY (order_id) REFERENCES orders(id), FOREIGN KEY (product_id) REFERENCES products(id))",
+]
+
+CHECKSUM = (
+    "SELECT MD5(CONCAT_WS('|', "
+    "(SELECT GROUP_CONCAT(CONCAT_WS(',', id, name, city, points) ORDER BY id) FROM customers), "
+    "(SELECT GROUP_CONCAT(CONCAT_WS(',', id, customer_id) ORDER BY id) FROM orders), "
+    "(SELECT COUNT(*) FROM order_items), "
+    "(SELECT GROUP_CONCAT(table_name ORDER BY table_name) FROM information_schema.tables "
+    "WHERE table_schema = DATABASE())))"
+)
+"""A checksum of the shop's rows and tables: equal before and after means nothing was written."""
+
+TIMEOUT = 2.0
+
+
+class MyShop:
+    """The demo shop in a fresh database; ``uri`` reaches it as root."""
+
+    def __init__(self, database: MariaDatabase) -> None:
+        self.database = database
+        params = database.params
+        self.port = int(params["port"])
+        self.uri = f"mysql://root@{params['host']}:{self.port}/{database.name}"
+        with self.admin() as cur:
+            for statement in MY_SHOP:
+                cur.execute(statement)
+            cur.executemany("INSERT INTO customers VALUES (%s, %s, %s, %s)", CUSTOMERS)
+            cur.executemany("INSERT INTO products VALUES (%s, %s, %s, %s)", PRODUCTS)
+            # The same orders and lines as guarded_sqlite.cli.demo.build_shop.
+            orders = [(i, 1 + i % len(CUSTOMERS), f"2026-{1 + i % 12:02d}-15") for i in range(1, 31)]
+            cur.executemany("INSERT INTO orders VALUES (%s, %s, %s)", orders)
+            lines = [(o, p, 1) for o in range(1, 31) for p in range(1, len(PRODUCTS) + 1)]
+            cur.executemany("INSERT INTO order_items VALUES (%s, %s, %s)", lines)
+
+    def admin(self) -> Any:
+        """A cursor of a new plain autocommit connection on the shop (the connection is the fixture's)."""
+        return self.database.connect().cursor()
+
+    def value(self, sql: str, *args: Any) -> Any:
+        with self.admin() as cur:
+            cur.execute(sql, args or None)
+            return cur.fetchone()[0]
+
+    def checksum(self) -> Any:
+        return self.value(CHECKSUM)
+
+    def reader(self) -> str:
+        """The account docs/agents.md asks for (SELECT on this database, nothing else); its URI."""
+        name = f"r_{uuid.uuid4().hex[:10]}"
+        with self.admin() as cur:
+            cur.execute(f"CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY 'pw' WITH MAX_USER_CONNECTIONS 4")
+            cur.execute(f"GRANT SELECT ON `{self.database.name}`.* TO '{name}'@'127.0.0.1'")
+        return f"mysql://{name}:pw@127.0.0.1:{self.port}/{self.database.name}"
+
+
+@pytest.fixture
+def my_shop(maria_database: MariaDatabase) -> MyShop:  # noqa: F811 (the fixture imported above)
+    return MyShop(maria_database)
+
+
+OpenDb = Callable[..., GuardedDatabase]
+
+
+@pytest.fixture
+def open_my(my_shop: MyShop) -> Iterator[OpenDb]:
+    """``GuardedDatabase.open(uri, ...)`` on the shop, in process unless told otherwise, closed after."""
+    opened: list[GuardedDatabase] = []
+
+    def open_(uri: str | None = None, **options: Any) -> GuardedDatabase:
+        options.setdefault("isolated", False)
+        options.setdefault("timeout", TIMEOUT)
+        db = GuardedDatabase.open(uri or my_shop.uri, **options)
+        opened.append(db)
+        return db
+
+    yield open_
+    for db in opened:
+        db.close()
+
+
+@pytest.fixture
+def no_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Switch the statement checks off (the write check and the denied names), so that only what the
+    server enforces stands: the read-only transaction, the time limit, the session reset."""
+    import guarded_sqlite._analysis.rewrite as rewrite
+
+    monkeypatch.setattr(lockdown, "denied_call_problem", lambda sql, dialect: None)
+    monkeypatch.setattr(rewrite, "is_read_only_query", lambda sql, dialect="sqlite": True)
+
+
+def refusal(db: GuardedDatabase, sql: str) -> QueryRefused:
+    with pytest.raises(QueryRefused) as refused:
+        db.query(sql)
+    return refused.value
+
+
+# --- schema and feedback -----------------------------------------------------------------------------
+
+
+def test_schema_has_typed_columns_keys_foreign_keys_cardinality_and_row_counts(
+    open_my: OpenDb, my_shop: MyShop
+) -> None:
+    info = open_my().schema()
+    assert info.dialect == "mysql" and info.default_schema == my_shop.database.name
+    tables = {table.name: table for table in info.tables}
+    assert {name: table.row_count for name, table in tables.items()} == {
+        "customers": 6,
+        "orders": 30,
+        "order_items": 150,
+        "products": 5,
+    }  # only this database's tables, though root sees the other tests' databases too
+    assert tables["customers"].keys == (("id",),)
+    assert tables["customers"].columns[:2] == (("id", "int(11)"), ("name", "varchar(40)"))
+    text = info.text()
+    assert "foreign key: (customer_id) -> customers(id), many-to-one" in text
+    assert "joining orders repeats each customers row once per matching orders row" in text
+    assert "Table order_items, 150 rows\n" in text and "keys: none declared (rows may repeat)" in text
+
+
+@pytest.mark.parametrize(("guard", "sql"), [("observe", FAN_OUT), ("text_to_sql", AGGREGATE)])
+def test_feedback_and_rows_are_the_same_as_on_sqlite(open_my: OpenDb, tmp_path: Path, guard: str, sql: str) -> None:
+    path = tmp_path / "shop.db"
+    build_shop(path)
+    mine = open_my(guard=guard).query(sql)
+    with GuardedDatabase.open(path, guard=guard, isolated=False) as lite:
+        sqlite = lite.query(sql)
+    assert mine.report.trigger == sqlite.report.trigger and mine.report.action == sqlite.report.action
+    assert sorted(tuple(float(v) if not isinstance(v, str) else v for v in row) for row in mine.rows) == sorted(
+        sqlite.rows
+    )
+    assert mine.feedback and "Guard feedback:\n" in mine.observation()
+
+
+def test_percent_signs_are_text_and_parameters_are_bound(open_my: OpenDb) -> None:
+    db = open_my()
+    assert db.query("SELECT name FROM customers WHERE name LIKE 'A%' ORDER BY id").rows == (("Ana Lima",),)
+    assert db.query("SELECT name FROM customers WHERE id = %s", [3]).rows == (("Chen Wei",),)
+
+
+# --- what the server enforces ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind"),
+    [
+        ("DELETE FROM orders", "write"),
+        ("SELECT 1; DELETE FROM orders", "write"),
+        ("SELECT 1; SELECT 2", "multiple_statements"),
+        ("SELECT 'it''s'; SELECT 2", "multiple_statements"),
+        ("/*!50000 DELETE FROM orders */", "not_a_query"),
+        ("SELECT 1 /*!50000 , (SELECT 2) */", "denied"),
+        ("SELECT /*M! 1, */ 2", "denied"),
+        ("SELECT /*+ MAX_EXECUTION_TIME(0) */ SLEEP(5)", "denied"),
+        ("SELECT * FROM customers INTO OUTFILE '/tmp/guarded-never'", "write"),
+        ("SELECT LOAD_FILE('/etc/hostname')", "denied"),
+        ("SELECT GET_LOCK('agent', 0)", "denied"),
+        ("SET SESSION max_statement_time = 0", "write"),
+        ("HANDLER customers OPEN", "write"),
+        ("DO SLEEP(5)", "write"),
+        ("LOCK TABLES customers WRITE", "write"),
+        ("CALL nothing()", "write"),
+        ("KILL CONNECTION_ID()", "write"),
+    ],
+)
+def test_statements_the_tool_refuses_by_reading_them(open_my: OpenDb, my_shop: MyShop, sql: str, kind: str) -> None:
+    before = my_shop.checksum()
+    db = open_my()
+    assert refusal(db, sql).kind == kind
+    assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
+    assert my_shop.checksum() == before
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DELETE FROM orders",
+        "INSERT INTO customers VALUES (9, 'x', 'y', 1)",
+        "CREATE TEMPORARY TABLE t (x INT)",
+        "SELECT wipe()",  # a stored function that deletes: a SELECT by every reading of its text
+        "SELECT * FROM customers FOR UPDATE",  # row locks for writing: refused in a read-only transaction
+    ],
+)
+def test_with_the_checks_off_the_read_only_transaction_refuses_writes(
+    open_my: OpenDb, my_shop: MyShop, no_checks: None, sql: str
+) -> None:
+    with my_shop.admin() as cur:
+        cur.execute("CREATE FUNCTION wipe() RETURNS INT MODIFIES SQL DATA BEGIN DELETE FROM order_items; RETURN 1; END")
+    before = my_shop.checksum()
+    db = open_my()
+    refused = refusal(db, sql)
+    assert refused.kind == "write" and "READ ONLY" in str(refused), str(refused)
+    assert my_shop.checksum() == before
+    assert db.query("SELECT count(*) FROM order_items").rows == ((150,),)
+
+
+def test_shared_row_locks_end_with_the_call(open_my: OpenDb, my_shop: MyShop) -> None:
+    """``LOCK IN SHARE MODE`` reads in a read-only transaction; its locks end with the call's ROLLBACK."""
+    db = open_my()
+    assert len(db.query("SELECT * FROM customers LOCK IN SHARE MODE").rows) == 6
+    with my_shop.admin() as cur:
+        cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
+        cur.execute("UPDATE customers SET points = points WHERE id = 1")  # no lock wait: none is held
+
+
+def test_with_the_checks_off_a_second_statement_is_the_server_s_syntax_error(open_my: OpenDb, no_checks: None) -> None:
+    """The driver's multi-statement capability is off: the server reads one statement per call."""
+    db = open_my()
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(lockdown, "single_statement_problem", lambda *args, **kwargs: None)
+    try:
+        refused = refusal(db, "SELECT 1; DELETE FROM orders")
+    finally:
+        monkey.undo()
+    assert refused.kind == "sql_error" and "syntax" in str(refused)
+    assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT SLEEP(30)",
+        "SELECT BENCHMARK(2000000000, MD5('x'))",
+        "SELECT seq FROM seq_1_to_1000000000 ORDER BY RAND()",
+    ],
+)
+def test_a_statement_past_the_time_limit_is_stopped_and_the_next_call_answers(open_my: OpenDb, sql: str) -> None:
+    db = open_my(timeout=1.0)
+    started = time.monotonic()
+    assert refusal(db, sql).kind == "timeout"
+    assert time.monotonic() - started < 2.0
+    assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
+
+
+def test_session_state_does_not_outlive_a_call(open_my: OpenDb, my_shop: MyShop, no_checks: None) -> None:
+    """User variables, named locks and HANDLERs end with the call (COM_RESET_CONNECTION), with the
+    statement check off: nothing but the reset stands between one call and the next."""
+    db = open_my()
+    assert db.query("SELECT @x := 41 + 1").rows == ((42,),)
+    assert db.query("SELECT @x").rows == ((None,),)
+    assert db.query("SELECT GET_LOCK('agent_lock', 0)").rows == ((1,),)
+    assert my_shop.value("SELECT IS_FREE_LOCK('agent_lock')") == 1
+    assert db.query("SELECT @@SESSION.tx_read_only, @@SESSION.max_statement_time").rows == ((1, TIMEOUT),)
+    assert db.query("SELECT @@SESSION.character_set_client, @@autocommit").rows == (("utf8mb4", 1),)
+
+
+def test_row_and_character_limits_hold(open_my: OpenDb) -> None:
+    db = open_my(max_rows=5, max_chars=2_000)
+    assert refusal(db, "SELECT seq FROM seq_1_to_1000").kind == "too_large"
+    assert refusal(db, "SELECT REPEAT('x', 5000)").kind == "too_large"
+    assert db.query("SELECT seq FROM seq_1_to_5").rows == tuple((i,) for i in range(1, 6))
+
+
+# --- a connection that heals -------------------------------------------------------------------------
+
+
+def test_a_connection_killed_between_calls_is_replaced(open_my: OpenDb, my_shop: MyShop) -> None:
+    db = open_my()
+    assert db.query("SELECT CONNECTION_ID()").rows
+    thread_id = db.query("SELECT CONNECTION_ID()").rows[0][0]
+    with my_shop.admin() as cur:
+        cur.execute(f"KILL {int(thread_id)}")
+    result = db.query("SELECT count(*) FROM orders")  # found lost at the call's start, run on a new one
+    assert result.rows == ((30,),)
+    assert db.query("SELECT CONNECTION_ID()").rows[0][0] != thread_id
+
+
+def test_a_connection_killed_during_a_call_refuses_it_and_the_next_is_served(open_my: OpenDb, my_shop: MyShop) -> None:
+    db = open_my(timeout=10)
+    thread_id = db.query("SELECT CONNECTION_ID()").rows[0][0]
+
+    def kill() -> None:
+        time.sleep(0.5)
+        with my_shop.admin() as cur:
+            cur.execute(f"KILL {int(thread_id)}")
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    refused = refusal(db, "SELECT SLEEP(5)")
+    killer.join()
+    assert refused.kind == "connection_lost", str(refused)
+    assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
+
+
+def test_a_server_that_refuses_the_connection_is_a_value_error(my_shop: MyShop) -> None:
+    uri = f"mysql://root:s3cret@127.0.0.1:{my_shop.port}/no_such_database"
+    with pytest.raises(ValueError, match="cannot connect") as problem:
+        GuardedDatabase.open(uri, isolated=False)
+    assert "s3cret" not in str(problem.value) and "root:***@" in str(problem.value)
+    with pytest.raises(ValueError, match="name a user and one database"):
+        GuardedDatabase.open(f"mariadb://127.0.0.1:{my_shop.port}", isolated=False)
+
+
+def test_in_a_worker_process_a_timeout_and_the_next_call(open_my: OpenDb) -> None:
+    db = open_my(isolated=True, timeout=1.0)
+    assert refusal(db, "SELECT SLEEP(30)").kind == "timeout"
+    assert db.query("SELECT count(*) FROM customers").rows == ((6,),)
+    assert db.schema().dialect == "mysql"
+
+
+# --- a connection handed in --------------------------------------------------------------------------
+
+
+def test_a_handed_in_connection_keeps_its_settings_and_is_checked(my_shop: MyShop) -> None:
+    raw = my_shop.database.connect(autocommit=True)
+    with raw.cursor() as cur:
+        cur.execute("SET SESSION max_statement_time = 7")
+    db = GuardedDatabase(wrap(raw), timeout=1.0)
+    assert db.query(FAN_OUT).report.trigger is not None
+    assert refusal(db, "SELECT SLEEP(10)").kind == "timeout"
+    with raw.cursor() as cur:
+        cur.execute("SELECT @@SESSION.max_statement_time, @@in_transaction")
+        assert cur.fetchone() == (7.0, 0)  # its own limit put back, no transaction left open
+
+    multi = my_shop.database.connect(client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS)
+    with pytest.raises(ValueError, match="MULTI_STATEMENTS"):
+        GuardedDatabase(wrap(multi))
+    manual = my_shop.database.connect(autocommit=False)
+    with pytest.raises(ValueError, match="autocommit"):
+        GuardedDatabase(wrap(manual))
+
+
+# --- the account docs/agents.md asks for --------------------------------------------------------------
+
+
+def test_the_read_only_account_alone_refuses_files_and_writes(
+    open_my: OpenDb, my_shop: MyShop, no_checks: None
+) -> None:
+    """With the statement checks off, the account docs/agents.md asks for is what stops files and
+    settings: no FILE privilege (LOAD_FILE reads NULL, INTO OUTFILE is denied), no SUPER."""
+    marker = f"/tmp/guarded-reader-{uuid.uuid4().hex}"
+    db = open_my(my_shop.reader())
+    before = my_shop.checksum()
+    for sql in (f"SELECT * FROM customers INTO OUTFILE '{marker}'", "DELETE FROM orders"):
+        refused = refusal(db, sql)
+        assert refused.kind == "write" and "denied" in str(refused), (sql, str(refused))
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(lockdown, "single_statement_problem", lambda *args, **kwargs: None)
+    try:
+        assert refusal(db, "SET GLOBAL max_connections = 1").kind == "write"
+    finally:
+        monkey.undo()
+    assert db.query("SELECT LOAD_FILE('/etc/hostname')").rows == ((None,),)
+    assert not Path(marker).exists()
+    assert my_shop.checksum() == before
+    assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
+
+
+def test_on_mysql_s_own_server_the_limit_is_max_execution_time() -> None:
+    """MySQL (told apart from MariaDB by the version string) limits a call with ``max_execution_time``
+    in milliseconds; MariaDB with ``max_statement_time`` in seconds; no limit is 0."""
+
+    class Recorder:
+        def __init__(self, version: str) -> None:
+            self.server_version, self.sent = version, []
+
+        def cursor(self) -> Any:
+            return self
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc_info: Any) -> None:
+            pass
+
+        def execute(self, sql: str) -> None:
+            self.sent.append(sql)
+
+    mysql, maria = Recorder("8.0.36"), Recorder("10.11.6-MariaDB-0+deb12u1")
+    lockdown.start_mysql_call(mysql, allow_writes=False, time_limit=1.5)
+    lockdown.start_mysql_call(maria, allow_writes=True, time_limit=float("inf"))
+    assert mysql.sent == ["SET SESSION max_execution_time = 1500", "START TRANSACTION READ ONLY"]
+    assert maria.sent == ["SET SESSION max_statement_time = 0.000", "START TRANSACTION"]
+
+
+# --- the surfaces --------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_mcp_server_lists_describes_and_queries(open_my: OpenDb) -> None:
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    from guarded_sqlite.agent.mcp_server import build_server
+
+    db = open_my(isolated=True)
+    async with Client(build_server(db)) as client:
+        schema = await client.call_tool("schema", {})
+        result = await client.call_tool("query", {"sql": AGGREGATE})
+        refused = await client.call_tool("query", {"sql": "DELETE FROM orders"})
+    assert schema.structured_content is not None and schema.structured_content["dialect"] == "mysql"
+    assert result.structured_content is not None and result.structured_content["feedback"]
+    assert refused.is_error
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_the_command_serves_a_mysql_uri_over_stdio(my_shop: MyShop) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    uri = my_shop.uri.replace("mysql://", "mariadb://")
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "guarded_sqlite", "mcp", uri, "--guard", "observe"]
+    )
+    with anyio.fail_after(60):
+        async with Client(params) as client:
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+            result = await client.call_tool("query", {"sql": FAN_OUT})
+            schema = await client.call_tool("schema", {})
+            refused = await client.call_tool("query", {"sql": "SELECT 1 /*!50000 , (SELECT 2) */"})
+    assert tools == {"query", "schema"}
+    assert not result.is_error and result.structured_content is not None
+    assert result.structured_content["row_count"] == 30
+    assert "Guard feedback:\nThe query returned 30 rows but only 6 distinct ones" in result.content[0].text  # type: ignore[union-attr]
+    assert "many-to-one" in schema.content[0].text  # type: ignore[union-attr]
+    assert refused.is_error and "executable comment" in refused.content[0].text  # type: ignore[union-attr]
+
+
+def test_the_command_names_an_unreachable_server_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("mcp")
+    assert main(["mcp", "mysql://reader:s3cret@127.0.0.1:1/shop"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("guarded-sqlite mcp: error: mysql://reader:***@")
+
+
+def test_langchain_and_llama_index_tools_on_mariadb(open_my: OpenDb) -> None:
+    db = open_my()
+    pytest.importorskip("langchain_core")
+    from guarded_sqlite.agent.langchain_tools import guarded_sql_tools as langchain_tools
+
+    query, schema = langchain_tools(db)
+    assert "An aggregate counts rows several times" in query.invoke({"sql": AGGREGATE})
+    assert query.invoke({"sql": "DELETE FROM orders"}).startswith("Refused:")
+    assert "many-to-one" in schema.invoke({})
+    pytest.importorskip("llama_index.core")
+    from guarded_sqlite.agent.llama_index_tools import guarded_sql_tools as llama_tools
+
+    llama_query, _ = llama_tools(db)
+    output = llama_query.call(sql="SELECT name, points FROM customers WHERE id IN (SELECT customer_id FROM orders)")
+    assert output.raw_output.rows[0] == ("Ana Lima", 120)

@@ -7,6 +7,7 @@ rule (``guarded_sqlite._rules.fanout``) makes findings.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,15 @@ class AggregateFinding:
         repeated, repeating = ", ".join(self.repeated), ", ".join(self.repeating)
         line = f"{self.function}({self.argument}) counts {repeated} once per row of {repeating}"
         if self.written is not None or self.corrected is not None:
-            line += f": {self.written!r} -> {self.corrected!r}"
+            line += f": {_shown(self.written)} -> {_shown(self.corrected)}"
         if self.factor is not None:
             line += f" (factor {self.factor:.3g})"
         if self.chose:
             line += f"; by {self.chose} it chose other rows than the corrected values choose"
         return line
+
+
+def _shown(value: object) -> str:
+    """A value as a reader compares it: a server's exact number as written (``30``, not ``Decimal('30')``,
+    PostgreSQL's and MySQL's sums), anything else as Python writes it (text quoted)."""
+    return str(value) if isinstance(value, Decimal) else repr(value)

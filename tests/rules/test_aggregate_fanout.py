@@ -1607,3 +1607,18 @@ def test_mysql_generated_corrections_are_the_oracles(mariadb_params: dict[str, A
     finally:
         raw.close()
         _drop_maria_database(mariadb_params, name)
+
+
+def test_a_finding_shows_a_servers_exact_sum_as_written_and_text_quoted() -> None:
+    """PostgreSQL and MySQL sum integers into ``Decimal``: the finding's line reads ``30 -> 10``, as the
+    database prints them, not ``Decimal('30') -> Decimal('10')``; text stays quoted."""
+    from decimal import Decimal
+
+    from guarded_sqlite.findings import AggregateFinding
+
+    def line(written: object, corrected: object) -> str:
+        return AggregateFinding("SUM", "o.total", ("o",), ("i",), written, corrected, 3.0, "SELECT 1").describe()
+
+    assert line(Decimal("30"), Decimal("10")).endswith(": 30 -> 10 (factor 3)")
+    assert line(30.5, 10.25).endswith(": 30.5 -> 10.25 (factor 3)")
+    assert line("a,a", "a").endswith(": 'a,a' -> 'a' (factor 3)")

@@ -10,7 +10,7 @@ from types import ModuleType
 
 __all__ = ["REMOVED_IN", "moved"]
 
-REMOVED_IN = "0.4"
+REMOVED_IN = "0.5"
 """The release in which the old paths stop working."""
 
 

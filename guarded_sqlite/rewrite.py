@@ -1,4 +1,4 @@
-"""Moved to ``guarded_sqlite._analysis.rewrite``: this path works, with a ``DeprecationWarning``, until 0.4."""
+"""Moved to ``guarded_sqlite._analysis.rewrite``: this path works, with a ``DeprecationWarning``, until 0.5."""
 
 from ._analysis import rewrite as _new
 from ._moved import moved

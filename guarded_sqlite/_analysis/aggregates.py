@@ -271,7 +271,14 @@ class _Planner(Analysis):
             refusal = refusal or self._argument_refusal(node, argument, reads)
         if not risks:
             return AggregatePlan(note="every value aggregate reads rows the join does not repeat")
-        found = tuple(risk for _, risk, _ in risks)
+        # One risk per distinct aggregate: ``SUM(o.total)`` in the select list and again in HAVING is one
+        # value, counted once in the check (five columns, one finding), corrected in both places.
+        signatures = [(text_of(node, self.dialect), *(text_of(key) for key in keys)) for node, _, keys in risks]
+        twins: dict[tuple[str, ...], list[int]] = {}
+        for j, signature in enumerate(signatures):
+            twins.setdefault(signature, []).append(j)
+        firsts = sorted(group[0] for group in twins.values())
+        found = tuple(risks[j][1] for j in firsts)
         separators: dict[int, str] = {}
         for node, risk, _ in risks:
             if risk.function == "GROUP_CONCAT":
@@ -292,12 +299,17 @@ class _Planner(Analysis):
             and any(isinstance(node, (exp.AggFunc, exp.Anonymous)) for node in outer_scope(item))
         )
         places = {id(n): i for i, item in enumerate(select.expressions) for n in outer_scope(item)}
-        items = tuple(places.get(id(node)) for node, _, _ in risks)
+        # A risk's select item: that of the first of its twins in one.
+        items = tuple(
+            next((places[id(risks[k][0])] for k in twins[signatures[j]] if id(risks[k][0]) in places), None)
+            for j in firsts
+        )
         only = next(iter(repeating_tables)) if len(repeating_tables) == 1 else ()
         pregroupable = self.dialect == "sqlite" and len(only) == 1 and not unseen
         leaf = leaf_join(select, self.instances, only[0], self._resolve) if pregroupable else None
         chosen = None if leaf is None or self.scanned is None else self.scanned(leaf.alias)
-        corrected, check, unnamed, before_join = self._rewrite(select, groups, risks, leaf, chosen)
+        counted_once = {id(risks[j][0]) for j in firsts}
+        corrected, check, unnamed, before_join = self._rewrite(select, groups, risks, counted_once, leaf, chosen)
         return AggregatePlan(
             found,
             corrected,
@@ -474,12 +486,14 @@ class _Planner(Analysis):
         select: exp.Select,
         groups: list[exp.Expression],
         risks: list[Risk],
+        counted_once: set[int],
         leaf: Leaf | None,
         chosen: bool | None,
     ) -> tuple[str, str, tuple[tuple[int, str], ...], tuple[str, str, str] | None]:
         """The corrected query, the same with the counting columns (``AggregatePlan.check_sql``), the
-        select items given a placeholder name, and ``AggregatePlan.pregrouped``. ``chosen``: whether
-        the pre-grouped forms replace the others (None: both are written)."""
+        select items given a placeholder name, and ``AggregatePlan.pregrouped``. ``counted_once``: the
+        risks' nodes the check counts (one per distinct aggregate; its twins are corrected alike);
+        ``chosen``: whether the pre-grouped forms replace the others (None: both are written)."""
         aliases: dict[Col, str] = {}
         projections: list[exp.Expr] = []
 
@@ -516,7 +530,8 @@ class _Planner(Analysis):
                 windows.append(exp.alias_(number, f"__gs_rn{len(windows)}", quoted=True, copy=False))
             targets[id(copied[place[id(node)]])] = numbering[text]
         extras: list[exp.Expr] = keep([])  # check's items take copies of them
-        for walked in [copied[place[id(node)]] for node, _, _ in risks]:
+        for node, _, _ in risks:
+            walked = copied[place[id(node)]]
             n = targets[id(walked)]
             argument = cast(exp.Expression, walked.expressions[0] if isinstance(walked, exp.Anonymous) else walked.this)
             written = walked.copy()
@@ -536,7 +551,10 @@ class _Planner(Analysis):
             else:
                 magnitude = exp.Sum(this=exp.Abs(this=argument.copy()))
             keep(argument).replace(case)
-            extras.extend([written, walked.copy(), counted, distinct, magnitude])
+            if id(node) in counted_once:
+                extras.extend([written, walked.copy(), counted, distinct, magnitude])
+            else:  # a twin of one counted already: corrected alike, not counted again
+                keep([written, counted, distinct, magnitude])
         for part in [*outer_parts(outer), *extras]:
             for read in list(outer_scope(cast(exp.Expression, part))):
                 if (

@@ -1622,3 +1622,26 @@ def test_a_finding_shows_a_servers_exact_sum_as_written_and_text_quoted() -> Non
     assert line(Decimal("30"), Decimal("10")).endswith(": 30 -> 10 (factor 3)")
     assert line(30.5, 10.25).endswith(": 30.5 -> 10.25 (factor 3)")
     assert line("a,a", "a").endswith(": 'a,a' -> 'a' (factor 3)")
+
+
+@pytest.mark.parametrize(
+    ("tail", "risks", "items"),
+    [
+        pytest.param(" HAVING SUM(o.total) > 60", 1, (1,), id="twin-in-having"),
+        pytest.param(" ORDER BY SUM(o.total) DESC LIMIT 1", 1, (1,), id="twin-in-order-by"),
+        pytest.param(" HAVING SUM(o.total * 2) > 60", 2, (1, None), id="no-op: another argument"),
+        pytest.param(" HAVING AVG(o.total) > 60", 2, (1, None), id="no-op: another function"),
+    ],
+)
+def test_an_aggregate_written_twice_is_one_risk_counted_once_and_corrected_in_both_places(
+    shop: sqlite3.Connection, tail: str, risks: int, items: tuple[int | None, ...]
+) -> None:
+    found = plan_of(shop, FANOUT + tail)
+    assert len(found.risks) == risks and found.items == items
+    assert found.check_sql is not None and found.corrected_sql is not None
+    # Five counting columns per risk, after the statement's own two.
+    assert len(shop.execute(found.check_sql).fetchall()[0]) == 2 + 5 * risks
+    # Both places corrected: the truth, from the orders alone.
+    truth = "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id"
+    truth += " WHERE EXISTS (SELECT 1 FROM items i WHERE i.order_id = o.id) GROUP BY c.id" + tail
+    assert shop.execute(found.corrected_sql).fetchall() == shop.execute(truth).fetchall()

@@ -24,7 +24,9 @@ express in the target dialect raise ``TranspileError`` (``unsupported_level=RAIS
 written approximately, so they are counted as transpile errors.
 
 ``Preparer`` applies ``transpile`` to one database's queries during an evaluation and adds up the
-time it takes; a query it cannot transpile comes back with the reason instead of SQL.
+time it takes; a query it cannot transpile comes back with the reason instead of SQL. ``query_shape``
+answers what the evaluation asks of a gold query whose result differs between engines: whether it
+cuts with LIMIT (and the query without the cut), divides, or compares text.
 """
 
 from __future__ import annotations
@@ -136,6 +138,108 @@ class Preparer:
             return Prepared(None, describe_error(error))
         finally:
             self.seconds += time.perf_counter() - started
+
+
+class QueryShape(NamedTuple):
+    """What in a SQLite query can make engines answer it differently."""
+
+    limited: bool
+    """The outermost query has LIMIT or OFFSET."""
+
+    unlimited_sql: str | None
+    """The query without its outermost LIMIT and OFFSET, in SQLite's dialect (None when not limited)."""
+
+    divides: bool
+    """It divides with ``/`` somewhere: integer division on SQLite (and PostgreSQL), not on MySQL or DuckDB."""
+
+    compares_text: bool
+    """It compares with a string literal (``=``, ``<>``, ``<``, ``IN``, ``BETWEEN``, ...) or matches
+    with ``LIKE``/``GLOB``: where the engine's collation or ``LIKE`` decides case and trailing spaces."""
+
+    bare_columns: bool = False
+    """A SELECT that aggregates or groups also returns a column neither grouped nor aggregated: SQLite
+    takes it from the row of a lone MIN/MAX (else any row of the group), other engines from any row
+    or not at all."""
+
+    compares_number: bool = False
+    """It compares a column with a number literal: a text column compares as text on SQLite (its
+    affinity), as numbers on MySQL."""
+
+
+def query_shape(sql: str, names: Iterable[str] = ()) -> QueryShape | None:
+    """The ``QueryShape`` of one SQLite query; None when sqlglot cannot read it as one statement.
+    ``names``: the database's table and column names (double-quoted others are strings, as in SQLite).
+
+    >>> shape = query_shape('SELECT n FROM t WHERE name = "x" ORDER BY n LIMIT 1', ["t", "name", "n"])
+    >>> shape.unlimited_sql, shape.compares_text, shape.divides
+    ("SELECT n FROM t WHERE name = 'x' ORDER BY n", True, False)
+    """
+    from sqlglot import TokenType, exp
+    from sqlglot.errors import SqlglotError
+
+    sqlite = _sqlite_dialect()
+    try:
+        tokens = sqlite.tokenize(sql)
+        statements = [tree for tree in sqlite.parser().parse(tokens, sql) if tree is not None]
+        if len(statements) != 1:
+            return None
+        double_quoted = {
+            fold(token.text)
+            for token in tokens
+            if token.token_type == TokenType.IDENTIFIER and sql[token.start : token.start + 1] == '"'
+        }
+        tree = _sqlite_string_fallback(statements[0], double_quoted, {fold(name) for name in names})
+        limited = bool(tree.args.get("limit") or tree.args.get("offset"))
+        unlimited_sql = None
+        if limited:
+            unlimited = tree.copy()
+            unlimited.set("limit", None)
+            unlimited.set("offset", None)
+            unlimited_sql = unlimited.sql(dialect="sqlite")
+    except SqlglotError:
+        return None
+    except Exception:  # a failure inside sqlglot: no shape, the difference stays unexplained
+        return None
+
+    def is_text(node: exp.Expression | None) -> bool:
+        return isinstance(node, exp.Literal) and node.is_string
+
+    compares_text = any(True for _ in tree.find_all(exp.Like, exp.ILike, exp.Glob))
+    if not compares_text:
+        for node in tree.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between):
+            operands = [node.this, node.args.get("expression"), node.args.get("low"), node.args.get("high")]
+            operands += node.args.get("expressions") or []
+            if any(is_text(operand) for operand in operands):
+                compares_text = True
+                break
+    compares_number = False
+    for node in tree.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between):
+        operands = [node.this, node.args.get("expression"), node.args.get("low"), node.args.get("high")]
+        operands += node.args.get("expressions") or []
+        numbers = [o for o in operands if isinstance(o, exp.Literal) and not o.is_string]
+        if numbers and any(isinstance(o, exp.Column) for o in operands):
+            compares_number = True
+            break
+    divides = any(True for _ in tree.find_all(exp.Div))
+    bare = any(_has_bare_column(select) for select in tree.find_all(exp.Select))
+    return QueryShape(limited, unlimited_sql, divides, compares_text, bare, compares_number)
+
+
+def _has_bare_column(select: exp.Select) -> bool:
+    """Whether an aggregating or grouping SELECT projects a column neither grouped nor inside an aggregate."""
+    from sqlglot import exp
+
+    group = select.args.get("group")
+    grouped = {fold(column.name) for column in group.find_all(exp.Column)} if group is not None else set()
+    projections = select.expressions
+    if group is None and not any(p.find(exp.AggFunc) for p in projections):
+        return False
+    for projection in projections:
+        if projection.find(exp.AggFunc) or isinstance(projection, exp.Star):
+            continue
+        if any(fold(column.name) not in grouped for column in projection.find_all(exp.Column)):
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=1)

@@ -37,6 +37,7 @@ from .sqlite import SQLITE
 
 __all__ = [
     "DUCKDB",
+    "ENGINE_ALIASES",
     "ENGINE_NAMES",
     "MYSQL",
     "NO_PARAMETERS",
@@ -51,8 +52,10 @@ __all__ = [
     "pg_statement_timeout",
 ]
 
-ENGINE_NAMES: tuple[str, ...] = ("sqlite", "duckdb", "postgres")
-"""The engines the evaluation, the agent tools and the CLI take (MySQL/MariaDB: ``wrap()`` only, so far)."""
+ENGINE_NAMES: tuple[str, ...] = ("sqlite", "duckdb", "postgres", "mysql")
+"""The engines the evaluation (``evaluate``, ``sweep``, ``eval --engine``) runs on: their sqlglot dialect names."""
+ENGINE_ALIASES: dict[str, str] = {"postgresql": "postgres", "mariadb": "mysql"}
+"""Other names the evaluation takes for an engine of ``ENGINE_NAMES``."""
 _BY_DIALECT = {
     "sqlite": SQLITE,
     "postgres": POSTGRES,

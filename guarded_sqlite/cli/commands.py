@@ -4,7 +4,7 @@
 rows and the guard report (``cli_query``). ``mcp DB`` serves a SQLite or DuckDB file (or a PostgreSQL
 ``postgresql://`` URI) to an LLM agent as an MCP server over stdio (``mcp_server``; it needs the
 ``mcp`` extra and exits 2 naming it without).
-``eval`` and ``sweep`` run on the SQLite files, or with ``--engine duckdb|postgres`` on copies of them
+``eval`` and ``sweep`` run on the SQLite files, or with ``--engine duckdb|postgres|mysql`` on copies of them
 (made on first use, reused while the files are unchanged) with every query transpiled from SQLite;
 ``--sample`` runs them on the small evaluation sample shipped in the package (``evaluation.sample``)
 instead of ``--db-root/--gold/--pred``.
@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .._engines import ENGINE_NAMES
+from .._engines import ENGINE_ALIASES, ENGINE_NAMES
 from .._version import __version__
 from .arguments import int_at_least, non_negative_int, positive_float
 
@@ -115,15 +115,15 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
     )
     engines = command.add_argument_group(
         "engine",
-        "Run on copies of the SQLite databases in DuckDB or PostgreSQL instead; copies are made on "
+        "Run on copies of the SQLite databases in DuckDB, PostgreSQL or MySQL/MariaDB instead; copies are made on "
         "first use and reused while the SQLite files are unchanged, and every query is transpiled from SQLite "
         "with sqlglot (a prediction that cannot be transpiled scores 0 and is counted).",
     )
     engines.add_argument(
         "--engine",
-        choices=ENGINE_NAMES,
+        choices=(*ENGINE_NAMES, *ENGINE_ALIASES),
         default="sqlite",
-        help="where the queries run (default: sqlite, the files themselves)",
+        help="where the queries run (default: sqlite, the files themselves; mariadb is mysql, postgresql postgres)",
     )
     engines.add_argument(
         "--pg-dsn",
@@ -136,6 +136,24 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
         default="spider_",
         metavar="PREFIX",
         help="postgres: each database is copied into schema PREFIX<db_id> (default: spider_)",
+    )
+    engines.add_argument(
+        "--mysql-url",
+        metavar="URL",
+        help="mysql: the MySQL or MariaDB server to copy into and run on, as mysql://user:password@host:port "
+        "(no database: each one is copied into a database of its own); a user that may create databases",
+    )
+    engines.add_argument(
+        "--mysql-db-prefix",
+        default="spider_",
+        metavar="PREFIX",
+        help="mysql: each database is copied into database PREFIX<db_id> (default: spider_)",
+    )
+    engines.add_argument(
+        "--mysql-collation",
+        metavar="NAME",
+        help="mysql: the utf8mb4 collation of the copies' text (default: the server's, e.g. utf8mb4_general_ci, "
+        "which ignores case and trailing spaces; utf8mb4_nopad_bin compares as SQLite does)",
     )
     engines.add_argument(
         "--cache-dir",
@@ -378,6 +396,9 @@ def _evaluate(args: argparse.Namespace) -> int:
         "pg_dsn": args.pg_dsn,
         "cache_dir": args.cache_dir,
         "pg_schema_prefix": args.pg_schema_prefix,
+        "mysql_url": args.mysql_url,
+        "mysql_db_prefix": args.mysql_db_prefix,
+        "mysql_collation": args.mysql_collation,
     }
     to_stdout = args.json is not None and str(args.json) == "-"
     try:

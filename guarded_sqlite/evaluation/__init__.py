@@ -6,15 +6,17 @@ duplicate-provenance verdict), detector precision and MBS recall; ``compare`` do
 guard presets; ``sweep`` adds the threshold sweeps and their cross-validation. The CLI's
 ``guarded-sqlite eval`` and ``guarded-sqlite sweep`` print the same reports.
 
-Both run on the SQLite files themselves or, with ``engine="duckdb"``/``"postgres"``, on copies of
-them in DuckDB or PostgreSQL, with every query transpiled from SQLite by sqlglot.
+Both run on the SQLite files themselves or, with ``engine="duckdb"``/``"postgres"``/``"mysql"``, on
+copies of them in DuckDB, PostgreSQL or MySQL/MariaDB, with every query transpiled from SQLite by
+sqlglot; gold results that differ from SQLite's are listed with their likely cause.
 
 Modules: ``loaders`` (input formats and checks), ``options`` (engine, workers, timeout, policy and
 rescue options, checked), ``metrics`` (pure scoring functions), ``runner`` (from inputs to report),
 ``plan`` (tasks and the process pool), ``tasks`` (what a worker gets and returns), ``pairs`` (one
 task's pairs, gold and guarded prediction), ``sessions`` (database connections and time limits),
 ``replay`` (sweep replays), ``compare`` (presets side by side), ``copy`` (SQLite databases copied into
-DuckDB and PostgreSQL, with ``copy_source``, ``copy_duckdb`` and ``copy_postgres``),
+DuckDB, PostgreSQL and MySQL/MariaDB, with ``copy_source``, ``copy_duckdb``, ``copy_postgres`` and
+``copy_mysql``), ``gold_differences`` (why a gold result differs from SQLite's),
 ``transpile`` (SQLite SQL for the other engines), ``thresholds`` (sweeps, cross-validation, plot),
 ``records`` (per-pair records), ``report`` and ``sweep_report`` (the frozen result dataclasses),
 ``render`` and ``progress`` (terminal output); ``api`` holds ``evaluate`` itself.

@@ -30,6 +30,9 @@ def evaluate(
     cache_dir: PathLike | None = None,
     pg_schema_prefix: str = "spider_",
     *,
+    mysql_url: str | None = None,
+    mysql_db_prefix: str = "spider_",
+    mysql_collation: str | None = None,
     candidates: Any = None,
     order: str | None = None,
     rescue: Any = None,
@@ -51,11 +54,15 @@ def evaluate(
     ``progress``: draw a bar on stderr (default: when stderr is a terminal).
 
     ``engine``: ``"sqlite"`` (default: the files themselves), ``"duckdb"`` (copies in ``.duckdb``
-    files under ``cache_dir``, default ``~/.cache/guarded_sqlite/duckdb``) or ``"postgres"`` (copies
+    files under ``cache_dir``, default ``~/.cache/guarded_sqlite/duckdb``), ``"postgres"`` (copies
     in schemas ``<pg_schema_prefix><db_id>`` on the server at ``pg_dsn``, a libpq connection string
-    or URI). Copies are made on first use and reused while the SQLite file is unchanged; every gold
-    and predicted query is transpiled from SQLite with sqlglot, and a prediction that cannot be
-    transpiled scores 0 and is counted in ``transpile_errors``.
+    or URI) or ``"mysql"`` (also ``"mariadb"``: copies in databases ``<mysql_db_prefix><db_id>`` on
+    the server at ``mysql_url``, ``mysql://user:password@host:port``, their text in
+    ``mysql_collation``, default the server's for ``utf8mb4``). Copies are made on first use and
+    reused while the SQLite file is unchanged; every gold and predicted query is transpiled from
+    SQLite with sqlglot, and a prediction that cannot be transpiled scores 0 and is counted in
+    ``transpile_errors``. Off SQLite each gold query also runs on the SQLite file, and those whose
+    result differs are listed in ``gold_differences`` with their likely cause.
 
     ``candidates``: a JSON file, list or mapping of index -> list of candidate SQLs (a missing index
     or ``[]``: no rescue for that pair). The guarded replay passes each pair's candidates, with the
@@ -79,7 +86,7 @@ def evaluate(
         if options.given:
             raise TypeError("give the rescue options either as rescue_options= or as keywords, not both")
         options = rescue_options
-    spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)
+    spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix, mysql_url, mysql_db_prefix, mysql_collation)
     report, _ = run(
         db_root,
         gold,

@@ -14,13 +14,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .._engines import ENGINE_NAMES
+from .._engines import ENGINE_ALIASES, ENGINE_NAMES
 from ..policy import GuardPolicy, GuardSpec, resolve_policy
 from .copy_postgres import DEFAULT_PG_SCHEMA_PREFIX
 from .loaders import InputError, PathLike
 
 ENGINES = ENGINE_NAMES
-"""Where ``evaluate`` can run the queries: the SQLite files, or their DuckDB or PostgreSQL copies."""
+"""Where ``evaluate`` can run the queries: the SQLite files, or their DuckDB, PostgreSQL or MySQL/MariaDB copies."""
+
+DEFAULT_MYSQL_DB_PREFIX = "spider_"
+"""Prefix of the MySQL/MariaDB database that holds a SQLite database's copy: ``spider_<db_id>``."""
 
 RESCUERS = ("dup_ratio", "llm")
 """``rescue=`` names: ``DupRatioSelector()`` or ``LLMRescue(...)`` built from the ``llm_*`` options."""
@@ -49,7 +52,7 @@ class EngineSpec:
     """The engine an evaluation runs on and how to reach it."""
 
     name: str = "sqlite"
-    """``"sqlite"``, ``"duckdb"`` or ``"postgres"``."""
+    """``"sqlite"``, ``"duckdb"``, ``"postgres"`` or ``"mysql"`` (MySQL or MariaDB)."""
 
     pg_dsn: str | None = None
     """PostgreSQL: the libpq connection string or URI of the server holding the copies."""
@@ -59,6 +62,17 @@ class EngineSpec:
 
     pg_schema_prefix: str = DEFAULT_PG_SCHEMA_PREFIX
     """PostgreSQL: a database's copy lives in schema ``<prefix><db_id>``."""
+
+    mysql_url: str | None = dataclasses.field(default=None, repr=False)
+    """MySQL/MariaDB: the server holding the copies, ``mysql://user:password@host:port`` (left out
+    of ``repr``: it may hold a password)."""
+
+    mysql_db_prefix: str = DEFAULT_MYSQL_DB_PREFIX
+    """MySQL/MariaDB: a database's copy lives in database ``<prefix><db_id>``."""
+
+    mysql_collation: str | None = None
+    """MySQL/MariaDB: the collation of the copies' text (a ``utf8mb4`` one); None: the server's default
+    for ``utf8mb4``, as an application's tables would have it."""
 
 
 SQLITE_ENGINE = EngineSpec()
@@ -112,20 +126,42 @@ def resolve_engine(
     pg_dsn: str | None = None,
     cache_dir: PathLike | None = None,
     pg_schema_prefix: str = DEFAULT_PG_SCHEMA_PREFIX,
+    mysql_url: str | None = None,
+    mysql_db_prefix: str = DEFAULT_MYSQL_DB_PREFIX,
+    mysql_collation: str | None = None,
 ) -> EngineSpec:
     """Check the engine options (``InputError`` for unusable ones)."""
     name = engine.lower() if isinstance(engine, str) else engine
-    if name == "postgresql":
-        name = "postgres"
+    name = ENGINE_ALIASES.get(name, name)
     if name not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if name == "postgres" and not pg_dsn:
         raise InputError("engine 'postgres' needs a PostgreSQL connection string (--pg-dsn / pg_dsn=)")
     if name != "postgres" and pg_dsn:
         raise InputError("--pg-dsn / pg_dsn= is only used with engine 'postgres'")
+    if name == "mysql" and not mysql_url:
+        raise InputError(
+            "engine 'mysql' needs the server's address (--mysql-url / mysql_url=), e.g. mysql://root@127.0.0.1:3306"
+        )
+    if name == "mysql":
+        from .copy_mysql import mysql_params
+
+        mysql_params(str(mysql_url))  # a malformed address is refused before anything runs
+    if name != "mysql" and (mysql_url or mysql_collation is not None):
+        raise InputError(
+            "--mysql-url and --mysql-collation (mysql_url=, mysql_collation=) are only used with engine 'mysql'"
+        )
     if name != "duckdb" and cache_dir is not None:
         raise InputError("--cache-dir / cache_dir= is only used with engine 'duckdb'")
-    return EngineSpec(name, pg_dsn or None, None if cache_dir is None else str(cache_dir), pg_schema_prefix)
+    return EngineSpec(
+        name,
+        pg_dsn or None,
+        None if cache_dir is None else str(cache_dir),
+        pg_schema_prefix,
+        mysql_url or None,
+        mysql_db_prefix,
+        mysql_collation,
+    )
 
 
 EVAL_GUARDS = ("patch", "text_to_sql", "paper", "observe")

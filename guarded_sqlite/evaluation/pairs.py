@@ -10,7 +10,9 @@ Per pair:
    re-run raw to get the baseline rows;
 4. for a sweep, ``replay`` re-runs the prediction at the thresholds that could change it.
 
-On DuckDB and PostgreSQL every gold, predicted and candidate query is transpiled from SQLite first.
+On the other engines every gold, predicted and candidate query is transpiled from SQLite first, and
+each gold query also runs on the SQLite file: a result that differs is recorded with its likely cause
+(``gold_differences``), and the pair is still scored against the engine's result.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._analysis.transpile import Prepared, Preparer
+from .._analysis.transpile import Prepared, Preparer, query_shape
 from ..report import GuardReport
-from . import metrics
+from . import gold_differences, metrics
 from .loaders import Pair
-from .records import GoldFailure, PairRecord
+from .options import SQLITE_ENGINE
+from .records import GoldDifference, GoldFailure, PairRecord
 from .replay import replay_for_sweep, sweep_policies
 from .sessions import Run, open_session
 from .tasks import Task, TaskResult
@@ -42,11 +45,14 @@ class _TaskRun:
         self.guarded = self.session.guarded(task.policy)
         self.prepare = Preparer(task.engine.name, task.names)
         self.sweep_policies = sweep_policies(task.grid, task.policy) if task.grid is not None else None
+        # Off SQLite, the SQLite file itself, to tell which gold results the engine changes.
+        self.sqlite = None if task.engine.name == "sqlite" else open_session(SQLITE_ENGINE, task.db_path, None, None)
         self.result = TaskResult()
 
     def run(self) -> TaskResult:
         result = self.result
         gold_cache: dict[str, metrics.GoldRows | Run] = {}
+        differences: dict[str, tuple[str, str, int | None, bool] | None] = {}
         try:
             for pair in self.task.pairs:
                 gold = gold_cache.get(pair.gold_sql)
@@ -59,6 +65,24 @@ class _TaskRun:
                         GoldFailure(pair.index, pair.db_id, gold.status, reason, pair.gold_sql, gold.transpile_failed)
                     )
                     continue
+                if self.sqlite is not None:
+                    if pair.gold_sql not in differences:
+                        differences[pair.gold_sql] = self.compare_with_sqlite(pair.gold_sql, gold)
+                    found = differences[pair.gold_sql]
+                    if found is not None:
+                        category, detail, sqlite_rows, same_set = found
+                        result.gold_differences.append(
+                            GoldDifference(
+                                pair.index,
+                                pair.db_id,
+                                category,
+                                detail,
+                                sqlite_rows,
+                                len(gold.rows),
+                                same_set,
+                                pair.gold_sql,
+                            )
+                        )
                 self.run_prediction(pair, gold)
         finally:
             result.transpile_s += self.prepare.seconds
@@ -74,6 +98,24 @@ class _TaskRun:
             self.result.queries += 1
             self.result.gold_s += executed.seconds
         return metrics.GoldRows(executed.rows) if executed.rows is not None else executed
+
+    def compare_with_sqlite(self, sql: str, gold: metrics.GoldRows) -> tuple[str, str, int | None, bool] | None:
+        """``(category, detail, SQLite's row count, same set)`` when the engine's gold result differs
+        from SQLite's as a multiset; None when they agree."""
+        assert self.sqlite is not None
+        sqlite, timeout = self.sqlite, self.task.timeout
+        on_sqlite = sqlite.run(sqlite.raw, sql, timeout)
+        rows = on_sqlite.rows
+        if rows is not None and not gold_differences.differs(rows, gold.rows):
+            return None
+        shape = unlimited = None
+        if rows is not None:
+            shape = query_shape(sql, self.task.names)
+            if shape is not None and shape.unlimited_sql is not None:
+                unlimited = sqlite.run(sqlite.raw, shape.unlimited_sql, timeout).rows
+        category = gold_differences.classify(rows, gold.rows, shape, unlimited)
+        detail = gold_differences.describe(rows, gold.rows, on_sqlite.error)
+        return category, detail, None if rows is None else len(rows), rows is not None and set(rows) == gold.as_set
 
     def run_prediction(self, pair: Pair, gold: metrics.GoldRows) -> None:
         """Run one prediction guarded (and raw when the guard rewrote it), record it, replay it for a sweep."""

@@ -178,6 +178,39 @@ class GoldFailure(JsonMixin):
 
 
 @dataclass(frozen=True)
+class GoldDifference(JsonMixin):
+    """A gold query whose result on the engine differs from its result on the SQLite file (as a
+    multiset), with the likely cause. Its pair is evaluated against the engine's result, as every
+    pair is: the difference is reported, not corrected."""
+
+    index: int
+    """0-based position in the gold file."""
+
+    db_id: str
+    """The database."""
+
+    category: str
+    """The first cause that fits (``gold_differences.CATEGORIES``): ``"sqlite_error"``, ``"numeric"``,
+    ``"case_or_spaces"``, ``"limit_ties"``, ``"bare_column"``, ``"division"``, ``"text_comparison"``,
+    ``"number_comparison"`` or ``"other"``."""
+
+    detail: str
+    """One line on what was compared, e.g. the rows each engine returned."""
+
+    sqlite_rows: int | None
+    """Rows the gold query returned on SQLite; None when it failed there."""
+
+    engine_rows: int
+    """Rows it returned on the engine."""
+
+    same_set: bool
+    """The two results are equal as sets (they differ in multiplicity only)."""
+
+    gold_sql: str
+    """The gold SQL, as written for SQLite."""
+
+
+@dataclass(frozen=True)
 class SweepOutcome(JsonMixin):
     """A prediction a rule rewrote at one threshold, with its verdicts before and after."""
 
@@ -214,10 +247,10 @@ class DatabaseCopy(JsonMixin):
     """The database."""
 
     engine: str
-    """``"duckdb"`` or ``"postgres"``."""
+    """``"duckdb"``, ``"postgres"`` or ``"mysql"``."""
 
     target: str
-    """The DuckDB file, or the PostgreSQL schema."""
+    """The DuckDB file, the PostgreSQL schema or the MySQL/MariaDB database."""
 
     action: str
     """``"copied"`` (made now) or ``"reused"`` (an up-to-date copy existed)."""
@@ -233,4 +266,5 @@ class DatabaseCopy(JsonMixin):
 
     notes: tuple[str, ...]
     """What is not an exact copy: values that changed type, mixed-type columns stored as text, text
-    that was not UTF-8, primary keys or views that could not be created."""
+    that was not UTF-8, primary keys or views that could not be created; on MySQL/MariaDB, first, how
+    its text compares (the collation)."""

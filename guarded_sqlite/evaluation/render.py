@@ -59,16 +59,38 @@ def _score_row(name: str, scores: Scores, transpiled: bool = False) -> list[obje
 def _copies_text(report: EvalReport) -> list[str]:
     copied = [c for c in report.copies if c.action == "copied"]
     reused = len(report.copies) - len(copied)
-    where = "DuckDB files" if report.engine == "duckdb" else "PostgreSQL schemas"
+    where = {"duckdb": "DuckDB files", "postgres": "PostgreSQL schemas"}.get(report.engine, "MySQL/MariaDB databases")
     out = [
         f"Copies in {where}: {len(report.copies)} database(s), {len(copied)} copied "
         f"({sum(c.rows for c in copied)} rows, {sum(c.seconds for c in copied):.2f} s), {reused} up to date; "
         f"copy step {report.timings.copy_s:.2f} s"
     ]
     notes = [(c.db_id, note) for c in report.copies for note in c.notes]
+    # A note every copy has (MySQL's collation) is printed once.
+    everywhere = [
+        note for note in dict.fromkeys(note for _, note in notes) if all(note in c.notes for c in report.copies)
+    ]
+    if len(report.copies) < 2:
+        everywhere = []
+    notes = [(db_id, note) for db_id, note in notes if note not in everywhere]
+    notes = [("every database", note) for note in everywhere] + notes
     if notes:
         out.append(f"Not copied exactly ({len(notes)}):")
         out += [f"  {db_id}: {note}" for db_id, note in notes]
+    return out
+
+
+def _differences_text(report: EvalReport) -> list[str]:
+    differences = report.gold_differences
+    counts: dict[str, int] = {}
+    for difference in differences:
+        counts[difference.category] = counts.get(difference.category, 0) + 1
+    summary = ", ".join(f"{name} {count}" for name, count in counts.items())
+    out = [
+        f"Gold results that differ from SQLite's (their pairs are scored against the {report.engine} result): "
+        f"{len(differences)} ({summary})"
+    ]
+    out += [f"  #{d.index} {d.db_id} [{d.category}] {d.detail}" for d in differences]
     return out
 
 
@@ -101,6 +123,8 @@ def format_eval(report: EvalReport) -> str:
         for failure in failures:
             status = "transpile" if failure.transpile_failed else failure.status
             out.append(f"  #{failure.index} {failure.db_id} [{status}] {failure.reason}")
+    if report.gold_differences:
+        out += _differences_text(report)
     out.append("")
     headers = ["", "N", "Set-EX", "Multiset-EX", "gap pp", "set ok", "multiset ok", "errors", "timeouts"]
     if transpiled:
@@ -285,11 +309,20 @@ def format_comparison(comparison: PresetComparison) -> str:
     headers += ["P1 f/x/b", "P2 f/x/b", "aggregate fanout: f/x/b", *VERDICTS]
     timings = ", ".join(f"{name} {r.timings.wall_s:.2f} s" for name, r in comparison.reports.items())
     doubts = [f"WARNING: {doubt}" for doubt in dict.fromkeys(d for r in reports for d in r.warnings)]
+    engine = []
+    if first.engine != "sqlite":
+        engine = _copies_text(first)
+        engine.append(f"Gold queries that failed and are excluded from N: {len(first.gold_failures)}")
+        if first.gold_differences:
+            engine.append(_differences_text(first)[0] + " (listed in each preset's --json report)")
     return "\n".join(
         [
-            f"Presets compared on N={first.n} pairs (timeout "
-            f"{'none' if first.timeout_s is None else f'{first.timeout_s:g} s'}, {first.timings.workers} worker(s))",
+            f"Presets compared on N={first.n} pairs ("
+            + (f"engine={first.engine}, " if first.engine != "sqlite" else "")
+            + f"timeout {'none' if first.timeout_s is None else f'{first.timeout_s:g} s'}, "
+            f"{first.timings.workers} worker(s))",
             *doubts,
+            *engine,
             "",
             table(headers, rows),
             "",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .records import DatabaseCopy, GoldFailure, JsonMixin, PairRecord, SweepOutcome, plain
+from .records import DatabaseCopy, GoldDifference, GoldFailure, JsonMixin, PairRecord, SweepOutcome, plain
 
 __all__ = [
     "DatabaseCopy",
@@ -21,6 +21,7 @@ __all__ = [
     "EvalReport",
     "FixBreak",
     "FlagCounts",
+    "GoldDifference",
     "GoldFailure",
     "PairRecord",
     "RescueStats",
@@ -347,12 +348,12 @@ class EvalReport(JsonMixin):
     """Every evaluated pair, in gold order, with both verdicts before and after the guard."""
 
     engine: str = "sqlite"
-    """The engine the queries ran on: ``"sqlite"`` (the files themselves), ``"duckdb"`` or
-    ``"postgres"`` (copies of them, with every query transpiled from SQLite by sqlglot)."""
+    """The engine the queries ran on: ``"sqlite"`` (the files themselves), ``"duckdb"``, ``"postgres"``
+    or ``"mysql"`` (copies of them, with every query transpiled from SQLite by sqlglot)."""
 
     copies: tuple[DatabaseCopy, ...] = ()
-    """For DuckDB and PostgreSQL: each database's copy, whether it was made or reused, and what could
-    not be copied faithfully."""
+    """Off SQLite: each database's copy, whether it was made or reused, and what could not be copied
+    faithfully."""
 
     rescue: RescueStats | None = None
     """Candidate rescue's effect; None when the evaluation was given no candidates."""
@@ -369,3 +370,9 @@ class EvalReport(JsonMixin):
     warnings: tuple[str, ...] = ()
     """What makes the scores doubtful, e.g. most predictions naming tables their gold database lacks
     (predictions paired with the wrong gold order); each is also issued as a ``UserWarning``."""
+
+    gold_differences: tuple[GoldDifference, ...] = ()
+    """Off SQLite: the evaluated pairs whose gold query returns another result on the engine than on the
+    SQLite file (as a multiset), with the likely cause (``gold_differences.CATEGORIES``): the engine's
+    own semantics (collation, numeric types, ties under LIMIT, ...). Their pairs are scored against the
+    engine's result. Empty on SQLite."""

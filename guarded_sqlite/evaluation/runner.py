@@ -1,15 +1,18 @@
 """The evaluation from inputs to report: the shared engine of ``evaluate`` and ``sweep``.
 
 ``run`` checks the options (``options``), loads and checks the inputs (``loaders``), makes or checks
-the DuckDB or PostgreSQL copies in this process before any worker starts (``copy``), cuts the pairs
+the DuckDB, PostgreSQL or MySQL/MariaDB copies in this process before any worker starts (``copy``), cuts the pairs
 into tasks and runs them in worker processes (``plan``; each task's pairs in ``pairs``, on the
 sessions of ``sessions``, sweep replays in ``replay``), and ``summarise`` assembles the
 ``EvalReport`` from the workers' records.
 
-On DuckDB and PostgreSQL the queries run on the copies, and every gold and predicted query is
+On the other engines the queries run on the copies, and every gold and predicted query is
 transpiled from SQLite first (``transpile``). Each worker opens its own connections: one read-only
-DuckDB connection per database file, or one PostgreSQL connection whose ``search_path`` is switched to
-the database's schema for each task, with ``default_transaction_read_only`` on.
+DuckDB connection per database file, one PostgreSQL connection whose ``search_path`` is switched to
+the database's schema for each task, with ``default_transaction_read_only`` on, or one MySQL/MariaDB
+connection switched between the copies' databases, with ``SESSION TRANSACTION READ ONLY``. Each gold
+query also runs on the SQLite file, and a result that differs is listed with its likely cause
+(``EvalReport.gold_differences``).
 """
 
 from __future__ import annotations
@@ -78,7 +81,9 @@ def run(
     if engine.name != "sqlite":
         from .copy import prepare_copies, schema_names
 
-        copies = prepare_copies(engine.name, paths, engine.pg_dsn, engine.cache_dir, engine.pg_schema_prefix)
+        copies = prepare_copies(
+            engine.name, paths, engine.pg_dsn, engine.cache_dir, engine.pg_schema_prefix, spec=engine
+        )
         targets = {db_id: (copies[db_id].target, schema_names(path)) for db_id, path in paths.items()}
     copy_s = time.perf_counter() - copy_started if engine.name != "sqlite" else 0.0
     tasks = plan_tasks(pairs, paths, policy, timeout, grid, workers, engine, targets)
@@ -129,6 +134,7 @@ def summarise(
     """Assemble the ``EvalReport`` from the workers' records."""
     records = sorted((r for result in results for r in result.records), key=lambda r: r.index)
     failures = sorted((f for result in results for f in result.gold_failures), key=lambda f: f.index)
+    differences = sorted((d for result in results for d in result.gold_differences), key=lambda d: d.index)
     detect = [r.detect_us for r in records if r.detect_us is not None]
     patch = [r.patch_ms for r in records if r.patch_ms is not None]
     timings = Timings(
@@ -175,4 +181,5 @@ def summarise(
         tau_amplified=policy.tau_amplified if policy.preset == "text_to_sql" else None,
         provenance=metrics.verdict_stats(records, policy),
         warnings=doubts,
+        gold_differences=tuple(differences),
     )

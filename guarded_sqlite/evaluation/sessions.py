@@ -10,12 +10,14 @@ Timeouts are enforced by the engine, never by abandoning a thread:
   cannot reach the next query: SQLite clears the flag when a statement starts with no other
   statement active, and DuckDB ignores an interrupt that arrives between statements.
 - PostgreSQL: the session's ``statement_timeout``, which the server enforces on every statement.
+- MySQL/MariaDB: the session's ``max_statement_time`` (MariaDB, every statement) or
+  ``max_execution_time`` (MySQL, SELECT only), which the server enforces.
 
 The guard's own re-executions (a patch's re-run, rescue candidates) are bounded by the policy's
 ``rerun_timeout`` on every engine. On SQLite they run on the same connection, so the evaluation's
 interrupt reaches them as well. On PostgreSQL the guard sets a local ``statement_timeout`` of its own
-for them, and on DuckDB they run on a duplicate cursor, which the connection's ``interrupt()`` does
-not reach: there ``rerun_timeout`` alone bounds them.
+for them (MariaDB: ``SET STATEMENT max_statement_time``), and on DuckDB they run on a duplicate cursor,
+which the connection's ``interrupt()`` does not reach: there ``rerun_timeout`` alone bounds them.
 """
 
 from __future__ import annotations
@@ -255,7 +257,83 @@ class PostgresSession(Session):
         return Run(rows, status, error, seconds, report)
 
 
-# One session per database (SQLite, DuckDB) or per server (PostgreSQL) in this process. Worker
+class MySQLSession(Session):
+    """One MySQL/MariaDB connection per worker, moved between the copies' databases.
+
+    Autocommit, ``SESSION TRANSACTION READ ONLY`` (the server refuses writes, error 1792) and the
+    evaluation's time limit for the whole session (MariaDB's ``max_statement_time``; MySQL's
+    ``max_execution_time``, SELECT only); multi-statements stay off, as PyMySQL's default. A recursive
+    CTE may iterate as often as on SQLite, which sets no limit: MariaDB stops one silently after
+    ``max_recursive_iterations`` (1,000 by default), returning fewer rows, and MySQL fails it after
+    ``cte_max_recursion_depth``; the time limit stops a runaway one instead.
+    """
+
+    _TIMEOUT_ERRORS = (1969, 3024)
+    """MariaDB's ``max_statement_time`` and MySQL's ``max_execution_time`` exceeded."""
+
+    def __init__(self, url: str) -> None:
+        from .._engines.mysql import is_mariadb
+        from .copy_mysql import connect_mysql
+
+        super().__init__()
+        self.raw = connect_mysql(url)
+        self._mariadb = is_mariadb(self.raw)
+        recursion = "max_recursive_iterations" if self._mariadb else "cte_max_recursion_depth"
+        with self.raw.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION READ ONLY")
+            cursor.execute(f"SET SESSION {recursion} = 4294967295")
+        self._database: str | None = None
+        self._timeout: Any = object()
+
+    def enter(self, target: str | None, timeout: float | None) -> None:
+        if timeout != self._timeout:
+            with self.raw.cursor() as cursor:
+                if self._mariadb:
+                    cursor.execute("SET SESSION max_statement_time = %s", (0 if timeout is None else timeout,))
+                else:
+                    milliseconds = 0 if timeout is None else max(1, round(timeout * 1000))
+                    cursor.execute("SET SESSION max_execution_time = %s", (milliseconds,))
+            self._timeout = timeout
+        if target != self._database:
+            assert target is not None
+            self.raw.select_db(target)
+            self._database = target
+            # As on PostgreSQL: the guarded views' catalog snapshots name the previous database's tables.
+            for con in (*self._guarded.values(), *(con for _, con in self._unhashable)):
+                forget_schema(con._self_guard)
+
+    def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> Run:
+        if not sql.strip():
+            return EMPTY_PREDICTION
+        import pymysql
+
+        from .._engines.mysql import in_transaction
+
+        cursor = con.cursor()
+        started = time.perf_counter()
+        try:
+            cursor.execute(sql, **(rescue or {}))
+            if isinstance(cursor, GuardedCursor):
+                cursor.guard_report  # noqa: B018  # built while the rows are buffered: its distinct count is exact
+            rows: list[Any] | None = list(cursor.fetchall())
+            status, error = "ok", None
+        except pymysql.err.MySQLError as exc:
+            rows = None
+            if timeout is not None and exc.args and exc.args[0] in self._TIMEOUT_ERRORS:
+                status, error = "timeout", f"stopped at the {timeout:g} s statement time limit"
+            else:
+                status, error = "error", describe_error(exc)
+        except Exception as exc:
+            rows, status, error = None, "error", describe_error(exc)
+        seconds = time.perf_counter() - started
+        report = cursor.guard_report if isinstance(cursor, GuardedCursor) else None
+        cursor.close()
+        if in_transaction(self.raw) or _MENTIONS_TRANSACTION.search(sql):  # a predicted BEGIN must not leak
+            self.raw.rollback()
+        return Run(rows, status, error, seconds, report)
+
+
+# One session per database (SQLite, DuckDB) or per server (PostgreSQL, MySQL) in this process. Worker
 # processes keep theirs until they exit; an in-process run closes them when it ends.
 _SESSIONS: dict[tuple[str, str], Session] = {}
 
@@ -263,13 +341,16 @@ _SESSIONS: dict[tuple[str, str], Session] = {}
 def open_session(engine: EngineSpec, db_path: str, target: str | None, timeout: float | None) -> Session:
     """This process's session for a database (opened on first use), entered for ``target``/``timeout``.
 
-    ``db_path``: the SQLite file; ``target``: the DuckDB copy's file or the PostgreSQL copy's schema.
+    ``db_path``: the SQLite file; ``target``: the DuckDB copy's file, the PostgreSQL copy's schema or
+    the MySQL copy's database.
     """
     name = engine.name
     if name == "sqlite":
         key = (name, db_path)
     elif name == "duckdb":
         key = (name, str(target))
+    elif name == "mysql":
+        key = (name, str(engine.mysql_url))
     else:
         key = (name, str(engine.pg_dsn))
     session = _SESSIONS.get(key)
@@ -278,6 +359,8 @@ def open_session(engine: EngineSpec, db_path: str, target: str | None, timeout: 
             session = SQLiteSession(db_path)
         elif name == "duckdb":
             session = DuckDBSession(str(target))
+        elif name == "mysql":
+            session = MySQLSession(str(engine.mysql_url))
         else:
             session = PostgresSession(str(engine.pg_dsn))
         _SESSIONS[key] = session

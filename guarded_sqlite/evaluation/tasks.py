@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ..policy import GuardPolicy
 from .loaders import Pair
 from .options import SQLITE_ENGINE, EngineSpec, SweepGrid
-from .records import GoldFailure, PairRecord, SweepOutcome
+from .records import GoldDifference, GoldFailure, PairRecord, SweepOutcome
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Task:
     """The engine the queries run on."""
 
     target: str | None = None
-    """DuckDB: the copy's file; PostgreSQL: the copy's schema; None on SQLite."""
+    """DuckDB: the copy's file; PostgreSQL: the copy's schema; MySQL: the copy's database; None on SQLite."""
 
     names: frozenset[str] = frozenset()
     """The database's table and column names, for transpiling (SQLite's double-quoted strings)."""
@@ -45,6 +45,7 @@ class TaskResult:
 
     records: list[PairRecord] = field(default_factory=list)
     gold_failures: list[GoldFailure] = field(default_factory=list)
+    gold_differences: list[GoldDifference] = field(default_factory=list)
     outcomes: list[SweepOutcome] = field(default_factory=list)
     candidates: dict[str, int] = field(default_factory=dict)
     """Per sweep rule: predictions replayed for it (at one threshold or more)."""

@@ -122,6 +122,10 @@ def sweep(
     pg_schema_prefix: str = "spider_",
     guard: GuardSpec = "paper",
     amplified_taus: Iterable[float] | None = None,
+    *,
+    mysql_url: str | None = None,
+    mysql_db_prefix: str = "spider_",
+    mysql_collation: str | None = None,
 ) -> SweepReport:
     """Sweep P1's ``tau_inject`` and P2's ``tau_remove``, cross-validate both, optionally plot.
 
@@ -147,7 +151,7 @@ def sweep(
         if with_amplified
         else (),
     )
-    spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix)
+    spec = resolve_engine(engine, pg_dsn, cache_dir, pg_schema_prefix, mysql_url, mysql_db_prefix, mysql_collation)
     if plot is not None:
         require_matplotlib()
         check_output_file(plot, "plot=")  # before the run, which a bad path would waste

@@ -1,10 +1,12 @@
-"""The evaluation on DuckDB and PostgreSQL: SQLite databases copied into each engine, queries
-transpiled from SQLite, timeouts enforced by the engine, and verdicts equal to SQLite's on simple
-queries.
+"""The evaluation on DuckDB, PostgreSQL and MariaDB: SQLite databases copied into each engine,
+queries transpiled from SQLite, timeouts enforced by the engine, and verdicts equal to SQLite's on
+simple queries.
 
-Every database is generated in ``tmp_path``. PostgreSQL runs on one throwaway server for this module
-(``tests/pg_server.py``); each test uses its own schema prefix. Without the server binaries the
-PostgreSQL tests skip, unless ``GUARDED_SQLITE_REQUIRE_POSTGRES=1`` (CI), where that is a failure.
+Every database is generated in ``tmp_path``. PostgreSQL and MariaDB each run on one throwaway server
+for the session (``tests/pg_server.py``, ``tests/mariadb_server.py``); each test uses its own schema
+or database prefix. Without the server binaries those tests skip, unless
+``GUARDED_SQLITE_REQUIRE_POSTGRES=1`` or ``GUARDED_SQLITE_REQUIRE_MARIADB=1`` (CI), where that is a
+failure. MariaDB's own copy and its differences from SQLite are in ``test_evaluation_mariadb.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from guarded_sqlite.evaluation.copy import (
     plan_sqlite,
 )
 
-ENGINES = ["duckdb", "postgres"]
+ENGINES = ["duckdb", "postgres", "mysql"]
 
 # --------------------------------------------------------------------------------------------------
 # Fixtures and helpers
@@ -42,6 +44,13 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
     if request.param == "duckdb":
         pytest.importorskip("duckdb")
         return {"engine": "duckdb", "cache_dir": tmp_path / "duckdb-cache"}
+    if request.param == "mysql":
+        params = request.getfixturevalue("mariadb_params")
+        return {
+            "engine": "mysql",
+            "mysql_url": f"mysql://{params['user']}@{params['host']}:{params['port']}",
+            "mysql_db_prefix": f"t{uuid.uuid4().hex[:8]}_",
+        }
     return {
         "engine": "postgres",
         "pg_dsn": request.getfixturevalue("pg_dsn"),
@@ -146,18 +155,19 @@ def verdicts(report: EvalReport) -> dict[int, tuple[Any, ...]]:
 def test_transpile_applies_sqlite_name_rules_and_leaves_the_rest_to_sqlglot() -> None:
     names = ["Country", "Code", "Name"]
     for dialect in ENGINES:
+        # MySQL quotes names with back quotes; the tests write them with double quotes.
+        def run(sql: str, dialect: str = dialect) -> str:
+            return transpile(sql, dialect, names).replace("`", '"')
+
         # Identifiers are case-insensitive in SQLite: all lower-cased and quoted.
-        assert (
-            transpile("SELECT T1.Name FROM Country AS T1", dialect, names)
-            == 'SELECT "t1"."name" FROM "country" AS "t1"'
-        )
+        assert run("SELECT T1.Name FROM Country AS T1") == 'SELECT "t1"."name" FROM "country" AS "t1"'
         # A double-quoted name that is no column, table or alias is a string, as SQLite reads it ...
-        assert transpile('SELECT Name FROM Country WHERE Code = "FR"', dialect, names).endswith("\"code\" = 'FR'")
+        assert run('SELECT Name FROM Country WHERE Code = "FR"').endswith("\"code\" = 'FR'")
         # ... but a double-quoted column, a back-quoted name and an alias stay identifiers.
-        assert transpile('SELECT "Name" FROM Country', dialect, names) == 'SELECT "name" FROM "country"'
-        assert transpile("SELECT `Nope` FROM Country", dialect, names) == 'SELECT "nope" FROM "country"'
-        assert '"n" = 1' in transpile('SELECT count(*) AS n FROM Country GROUP BY Code HAVING "n" = 1', dialect, names)
-        assert transpile('WITH c("k") AS (SELECT 1) SELECT "k", "v" FROM c', dialect, names) == (
+        assert run('SELECT "Name" FROM Country') == 'SELECT "name" FROM "country"'
+        assert run("SELECT `Nope` FROM Country") == 'SELECT "nope" FROM "country"'
+        assert '"n" = 1' in run('SELECT count(*) AS n FROM Country GROUP BY Code HAVING "n" = 1')
+        assert run('WITH c("k") AS (SELECT 1) SELECT "k", "v" FROM c') == (
             'WITH "c"("k") AS (SELECT 1) SELECT "k", \'v\' FROM "c"'
         )
         # Truncated SQL cannot be transpiled; two statements are an error of their own.
@@ -345,6 +355,8 @@ def test_engine_verdicts_equal_sqlite_on_simple_queries(tmp_path: Path, shop: Pa
     assert [f.transpile_failed for f in report.gold_failures] == [False, True]
     assert [f.transpile_failed for f in on_sqlite.gold_failures] == [False, False]
     assert verdicts(report) == verdicts(on_sqlite)
+    # Every gold query that runs answers as on SQLite (NULLs first under ORDER BY included).
+    assert report.gold_differences == on_sqlite.gold_differences == ()
     by_index = {r.index: r for r in report.pairs}
     # The fan-out fix and the break, and P2's fix (the paper preset: the default keeps that DISTINCT), as on SQLite.
     assert report.rules == on_sqlite.rules
@@ -361,7 +373,7 @@ def test_engine_verdicts_equal_sqlite_on_simple_queries(tmp_path: Path, shop: Pa
     assert (failed.error or "").startswith("TranspileError: sqlglot cannot parse it as SQLite")
     triggers = {r.index: r.trigger for r in on_sqlite.pairs if r.index != TRANSPILE_FAILURE}
     assert triggers == {r.index: r.trigger for r in report.pairs if r.index != TRANSPILE_FAILURE}
-    assert by_index[9].engine_sql == 'SELECT "name" FROM "country" WHERE "code" = \'FR\''
+    assert (by_index[9].engine_sql or "").replace("`", '"') == 'SELECT "name" FROM "country" WHERE "code" = \'FR\''
     assert by_index[0].status == "error"  # read-only everywhere
     assert on_sqlite.pairs[0].engine_sql is None
 
@@ -440,6 +452,8 @@ def test_cli_eval_on_an_engine(
     ]
     if engine["engine"] == "duckdb":
         args += ["--cache-dir", str(engine["cache_dir"])]
+    elif engine["engine"] == "mysql":
+        args += ["--mysql-url", engine["mysql_url"], "--mysql-db-prefix", engine["mysql_db_prefix"]]
     else:
         args += ["--pg-dsn", engine["pg_dsn"], "--pg-schema-prefix", engine["pg_schema_prefix"]]
     assert main(args) == 0
@@ -456,5 +470,11 @@ def test_cli_engine_errors_exit_2(tmp_path: Path, shop: Path, capsys: pytest.Cap
     assert "needs a PostgreSQL connection string" in capsys.readouterr().err
     assert main([*base, "--pg-dsn", "host=127.0.0.1"]) == 2
     assert "only used with engine 'postgres'" in capsys.readouterr().err
+    assert main([*base, "--engine", "mariadb"]) == 2
+    assert "engine 'mysql' needs the server's address" in capsys.readouterr().err
+    assert main([*base, "--engine", "mysql", "--mysql-url", "mysql://127.0.0.1/shop"]) == 2
+    assert "leave the database name out" in capsys.readouterr().err
+    assert main([*base, "--mysql-url", "mysql://127.0.0.1"]) == 2
+    assert "only used with engine 'mysql'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main([*base, "--engine", "mysql"])
+        main([*base, "--engine", "oracle"])

@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import os
 import sqlite3
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -100,6 +101,28 @@ def pg_dsn() -> Iterator[str]:
     _server_or_skip("psycopg", server_binaries, "PostgreSQL server binaries (pg_ctl, initdb)", "POSTGRES")
     with postgres_server() as dsn:
         yield dsn
+
+
+@pytest.fixture
+def pg_schema_prefix(pg_dsn: str) -> Iterator[str]:
+    """A schema prefix of the test's own for the evaluation's PostgreSQL copies; its schemas, their rows
+    in the copies' record and the record itself once empty are dropped after the test. The server is
+    shared by the session and the agent tools describe every schema they can see: a copy left behind
+    showed up in a later test's schema text."""
+    import psycopg
+
+    from guarded_sqlite.evaluation.copy_postgres import PG_META_SCHEMA, PG_META_TABLE
+
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    yield prefix
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        found = admin.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)).fetchall()
+        for (name,) in found:
+            admin.execute(f'DROP SCHEMA "{name}" CASCADE')
+        if admin.execute("SELECT to_regclass(%s)", (f"{PG_META_SCHEMA}.{PG_META_TABLE}",)).fetchone()[0] is not None:
+            admin.execute(f"DELETE FROM {PG_META_SCHEMA}.{PG_META_TABLE} WHERE starts_with(schema_name, %s)", (prefix,))
+            if admin.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {PG_META_SCHEMA}.{PG_META_TABLE})").fetchone()[0]:
+                admin.execute(f"DROP SCHEMA {PG_META_SCHEMA} CASCADE")
 
 
 @pytest.fixture

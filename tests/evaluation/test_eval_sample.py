@@ -7,7 +7,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -165,7 +164,7 @@ def test_the_sample_scores_the_same_on_duckdb_and_postgres(
         options = {
             "engine": "postgres",
             "pg_dsn": request.getfixturevalue("pg_dsn"),
-            "pg_schema_prefix": f"s{uuid.uuid4().hex[:8]}_",
+            "pg_schema_prefix": request.getfixturevalue("pg_schema_prefix"),
         }
     report = evaluate(
         sample.db_root, sample.gold, sample.pred, guard="text_to_sql", workers=1, progress=False, **options

@@ -54,7 +54,7 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
     return {
         "engine": "postgres",
         "pg_dsn": request.getfixturevalue("pg_dsn"),
-        "pg_schema_prefix": f"t{uuid.uuid4().hex[:8]}_",
+        "pg_schema_prefix": request.getfixturevalue("pg_schema_prefix"),
     }
 
 
@@ -281,11 +281,11 @@ def test_duckdb_copy_is_faithful_and_idempotent(tmp_path: Path) -> None:
     assert sorted(p.name for p in cache.iterdir()) == [Path(first.target).name, Path(first.target).name + ".json"]
 
 
-def test_postgres_copy_is_faithful_and_idempotent(tmp_path: Path, pg_dsn: str) -> None:
+def test_postgres_copy_is_faithful_and_idempotent(tmp_path: Path, pg_dsn: str, pg_schema_prefix: str) -> None:
     import psycopg
 
     path = make_db(tmp_path, "types", TYPES)
-    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    prefix = pg_schema_prefix
     schema = pg_schema_name("types", prefix)
     first = copy_to_postgres(path, "types", pg_dsn, prefix)
     assert (first.action, first.target, first.tables, first.rows) == ("copied", schema, 3, 4)

@@ -1,6 +1,6 @@
 """Shared fixtures: in-memory databases with a join that fans out, the items table in each guard mode,
-optional extras, and one PostgreSQL and one MariaDB server per session. Plain constants and helpers are
-in helpers.py."""
+optional extras, and one PostgreSQL and one MariaDB server per session (under pytest-xdist, per worker:
+each worker is a session of its own). Plain constants and helpers are in helpers.py."""
 
 from __future__ import annotations
 
@@ -79,6 +79,16 @@ def observe_items() -> Iterator[guarded_sqlite.GuardedConnection]:
 
 
 @pytest.fixture
+def generous_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests about what a confirmation serves or keeps, not its budget (``tests/rules/test_paging.py``
+    tests that): the budget's floor is raised so that a loaded machine (other pytest-xdist workers, other
+    jobs) cannot stop a check and leave the rows as written."""
+    from guarded_sqlite._rules import confirmations
+
+    monkeypatch.setattr(confirmations, "BUDGET_FLOOR", 60.0)
+
+
+@pytest.fixture
 def needs_litellm() -> None:
     """Skip unless litellm (the ``[llm]`` extra) is installed.
 
@@ -91,7 +101,9 @@ def needs_litellm() -> None:
 
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
-    """A libpq DSN of one throwaway PostgreSQL server shared by the whole test session.
+    """A libpq DSN of one throwaway PostgreSQL server shared by the whole test session (one per pytest-xdist
+    worker: a server starts in about a second, and tests that make roles, schemas or tables never meet
+    another worker's).
 
     Skips with the reason when psycopg or the server binaries are missing, unless
     GUARDED_SQLITE_REQUIRE_POSTGRES=1 (CI), where that is a failure.
@@ -136,7 +148,8 @@ def no_warnings() -> Iterator[list[warnings.WarningMessage]]:
 
 @pytest.fixture(scope="session")
 def mariadb_params() -> Iterator[dict[str, object]]:
-    """PyMySQL's connection arguments for one throwaway MariaDB server shared by the whole test session.
+    """PyMySQL's connection arguments for one throwaway MariaDB server shared by the whole test session (one
+    per pytest-xdist worker, as ``pg_dsn``).
 
     Skips with the reason when pymysql or the server binary is missing, unless
     GUARDED_SQLITE_REQUIRE_MARIADB=1 (CI), where that is a failure.

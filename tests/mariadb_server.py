@@ -34,6 +34,23 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+_START_ATTEMPTS = 3
+"""Tries at starting the server, each on a newly found free port."""
+
+
+def _wait_until_listening(server: subprocess.Popen[bytes], port: int, unix_socket: Path) -> bool:
+    """Whether ``server`` listens on ``port`` and has made ``unix_socket``; False once it has exited or
+    after 60 seconds."""
+    deadline = time.monotonic() + 60
+    while server.poll() is None and time.monotonic() < deadline:
+        if unix_socket.exists():
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return True
+        time.sleep(0.05)
+    return False
+
+
 def _install_db() -> str:
     return shutil.which("mariadb-install-db") or shutil.which("mysql_install_db") or "mariadb-install-db"
 
@@ -49,7 +66,7 @@ def mariadb_server() -> Iterator[dict[str, Any]]:
     user = ["--user=mysql"] if as_root else []
     if as_root:
         shutil.chown(root, "mysql")
-    data, port = root / "data", _free_port()
+    data = root / "data"
     log = root / "err.log"
     server = None
     try:
@@ -58,24 +75,27 @@ def mariadb_server() -> Iterator[dict[str, Any]]:
             check=True,
             capture_output=True,
         )
-        server = subprocess.Popen(
-            [
-                str(binaries / "mariadbd"), *user, f"--datadir={data}", f"--socket={root / 'sock'}", f"--port={port}",
-                "--bind-address=127.0.0.1", f"--pid-file={root / 'pid'}", f"--log-error={log}",
-                "--innodb-flush-log-at-trx-commit=0", "--skip-log-bin", "--innodb-buffer-pool-size=32M",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if server.poll() is not None or time.monotonic() > deadline:
-                text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        # The free port is found before the server binds it: another process (a second pytest-xdist
+        # worker starting its own server, another suite on the machine) can take it in between. The
+        # server then exits before it makes its Unix socket (made after the TCP port), so a listener on
+        # the port is ours only once the socket is there too; a server that could not bind is started
+        # again on another port.
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            port = _free_port()
+            server = subprocess.Popen(
+                [
+                    str(binaries / "mariadbd"), *user, f"--datadir={data}", f"--socket={root / 'sock'}",
+                    f"--port={port}", "--bind-address=127.0.0.1", f"--pid-file={root / 'pid'}", f"--log-error={log}",
+                    "--innodb-flush-log-at-trx-commit=0", "--skip-log-bin", "--innodb-buffer-pool-size=32M",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            if _wait_until_listening(server, port, root / "sock"):
+                break
+            text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            if server.poll() is None or attempt == _START_ATTEMPTS or "Address already in use" not in text:
                 raise RuntimeError(f"mariadbd did not start: {text}")
-            time.sleep(0.05)
         yield {"host": "127.0.0.1", "port": port, "user": "root"}
     finally:
         if server is not None:

@@ -27,6 +27,10 @@ def server_binaries() -> Path | None:
     return candidates[0].parent if candidates else None
 
 
+_START_ATTEMPTS = 3
+"""Tries at starting the server, each on a newly found free port."""
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -44,7 +48,7 @@ def postgres_server() -> Iterator[str]:
     run_as = ["runuser", "-u", "postgres", "--"] if as_root else []
     if as_root:
         shutil.chown(root, "postgres")
-    data, port = root / "data", _free_port()
+    data = root / "data"
     pg_ctl = str(binaries / "pg_ctl")
     try:
         subprocess.run(
@@ -52,12 +56,21 @@ def postgres_server() -> Iterator[str]:
             check=True,
             capture_output=True,
         )
-        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run(
-            [*run_as, pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"],
-            check=True,
-            capture_output=True,
-        )
+        # The free port is found before the server binds it: another process (a second pytest-xdist
+        # worker starting its own server, another suite on the machine) can take it in between. Then,
+        # and only then, the server is started again on another port.
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            port = _free_port()
+            options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+            started = subprocess.run(
+                [*run_as, pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"],
+                capture_output=True,
+            )
+            if started.returncode == 0:
+                break
+            log = (root / "log").read_text(errors="replace") if (root / "log").exists() else ""
+            if attempt == _START_ATTEMPTS or "Address already in use" not in log:
+                raise subprocess.CalledProcessError(started.returncode, started.args, started.stdout, started.stderr)
         yield f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
     finally:
         subprocess.run([*run_as, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)

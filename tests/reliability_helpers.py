@@ -86,6 +86,9 @@ def package_root() -> str:
 CHILD_PREAMBLE = """
 import faulthandler, json, os, signal, sqlite3, sys, threading, time
 faulthandler.dump_traceback_later({hang}, exit=True)
+# Ctrl-C raises KeyboardInterrupt, as in a program started from a terminal, even where the suite runs
+# with SIGINT ignored (a shell's background job), which a child would inherit.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import guarded_sqlite
 from guarded_sqlite import GuardPolicy, DupRatioSelector
 from tests.reliability_helpers import *

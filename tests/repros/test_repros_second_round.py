@@ -19,6 +19,9 @@ import pytest
 
 import guarded_sqlite
 
+# About what the checks read, write and keep, not their budget: a loaded machine must not stop one.
+pytestmark = pytest.mark.usefixtures("generous_budget")
+
 # --- c20 ---------------------------------------------------------------------------------------------
 
 C20 = """

@@ -29,13 +29,8 @@ SCHEMA = (
 TRUTH = [("ann", 15), ("bob", 7)]
 
 
-@pytest.fixture(autouse=True)
-def generous_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests are about reuse, not the budget (``tests/rules/test_paging.py`` tests that): the floor is
-    raised so that a loaded machine cannot stop a first check and leave rows as written."""
-    from guarded_sqlite._rules import confirmations
-
-    monkeypatch.setattr(confirmations, "BUDGET_FLOOR", 60.0)
+# These tests are about reuse, not the budget: a loaded machine must not stop a first check.
+pytestmark = pytest.mark.usefixtures("generous_budget")
 
 
 def _fill(path: Path) -> None:

@@ -186,6 +186,15 @@ def plan_aggregates(
         return AggregatePlan(note=f"analysis failed: {type(error).__name__}: {error}")
 
 
+def _copied(value: Any) -> Any:
+    """A copy of a node's argument: a node, a list of nodes, or a plain value (a flag, a name)."""
+    if isinstance(value, exp.Expr):
+        return value.copy()
+    if isinstance(value, list):
+        return [item.copy() if isinstance(item, exp.Expr) else item for item in value]
+    return value
+
+
 def grouped_only(leaf: str) -> bool:
     """``plan_aggregates``' ``scanned`` where only the grouped check may run (a paging query, a subquery)."""
     return False
@@ -273,8 +282,9 @@ class _Planner(Analysis):
             return AggregatePlan(note="every value aggregate reads rows the join does not repeat")
         # One risk per distinct aggregate: ``SUM(o.total)`` in the select list and again in HAVING is one
         # value, counted once in the check (five columns, one finding), corrected in both places.
-        signatures = [(text_of(node, self.dialect), *(text_of(key) for key in keys)) for node, _, keys in risks]
-        twins: dict[tuple[str, ...], list[int]] = {}
+        # sqlglot compares nodes by structure (a separator included); equal arguments read the same rows.
+        signatures = [node for node, _, _ in risks]
+        twins: dict[exp.Expr, list[int]] = {}
         for j, signature in enumerate(signatures):
             twins.setdefault(signature, []).append(j)
         firsts = sorted(group[0] for group in twins.values())
@@ -507,10 +517,10 @@ class _Planner(Analysis):
                 projections.append(exp.alias_(column.copy(), name, quoted=True, copy=False))
             return name
 
-        outer = keep(select.copy())
-        for key in ("from_", "from", "joins", "where", "with_", "with"):
-            keep(outer.args.get(key))  # dropped from the copy
-            outer.set(key, None)
+        # The statement's SELECT without the clauses the derived table takes: copied part by part, not
+        # whole and then cut (the FROM clause is most of a statement).
+        taken = {"from_", "from", "joins", "where", "with_", "with"}
+        outer = keep(exp.Select(**{key: _copied(value) for key, value in select.args.items() if key not in taken}))
         # Risky aggregates, found again in the copy by their place in the walk.
         original = [node for part in outer_parts(select) for node in outer_scope(part)]
         copied = [node for part in outer_parts(outer) for node in outer_scope(part)]

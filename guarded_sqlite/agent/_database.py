@@ -40,6 +40,7 @@ from ._refusals import (
     failure_refusal,
     first_word,
     is_database_error,
+    lost_again,
 )
 from .presenting import json_safe
 from .schema_info import SchemaInfo
@@ -491,11 +492,7 @@ class GuardedDatabase:
                 return run()
             except _LostBeforeCall as lost:
                 if attempt == 2:
-                    raise QueryRefused(
-                        "unavailable",
-                        f"Refused: the database connection was lost ({lost}), and again on a new one; try "
-                        "again shortly, or tell the user the database is unavailable.",
-                    ) from None
+                    raise lost_again(lost) from None
             finally:
                 if not connection_lost(self._raw):
                     try:

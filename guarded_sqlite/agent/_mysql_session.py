@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ._calls import QueryRefused, redact_dsn
 from ._postgres_session import CANCEL_TIMEOUT, RECANCEL_EVERY, Reconnector
+from ._refusals import lost_again
 from .schema_info import SchemaInfo
 
 __all__ = ["MySQLSession", "QueryKiller", "mysql_arguments", "open_mysql"]
@@ -221,11 +222,7 @@ class MySQLSession:
                 return run()
             except _LostBeforeCall as lost:
                 if attempt == 2:
-                    raise QueryRefused(
-                        "unavailable",
-                        f"Refused: the database connection was lost ({lost}), and again on a new one; try "
-                        "again shortly, or tell the user the database is unavailable.",
-                    ) from None
+                    raise lost_again(lost) from None
             finally:
                 self._after_call()
         raise AssertionError("not reached")

@@ -19,6 +19,7 @@ __all__ = [
     "failure_refusal",
     "first_word",
     "is_database_error",
+    "lost_again",
 ]
 
 CURSOR_NAME = "guarded_sqlite_agent"
@@ -85,6 +86,16 @@ def failure_refusal(
         )
     # The feedback already opens with "The query failed: <error>."; say it once.
     return QueryRefused("sql_error", feedback or f"The query failed: {message}.")
+
+
+def lost_again(lost: BaseException) -> QueryRefused:
+    """The refusal of a call whose connection was found lost before the model's statement was sent, and
+    again on the connection that replaced it."""
+    return QueryRefused(
+        "unavailable",
+        f"Refused: the database connection was lost ({lost}), and again on a new one; try "
+        "again shortly, or tell the user the database is unavailable.",
+    )
 
 
 def is_database_error(failure: Exception) -> bool:

@@ -119,6 +119,41 @@ class Session:
         finally:
             deadline.cancel()
 
+    def _forget_catalogs(self) -> None:
+        """The guarded views did not see the statement that moved the connection to another copy: their
+        catalog snapshots name the previous database's tables, which would make every verdict on this
+        one "unknown table"."""
+        for con in (*self._guarded.values(), *(con for _, con in self._unhashable)):
+            forget_schema(con._self_guard)
+
+    def _run_on_server(
+        self,
+        con: Any,
+        sql: str,
+        rescue: dict[str, Any] | None,
+        server_error: type[Exception],
+        stopped: Callable[[Exception], str | None],
+    ) -> Run:
+        """Execute and fetch ``sql`` on a server's connection (raw or guarded), which enforces the time
+        limit itself: ``stopped`` says why a ``server_error`` is that limit (None: another error)."""
+        cursor = con.cursor()
+        started = time.perf_counter()
+        try:
+            cursor.execute(sql, **(rescue or {}))
+            if isinstance(cursor, GuardedCursor):
+                cursor.guard_report  # noqa: B018  # built while the rows are buffered: its distinct count is exact
+            rows: list[Any] | None = list(cursor.fetchall())
+            status, error = "ok", None
+        except server_error as exc:
+            rows, why = None, stopped(exc)
+            status, error = ("timeout", why) if why is not None else ("error", describe_error(exc))
+        except Exception as exc:
+            rows, status, error = None, "error", describe_error(exc)
+        seconds = time.perf_counter() - started
+        report = cursor.guard_report if isinstance(cursor, GuardedCursor) else None
+        cursor.close()
+        return Run(rows, status, error, seconds, report)
+
     def close(self) -> None:
         self.raw.close()
 
@@ -223,38 +258,20 @@ class PostgresSession(Session):
             assert target is not None
             self.raw.execute("SELECT set_config('search_path', %s, false)", ('"' + target.replace('"', '""') + '"',))
             self._schema = target
-            # The guarded views did not see that statement: their catalog snapshots name the previous
-            # database's tables, which would make every verdict on this one "unknown table".
-            for con in (*self._guarded.values(), *(con for _, con in self._unhashable)):
-                forget_schema(con._self_guard)
+            self._forget_catalogs()
 
     def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> Run:
         if not sql.strip():
             return EMPTY_PREDICTION
         from psycopg.pq import TransactionStatus
 
-        cursor = con.cursor()
-        started = time.perf_counter()
-        try:
-            cursor.execute(sql, **(rescue or {}))
-            if isinstance(cursor, GuardedCursor):
-                cursor.guard_report  # noqa: B018  # built while the rows are buffered: its distinct count is exact
-            rows: list[Any] | None = cursor.fetchall()
-            status, error = "ok", None
-        except self._canceled as exc:
-            rows = None
-            if "statement timeout" in str(exc):
-                status, error = "timeout", f"canceled at the {timeout:g} s statement_timeout"
-            else:
-                status, error = "error", describe_error(exc)
-        except Exception as exc:
-            rows, status, error = None, "error", describe_error(exc)
-        seconds = time.perf_counter() - started
-        report = cursor.guard_report if isinstance(cursor, GuardedCursor) else None
-        cursor.close()
+        def stopped(exc: Exception) -> str | None:
+            return f"canceled at the {timeout:g} s statement_timeout" if "statement timeout" in str(exc) else None
+
+        run = self._run_on_server(con, sql, rescue, self._canceled, stopped)
         if self.raw.info.transaction_status != TransactionStatus.IDLE:  # a predicted BEGIN must not leak
             self.raw.rollback()
-        return Run(rows, status, error, seconds, report)
+        return run
 
 
 class MySQLSession(Session):
@@ -298,9 +315,7 @@ class MySQLSession(Session):
             assert target is not None
             self.raw.select_db(target)
             self._database = target
-            # As on PostgreSQL: the guarded views' catalog snapshots name the previous database's tables.
-            for con in (*self._guarded.values(), *(con for _, con in self._unhashable)):
-                forget_schema(con._self_guard)
+            self._forget_catalogs()
 
     def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> Run:
         if not sql.strip():
@@ -309,28 +324,15 @@ class MySQLSession(Session):
 
         from .._engines.mysql import in_transaction
 
-        cursor = con.cursor()
-        started = time.perf_counter()
-        try:
-            cursor.execute(sql, **(rescue or {}))
-            if isinstance(cursor, GuardedCursor):
-                cursor.guard_report  # noqa: B018  # built while the rows are buffered: its distinct count is exact
-            rows: list[Any] | None = list(cursor.fetchall())
-            status, error = "ok", None
-        except pymysql.err.MySQLError as exc:
-            rows = None
+        def stopped(exc: Exception) -> str | None:
             if timeout is not None and exc.args and exc.args[0] in self._TIMEOUT_ERRORS:
-                status, error = "timeout", f"stopped at the {timeout:g} s statement time limit"
-            else:
-                status, error = "error", describe_error(exc)
-        except Exception as exc:
-            rows, status, error = None, "error", describe_error(exc)
-        seconds = time.perf_counter() - started
-        report = cursor.guard_report if isinstance(cursor, GuardedCursor) else None
-        cursor.close()
+                return f"stopped at the {timeout:g} s statement time limit"
+            return None
+
+        run = self._run_on_server(con, sql, rescue, pymysql.err.MySQLError, stopped)
         if in_transaction(self.raw) or _MENTIONS_TRANSACTION.search(sql):  # a predicted BEGIN must not leak
             self.raw.rollback()
-        return Run(rows, status, error, seconds, report)
+        return run
 
 
 # One session per database (SQLite, DuckDB) or per server (PostgreSQL, MySQL) in this process. Worker

@@ -1,10 +1,35 @@
 """The queries the agent-tool tests (core, MCP, LangChain, LlamaIndex) send on the demo database: two
 kinds of multiplicity the guard feeds back, a revision for each, and the right rows written another way
-(checked with plain sqlite3), so that each framework's loop is held to the same answer."""
+(checked with plain sqlite3), so that each framework's loop is held to the same answer; and the body of
+the server tests' fixtures that open ``GuardedDatabase`` instances (``opened_databases``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import pytest
+
+from guarded_sqlite.agent import GuardedDatabase
+
+OpenDb = Callable[..., GuardedDatabase]
+"""``open_([uri], **options)``: a ``GuardedDatabase`` the fixture closes after the test."""
+
+
+def opened_databases(uri: str, **defaults: Any) -> Iterator[OpenDb]:
+    """A fixture's body: ``GuardedDatabase.open(uri or the default, **options)``, ``defaults`` applied
+    where the test does not say otherwise, each database closed after the test."""
+    opened: list[GuardedDatabase] = []
+
+    def open_(target: str | None = None, **options: Any) -> GuardedDatabase:
+        db = GuardedDatabase.open(target or uri, **{**defaults, **options})
+        opened.append(db)
+        return db
+
+    yield open_
+    for db in opened:
+        db.close()
+
 
 FAN_OUT = "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id"
 """Each customer once per order: 30 rows, 6 distinct (observe flags it and serves all 30)."""

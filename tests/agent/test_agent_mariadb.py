@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from guarded_sqlite import wrap  # noqa: E402
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused, lockdown  # noqa: E402
 from guarded_sqlite.cli.commands import main  # noqa: E402
 from guarded_sqlite.cli.demo import CUSTOMERS, PRODUCTS, build_shop  # noqa: E402
-from tests.agent_cases import AGGREGATE, FAN_OUT  # noqa: E402
+from tests.agent_cases import AGGREGATE, FAN_OUT, OpenDb, opened_databases  # noqa: E402
 from tests.engines.test_engines import MariaDatabase, maria_database  # noqa: E402, F401 (the fixture)
 
 MY_SHOP = [
@@ -99,24 +99,10 @@ def my_shop(maria_database: MariaDatabase) -> MyShop:  # noqa: F811 (the fixture
     return MyShop(maria_database)
 
 
-OpenDb = Callable[..., GuardedDatabase]
-
-
 @pytest.fixture
 def open_my(my_shop: MyShop) -> Iterator[OpenDb]:
     """``GuardedDatabase.open(uri, ...)`` on the shop, in process unless told otherwise, closed after."""
-    opened: list[GuardedDatabase] = []
-
-    def open_(uri: str | None = None, **options: Any) -> GuardedDatabase:
-        options.setdefault("isolated", False)
-        options.setdefault("timeout", TIMEOUT)
-        db = GuardedDatabase.open(uri or my_shop.uri, **options)
-        opened.append(db)
-        return db
-
-    yield open_
-    for db in opened:
-        db.close()
+    yield from opened_databases(my_shop.uri, isolated=False, timeout=TIMEOUT)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -27,7 +27,15 @@ from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 from guarded_sqlite import wrap  # noqa: E402
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused  # noqa: E402
 from guarded_sqlite.cli.demo import CUSTOMERS, PRODUCTS, build_shop  # noqa: E402
-from tests.agent_cases import AGGREGATE, FAN_OUT, FAN_OUT_EXISTS, FEEDBACK_MARKS, loop_cases  # noqa: E402
+from tests.agent_cases import (  # noqa: E402
+    AGGREGATE,
+    FAN_OUT,
+    FAN_OUT_EXISTS,
+    FEEDBACK_MARKS,
+    OpenDb,
+    loop_cases,
+    opened_databases,
+)
 
 PG_SHOP = """
 CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, points INTEGER NOT NULL);
@@ -94,23 +102,11 @@ def pg_shop(pg_dsn: str) -> Iterator[PgShop]:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-OpenDb = Callable[..., GuardedDatabase]
-
-
 @pytest.fixture
 def open_pg(pg_shop: PgShop) -> Iterator[OpenDb]:
-    """``GuardedDatabase.open(uri, ...)`` on the shop, closed after the test."""
-    opened: list[GuardedDatabase] = []
-
-    def open_(**options: Any) -> GuardedDatabase:
-        options.setdefault("isolated", False)  # in process, so that tests can look at the connection
-        db = GuardedDatabase.open(pg_shop.uri, **options)
-        opened.append(db)
-        return db
-
-    yield open_
-    for db in opened:
-        db.close()
+    """``GuardedDatabase.open(uri, ...)`` on the shop, closed after the test; in process, so that tests
+    can look at the connection."""
+    yield from opened_databases(pg_shop.uri, isolated=False)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
 from guarded_sqlite._core.deadlines import _WATCHDOG  # noqa: E402
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused, lockdown  # noqa: E402
+from tests.agent_cases import OpenDb, opened_databases  # noqa: E402
 
 SETUP = """
 CREATE TABLE customers (id INTEGER PRIMARY KEY, email TEXT NOT NULL);
@@ -90,18 +91,8 @@ def reader(pg_dsn: str) -> Iterator[Reader]:
 
 
 @pytest.fixture
-def open_reader(reader: Reader) -> Iterator[Callable[..., GuardedDatabase]]:
-    opened: list[GuardedDatabase] = []
-
-    def open_(**options: Any) -> GuardedDatabase:
-        options.setdefault("timeout", TIMEOUT)
-        db = GuardedDatabase.open(reader.uri, **options)
-        opened.append(db)
-        return db
-
-    yield open_
-    for db in opened:
-        db.close()
+def open_reader(reader: Reader) -> Iterator[OpenDb]:
+    yield from opened_databases(reader.uri, timeout=TIMEOUT)
 
 
 @pytest.fixture
@@ -132,9 +123,7 @@ ISOLATION = [pytest.param(False, id="in-process"), pytest.param(True, id="worker
 
 
 @pytest.mark.parametrize("isolated", ISOLATION)
-def test_a19_advisory_locks_are_refused_by_name(
-    open_reader: Callable[..., GuardedDatabase], reader: Reader, isolated: bool
-) -> None:
+def test_a19_advisory_locks_are_refused_by_name(open_reader: OpenDb, reader: Reader, isolated: bool) -> None:
     """a19: pg_advisory_lock (and its kin, quoted or schema-qualified) is refused before it runs."""
     db = open_reader(isolated=isolated)
     for sql in (
@@ -151,7 +140,7 @@ def test_a19_advisory_locks_are_refused_by_name(
 
 
 def test_a19_advisory_locks_never_outlive_their_call_even_past_the_name_check(
-    open_reader: Callable[..., GuardedDatabase], reader: Reader, no_name_check: None
+    open_reader: OpenDb, reader: Reader, no_name_check: None
 ) -> None:
     """a19: the session is reset after every call, so a session lock taken by a read-only SELECT is gone
     before the next call; the server keeps accepting connections. (In process: the monkeypatch that
@@ -166,9 +155,7 @@ def test_a19_advisory_locks_never_outlive_their_call_even_past_the_name_check(
     assert_healthy(db, reader)
 
 
-def test_session_state_is_reset_after_every_call(
-    open_reader: Callable[..., GuardedDatabase], reader: Reader, no_name_check: None
-) -> None:
+def test_session_state_is_reset_after_every_call(open_reader: OpenDb, reader: Reader, no_name_check: None) -> None:
     """setseed, a committed set_config(..., false), LISTEN, PREPARE, WITH HOLD cursors and temporary
     tables (with writes allowed, where they commit) are gone by the next call."""
     with reader.admin() as admin:
@@ -191,9 +178,7 @@ def test_session_state_is_reset_after_every_call(
     assert_healthy(db, reader)
 
 
-def test_with_writes_off_the_session_stays_read_only_after_the_reset(
-    open_reader: Callable[..., GuardedDatabase], reader: Reader
-) -> None:
+def test_with_writes_off_the_session_stays_read_only_after_the_reset(open_reader: OpenDb, reader: Reader) -> None:
     db = open_reader(isolated=False)
     for _ in range(3):
         assert db.query("SELECT current_setting('default_transaction_read_only')").rows == (("on",),)
@@ -202,9 +187,7 @@ def test_with_writes_off_the_session_stays_read_only_after_the_reset(
 
 
 @pytest.mark.parametrize("isolated", ISOLATION)
-def test_a18_terminating_backends_is_refused_by_name(
-    open_reader: Callable[..., GuardedDatabase], reader: Reader, isolated: bool
-) -> None:
+def test_a18_terminating_backends_is_refused_by_name(open_reader: OpenDb, reader: Reader, isolated: bool) -> None:
     """a18: pg_terminate_backend and pg_cancel_backend never reach the server, on this tool's session
     or another of its role."""
     db = open_reader(isolated=isolated)
@@ -222,7 +205,7 @@ def test_a18_terminating_backends_is_refused_by_name(
 
 @pytest.mark.parametrize("isolated", ISOLATION)
 def test_a18_a_connection_the_server_ended_between_calls_is_replaced(
-    open_reader: Callable[..., GuardedDatabase], reader: Reader, isolated: bool
+    open_reader: OpenDb, reader: Reader, isolated: bool
 ) -> None:
     """a18: the server ends the tool's session between two calls (another client, a restart): the next
     call runs on a new connection, and so does schema(). (The server is the session's: tables other tests
@@ -240,7 +223,7 @@ def test_a18_a_connection_the_server_ended_between_calls_is_replaced(
 
 
 def test_a18_a_connection_ended_during_a_call_is_refused_then_replaced(
-    open_reader: Callable[..., GuardedDatabase], reader: Reader, no_name_check: None
+    open_reader: OpenDb, reader: Reader, no_name_check: None
 ) -> None:
     """a18: past the name check, the statement ends its own session: that call is refused saying so,
     and the next one is served on a new connection."""
@@ -251,7 +234,7 @@ def test_a18_a_connection_ended_during_a_call_is_refused_then_replaced(
 
 
 def test_a_server_that_refuses_the_new_connection_is_retried_after_a_backoff(
-    open_reader: Callable[..., GuardedDatabase], reader: Reader
+    open_reader: OpenDb, reader: Reader
 ) -> None:
     db = open_reader(isolated=False)
     with reader.admin() as admin:

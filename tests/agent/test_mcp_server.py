@@ -30,13 +30,11 @@ from mcp.types import CallToolResult, TextContent
 from guarded_sqlite.agent import GuardedDatabase
 from guarded_sqlite.agent.mcp_server import INSTALL_HINT, build_server
 from guarded_sqlite.cli.commands import main
-from tests.agent_cases import AGGREGATE, FAN_OUT
+from tests.agent_cases import AGGREGATE, FAN_OUT, OpenDb
 
 DUPLICATES_SQL = FAN_OUT
 FANOUT_SQL = AGGREGATE
 ENDLESS_SQL = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
-
-OpenDb = Callable[..., GuardedDatabase]
 
 
 @pytest.fixture

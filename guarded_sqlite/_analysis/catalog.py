@@ -50,7 +50,7 @@ from .aggregates import AggregatePlan, grouped_only, plan_aggregates
 from .deciding import plan_nested, plan_whole
 from .paging import pages_groups, plan_bound
 from .pregroup import scans_whole
-from .provenance import Provenance, analyse_tree, parse_statement, table_names
+from .provenance import NUMBERED_NAME, Provenance, analyse_tree, numbers_back, parse_statement, table_names
 from .schema import (
     CatalogUnreadable,
     Declaration,
@@ -275,8 +275,31 @@ def _aggregate_plan(
     found = plan_aggregates(tree, facts, dialect, scanned)
     if not found.risks:
         nested = plan_nested(tree, facts, dialect)
-        return found if nested is None else dataclasses.replace(nested, hazard=rerun_hazard(tree))
-    return plan_whole(plan_bound(dataclasses.replace(found, hazard=rerun_hazard(tree)), tree, dialect), tree, dialect)
+        planned = found if nested is None else dataclasses.replace(nested, hazard=rerun_hazard(tree))
+    else:
+        planned = plan_whole(
+            plan_bound(dataclasses.replace(found, hazard=rerun_hazard(tree)), tree, dialect), tree, dialect
+        )
+    return _numbered_back(planned) if dialect == "sqlite" else planned
+
+
+def _numbered_back(plan: AggregatePlan) -> AggregatePlan:
+    """``plan`` with SQLite's numbered parameters, read as names to parse (``parse_statement``), written
+    back as ``?N`` in every query it runs."""
+    texts = (plan.corrected_sql, plan.check_sql, plan.whole_sql, plan.bounded_sql)
+    if not any(text is not None and NUMBERED_NAME in text for text in texts):
+        return plan
+    pregrouped = plan.pregrouped
+    return dataclasses.replace(
+        plan,
+        corrected_sql=None if plan.corrected_sql is None else numbers_back(plan.corrected_sql),
+        check_sql=None if plan.check_sql is None else numbers_back(plan.check_sql),
+        whole_sql=None if plan.whole_sql is None else numbers_back(plan.whole_sql),
+        bounded_sql=None if plan.bounded_sql is None else numbers_back(plan.bounded_sql),
+        pregrouped=None
+        if pregrouped is None
+        else (pregrouped[0], numbers_back(pregrouped[1]), numbers_back(pregrouped[2])),
+    )
 
 
 _AGGREGATES: Analyser[AggregatePlan] = Analyser("aggregates", _aggregate_plan, lambda why: AggregatePlan(note=why))
@@ -325,7 +348,8 @@ class SqliteSchemaView:
             if cached is not None and _still(cur, cached[0], cached[1]):
                 return cached[2]  # type: ignore[no-any-return]
             schemas = sqlite_schemas(cur)
-            parsed = parse_statement(sql, "sqlite")
+            # The aggregate rule writes numbered parameters back into the SQL it generates (c29).
+            parsed = parse_statement(sql, "sqlite", numbered=analyser.kind == _AGGREGATES.kind)
             if isinstance(parsed, Provenance):  # unparseable: it names no table
                 return self._keep(key, (), (), analyser.unknown(parsed.evidence))
             names = table_names(parsed)

@@ -43,7 +43,9 @@ MAX_KEYS = 1000
 MAX_COMPOSITE = 100
 """The same for keys of several columns, written as ORs of ANDs (SQLite's expression depth is 1000)."""
 
-_MARKER = '"__gs_bound"'
+_MARKER = "__gs_bound"
+"""The condition ``plan_bound`` leaves in the check for ``bounded_check`` to replace: a quoted name, written
+as the dialect quotes names (MariaDB's backticks: c38)."""
 _INNER = "__gs_t"
 
 
@@ -88,7 +90,7 @@ def plan_bound(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
     check.set("limit", None)
     check.set("offset", None)
     _hoist_calls(check, inner)
-    inner.where(exp.column("__gs_bound", quoted=True), copy=False)
+    inner.where(exp.column(_MARKER, quoted=True), copy=False)
     return dataclasses.replace(
         plan,
         bounded_sql=text_of(check, dialect),
@@ -121,7 +123,7 @@ def bounded_check(plan: AggregatePlan, rows: Sequence[Any], dialect: str) -> str
             "(" + " AND ".join(_equals(sql, value) for sql, value in zip(plan.group_sql, key, strict=True)) + ")"
             for key in written
         )
-    return plan.bounded_sql.replace(_MARKER, f"({condition})")
+    return plan.bounded_sql.replace(exp.to_identifier(_MARKER, quoted=True).sql(dialect), f"({condition})")
 
 
 def _equals(sql: str, value: str) -> str:

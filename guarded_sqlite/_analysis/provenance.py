@@ -80,6 +80,7 @@ body by those output columns (``sqltree.numbering_keys``); any other derived tab
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -103,6 +104,8 @@ __all__ = [
     "Verdict",
     "analyse",
     "analyse_tree",
+    "named_numbers",
+    "numbers_back",
     "parse_statement",
     "table_names",
 ]
@@ -177,10 +180,15 @@ def analyse(sql: str, schema: SchemaFacts, dialect: str = "sqlite", reference: R
     return analyse_tree(parsed, schema, dialect, reference)
 
 
-def parse_statement(sql: str, dialect: str = "sqlite") -> exp.Expression | Provenance:
-    """The syntax tree of a single statement, or the ``unknown`` verdict saying why there is none."""
+def parse_statement(sql: str, dialect: str = "sqlite", numbered: bool = False) -> exp.Expression | Provenance:
+    """The syntax tree of a single statement, or the ``unknown`` verdict saying why there is none. A table
+    written in parentheses (``FROM (customers c), orders o``) is read as the table itself. ``numbered``:
+    SQLite's numbered parameters (``?1``, which sqlglot cannot parse) are read as the named parameters
+    ``:__gs_p1`` (``NUMBERED_NAME``), which the caller writes back as ``?1`` in the SQL it generates (c29)."""
     if len(sql) > MAX_SQL_CHARS:
         return Provenance("unknown", f"statement longer than {MAX_SQL_CHARS} characters: not analysed")
+    if numbered and dialect == "sqlite" and "?" in sql:
+        sql = named_numbers(sql)
     try:
         with quiet_sqlglot():
             trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None and not isinstance(t, exp.Semicolon)]
@@ -190,7 +198,44 @@ def parse_statement(sql: str, dialect: str = "sqlite") -> exp.Expression | Prove
     keep(trees)  # by the rule's analysis, until it is done
     if len(trees) != 1:
         return Provenance("unknown", "not a single statement")
-    return cast(exp.Expression, trees[0])
+    tree = cast(exp.Expression, trees[0])
+    for node in list(tree.find_all(exp.Subquery)):
+        if isinstance(node.this, exp.Table) and not node.alias and isinstance(node.parent, (exp.From, exp.Join)):
+            node.replace(node.this)  # the subquery node is dropped with the parse's other trees
+    return tree
+
+
+NUMBERED_NAME = "__gs_p"
+"""The name ``parse_statement`` gives a numbered parameter: ``?3`` is read as ``:__gs_p3``."""
+
+# A string, a quoted name or a comment (kept as they are), or a parameter: group 1 a numbered one's
+# number, group 2 a bare ``?``.
+_PARAMETER_TEXT = r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|`[^`]*`|\[[^\]]*\]|--[^\n]*|/\*.*?\*/|\?(\d+)|(\?)"""
+
+
+def named_numbers(sql: str) -> str:
+    """``sql`` with each numbered parameter ``?N`` written ``:__gs_pN``; unchanged where a bare ``?`` is
+    mixed with them (SQLite numbers it after the largest so far, which the names would not say).
+
+    >>> named_numbers("SELECT '?1', x FROM t WHERE a > ?1 LIMIT ?2")
+    "SELECT '?1', x FROM t WHERE a > :__gs_p1 LIMIT :__gs_p2"
+    >>> named_numbers("SELECT x FROM t WHERE a > ?1 LIMIT ?")
+    'SELECT x FROM t WHERE a > ?1 LIMIT ?'
+    """
+    parts: list[str] = []
+    at = 0
+    for match in re.finditer(_PARAMETER_TEXT, sql, re.DOTALL):
+        if match.group(2) is not None:
+            return sql
+        if match.group(1) is not None:
+            parts += (sql[at : match.start()], f":{NUMBERED_NAME}{match.group(1)}")
+            at = match.end()
+    return "".join(parts) + sql[at:] if parts else sql
+
+
+def numbers_back(sql: str) -> str:
+    """``named_numbers`` undone in SQL the analysis generated: ``:__gs_p3`` is ``?3`` again."""
+    return re.sub(rf":{NUMBERED_NAME}(\d+)\b", r"?\1", sql) if NUMBERED_NAME in sql else sql
 
 
 def table_names(tree: exp.Expression) -> tuple[tuple[str | None, str], ...]:

@@ -259,6 +259,8 @@ def _unknown_call(node: exp.Expr, aggregates_known: bool) -> str:
     """Why one node is not a call of a deterministic built-in (a name that may be a user function, a
     non-deterministic function, the current time), or "". ``aggregates_known``: SQLite's aggregates that
     sqlglot parses as anonymous calls (``total()``) count as built-ins."""
+    if isinstance(node, _CLOCK_CALLS) and _reads_clock(node):
+        return f"{text_of(node, 'sqlite')} reads the current time"
     if isinstance(node, exp.Anonymous):
         name = str(node.name).lower()
         if name not in _DETERMINISTIC_BUILTINS and not (aggregates_known and name in _ANONYMOUS_AGGREGATES):
@@ -268,6 +270,18 @@ def _unknown_call(node: exp.Expr, aggregates_known: bool) -> str:
     elif isinstance(node, exp.Literal) and node.is_string and node.this.strip().lower() == "now":
         return "'now' is not deterministic"
     return ""
+
+
+_CLOCK_CALLS = (exp.Anonymous, exp.Date)
+_CLOCK_FUNCTIONS = frozenset({"date", "time", "datetime", "julianday", "unixepoch", "timediff"})
+
+
+def _reads_clock(node: exp.Expression) -> bool:
+    """Whether ``node`` is one of SQLite's date and time functions called without a time value, which
+    then reads the current time (``unixepoch()``, ``date()``: c32)."""
+    if isinstance(node, exp.Date):
+        return node.args.get("this") is None and not node.expressions
+    return str(node.name).lower() in _CLOCK_FUNCTIONS and not node.expressions
 
 
 def derived_keys(

@@ -26,11 +26,16 @@ def mentions_distinct(sql: str) -> bool:
     return "distinct" in sql.lower()
 
 
-_VALUE_AGGREGATE_TEXT = r"\b(sum|avg|total|group_concat|string_agg)\s*\("
-# A JOIN, or a comma in a FROM clause before anything that ends it (a clause keyword or a parenthesis).
-_JOIN_TEXT = (
-    r"\bjoin\b|\bfrom\b(?:(?!\b(?:select|where|group|order|having|limit|union|intersect|except|window)\b)[^()])*?,"
-)
+# A value aggregate's name (bare or quoted), then its parenthesis; read after comments are taken out.
+_VALUE_AGGREGATE_TEXT = r"(?:\b|[\"`\[])(?:sum|avg|mean|total|group_concat|string_agg|listagg)[\"`\]]?\s*\("
+# What the screen skips: comments and string literals (their text is not SQL), replaced by a space.
+_SKIPPED_TEXT = r"--[^\n]*|/\*.*?(?:\*/|$)|'(?:[^']|'')*(?:'|$)"
+# Quoted names, which the join scan reads as one word (a table named "order" ends no FROM clause).
+_QUOTED_NAMES = r'"(?:[^"]|"")*(?:"|$)|`[^`]*(?:`|$)|\[[^\]]*(?:\]|$)'
+
+# The words and signs the join scan reads: JOIN, FROM, the clause words that end a FROM clause, commas
+# and parentheses.
+_JOIN_WORDS = r"\b(?:join|from|where|group|order|having|limit|union|intersect|except|window|qualify)\b|[(),]"
 AGGREGATE_SCREEN: dict[str, bool] = {}
 """SQL text -> the pre-screen's answer; read directly by ``_guard.decide`` on the hot path (a lookup, no call)."""
 _SCREEN_SIZE = 4096
@@ -39,7 +44,8 @@ _SCREEN_SIZE = 4096
 def mentions_value_aggregate_over_join(sql: str) -> bool:
     """Cheap pre-screen for the aggregate fan-out rule: SQL whose text has no value aggregate (``SUM``,
     ``AVG``, ``TOTAL``, ``GROUP_CONCAT``, ``string_agg``) or no join (``JOIN``, or a comma in FROM) is
-    never parsed for it. Kept per SQL text (applications repeat theirs): a repeated statement pays a
+    never parsed for it: a comment, a string or a parenthesised first item cannot hide either (c37).
+    Kept per SQL text (applications repeat theirs): a repeated statement pays a
     dict lookup. A false positive costs one parse; a miss is never flagged.
 
     >>> mentions_value_aggregate_over_join("SELECT c.name, SUM(o.total) FROM c JOIN o ON o.c = c.id GROUP BY 1")
@@ -50,18 +56,47 @@ def mentions_value_aggregate_over_join(sql: str) -> bool:
     True
     >>> mentions_value_aggregate_over_join("SELECT SUM(k) FROM t UNION ALL SELECT k, a FROM u")
     False
+    >>> mentions_value_aggregate_over_join("SELECT SUM/**/(o.v) FROM (SELECT id, n FROM c) c, o WHERE o.c = c.id")
+    True
+    >>> mentions_value_aggregate_over_join("SELECT SUM(v) FROM t WHERE k IN (1, 2) AND n = 'a, b'")
+    False
+    >>> mentions_value_aggregate_over_join('SELECT "sum"(o.v) FROM "order" o, items i')
+    True
     """
     known = AGGREGATE_SCREEN.get(sql)
     if known is None:
         # re caches compiled patterns; compiling them here rather than at import keeps import time down.
         flags = re.IGNORECASE | re.DOTALL
-        known = (
-            re.search(_VALUE_AGGREGATE_TEXT, sql, flags) is not None and re.search(_JOIN_TEXT, sql, flags) is not None
-        )
+        text = re.sub(_SKIPPED_TEXT, " ", sql, flags=flags)
+        known = re.search(_VALUE_AGGREGATE_TEXT, text, flags) is not None and _joins(re.sub(_QUOTED_NAMES, " x ", text))
         if len(AGGREGATE_SCREEN) >= _SCREEN_SIZE:
             AGGREGATE_SCREEN.clear()
         AGGREGATE_SCREEN[sql] = known
     return known
+
+
+def _joins(text: str) -> bool:
+    """Whether ``text`` (comments and strings taken out) has a JOIN, or a comma directly in a FROM clause
+    at any depth: ``FROM (SELECT a, b FROM t) x, u`` joins, ``SELECT a, b FROM t`` does not (c37). A
+    FROM clause ends at a clause word or at the parenthesis that closes the query holding it; what a
+    parenthesis inside it opens (a derived table, a function's arguments) is skipped to its end."""
+    # One entry per open parenthesis: whether a FROM clause is open at that level.
+    in_from = [False]
+    for match in re.finditer(_JOIN_WORDS, text, re.IGNORECASE):
+        word = match.group().lower()
+        if word == "join":
+            return True
+        if word == "(":
+            in_from.append(False)
+        elif word == ")":
+            if len(in_from) > 1:
+                in_from.pop()
+        elif word == ",":
+            if in_from[-1]:
+                return True
+        else:
+            in_from[-1] = word == "from"
+    return False
 
 
 def hashable_row(value: Any) -> Hashable:

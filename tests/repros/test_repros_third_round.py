@@ -1,0 +1,198 @@
+"""Repros c25-c39 (``../shared/repros/correctness/``, third round): statements with several SELECTs, shapes
+that left with no decision, kept plans that outlived what their names resolve to, and dialect slips in
+generated SQL. Each test names its repro; the truth is computed independently (the same statement with
+``items`` replaced by a semi-join, which counts each order once).
+
+What every test asserts is the serving rule: the statement's rows with a flag, or the truth; never a
+third answer, never an inflated answer with no trigger.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+import pytest
+
+import guarded_sqlite
+
+SHOP = """
+CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT, city TEXT);
+CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INT, total INT);
+CREATE TABLE items(id INTEGER PRIMARY KEY, order_id INT, sku TEXT);
+INSERT INTO customers VALUES (1, 'ana', 'north'), (2, 'bo', 'south'), (3, 'cy', 'north');
+INSERT INTO orders VALUES (1, 1, 100), (2, 2, 150), (3, 3, 60), (4, 3, 70);
+INSERT INTO items VALUES (1, 1, 'a'), (2, 1, 'b'), (3, 1, 'c'), (4, 2, 'x'), (5, 3, 'p'), (6, 3, 'q'), (7, 4, 'r');
+"""
+# ana's one order 100 has three items, bo's 150 one, cy's 60 and 70 two and one.
+J = "FROM customers c JOIN orders o ON o.customer_id = c.id JOIN items i ON i.order_id = o.id"
+T = "FROM customers c JOIN orders o ON o.customer_id = c.id WHERE o.id IN (SELECT order_id FROM items)"
+
+
+def shop(preset: str) -> tuple[sqlite3.Connection, Any]:
+    """The raw shop and a guarded connection to a copy of it."""
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(SHOP)
+    con = guarded_sqlite.connect(":memory:", guard=preset)  # type: ignore[call-overload]
+    raw.backup(con)
+    return raw, con
+
+
+def served_or_flagged(raw: list[Any], truth: list[Any], cur: Any) -> list[Any]:
+    """The rows ``cur`` served, asserted to be the truth or the statement's own rows with a flag."""
+    served = [tuple(row) for row in cur.fetchall()]
+    report = cur.guard_report
+    assert served in (raw, truth), f"served {served}: neither the statement's {raw} nor the truth {truth}"
+    if served == raw != truth:
+        assert report.trigger == "aggregate_fanout" or report.aggregates, f"inflated {raw} served silently"
+    return served
+
+
+def test_c32_a_correction_over_the_current_time_is_never_kept() -> None:
+    """c32: ``unixepoch()`` with no argument reads the clock: the corrected answer of one execution is not
+    served again at the next, when the statement's own answer has moved with time."""
+    raw, con = shop("text_to_sql")
+    for db in (raw, con):
+        db.execute("ALTER TABLE orders ADD COLUMN placed_at INT DEFAULT 0")
+        db.execute("INSERT INTO orders VALUES (5, 2, 40, unixepoch() + 2)")
+        db.executemany("INSERT INTO items(order_id, sku) VALUES (5, ?)", [("s",), ("t",)])
+    where = "o.placed_at <= unixepoch() GROUP BY c.id ORDER BY c.id"
+    sql, truth_sql = f"SELECT c.name, SUM(o.total) {J} WHERE {where}", f"SELECT c.name, SUM(o.total) {T} AND {where}"
+    first = con.execute(sql)
+    assert first.fetchall() == raw.execute(truth_sql).fetchall() == [("ana", 100), ("bo", 150), ("cy", 130)]
+    time.sleep(2.5)
+    later = con.execute(sql)
+    assert later.fetchall() == raw.execute(truth_sql).fetchall() == [("ana", 100), ("bo", 190), ("cy", 130)]
+    assert not any("reused" in decision.reason for decision in later.guard_report.decisions)
+
+
+@pytest.mark.parametrize(
+    "from_clause",
+    [
+        "FROM (SELECT id, name FROM customers) c, orders o, items i WHERE",
+        "FROM (customers c), orders o, items i WHERE",
+        "FROM customers c, orders o /* a, comment */, items i WHERE",
+    ],
+)
+def test_c37_a_comma_join_after_a_parenthesis_is_screened_in(from_clause: str) -> None:
+    """c37: the pre-screen sees a comma join whose first item is parenthesised, and an aggregate with a
+    comment before its parenthesis; the statement is then analysed like its JOIN form."""
+    raw, con = shop("text_to_sql")
+    tail = "o.customer_id = c.id AND i.order_id = o.id GROUP BY c.id, c.name ORDER BY c.id"
+    sql = f"SELECT c.name, SUM/**/(o.total) {from_clause} {tail}"
+    truth = raw.execute(f"SELECT c.name, SUM(o.total) {T} GROUP BY c.id, c.name ORDER BY c.id").fetchall()
+    cur = con.execute(sql)
+    assert cur.fetchall() == truth == [("ana", 100), ("bo", 150), ("cy", 130)]
+    assert cur.guard_report.trigger == "aggregate_fanout"
+
+
+def test_c37_the_screen_still_passes_over_statements_without_a_join() -> None:
+    """No-op side of c37: commas of a select list, an IN list or a string after FROM are no join."""
+    from guarded_sqlite._core.probe import mentions_value_aggregate_over_join as screen
+
+    assert not screen("SELECT SUM(total), COUNT(*) FROM orders WHERE id IN (1, 2) AND sku <> 'a, b'")
+    assert not screen("SELECT SUM(total) FROM orders UNION ALL SELECT a, b FROM t")
+    assert not screen('SELECT SUM(total) FROM "order" -- , items')
+    assert screen('SELECT SUM(o.total) FROM "order" o, items i')
+    assert screen("SELECT (SELECT SUM(v) FROM (SELECT 1 AS v) a, (SELECT 2 AS w) b)")
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+def test_c38_mariadb_paging_check_replaces_its_marker(mariadb_params: dict[str, object], preset: str) -> None:
+    """c38: on MariaDB the paging check's marker is written with backticks and replaced by the served
+    groups' keys: the check runs, and the inflated page is flagged or corrected."""
+    import pymysql
+
+    admin = pymysql.connect(**mariadb_params, autocommit=True)  # type: ignore[arg-type]
+    name = f"c38_{preset}"
+    admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+    admin.cursor().execute(f"CREATE DATABASE {name}")
+    raw = pymysql.connect(**mariadb_params, database=name, autocommit=True)  # type: ignore[arg-type]
+    try:
+        cur = raw.cursor()
+        for statement in SHOP.replace("INTEGER PRIMARY KEY", "INT PRIMARY KEY AUTO_INCREMENT").split(";"):
+            if statement.strip():
+                cur.execute(statement)
+        sql = f"SELECT c.city, SUM(o.total) {J} GROUP BY c.city ORDER BY c.city LIMIT 1"
+        cur.execute(sql)
+        written = [tuple(row) for row in cur.fetchall()]
+        cur.execute(f"SELECT c.city, SUM(o.total) {T} GROUP BY c.city ORDER BY c.city LIMIT 1")
+        truth = [tuple(row) for row in cur.fetchall()]
+        assert (written, truth) == ([("north", 490)], [("north", 230)])
+        guarded = guarded_sqlite.wrap(raw, guard=preset).cursor()
+        guarded.execute(sql)
+        served = served_or_flagged(written, truth, guarded)
+        assert served == (truth if preset == "text_to_sql" else written)
+        assert not any("failed" in decision.reason for decision in guarded.guard_report.decisions)
+    finally:
+        raw.close()
+        admin.cursor().execute(f"DROP DATABASE {name}")
+        admin.close()
+
+
+C29_CASES = [
+    ("values", "SELECT c.name, SUM(o.total) {F} {W} o.total > ?1 GROUP BY c.id ORDER BY c.id", (0,)),
+    ("ranking", "SELECT c.name {F} GROUP BY c.id ORDER BY SUM(o.total) DESC LIMIT ?1", (1,)),
+    ("HAVING", "SELECT c.name {F} GROUP BY c.id HAVING SUM(o.total) > ?1 ORDER BY c.id", (140,)),
+    ("repeated and out of order", "SELECT c.name {F} {W} o.total > ?2 GROUP BY c.id HAVING SUM(o.total) > ?1 "
+     "AND SUM(o.total) > ?2 ORDER BY c.id", (140, 0)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+@pytest.mark.parametrize(("label", "template", "parameters"), C29_CASES, ids=[case[0] for case in C29_CASES])
+def test_c29_numbered_parameters_are_analysed_and_bound_by_number(
+    preset: str, label: str, template: str, parameters: tuple[Any, ...]
+) -> None:
+    """c29: ``?1`` statements are planned like ``?`` ones (read as names, written back as ``?N``), and each
+    check binds the values up to the largest number it still holds."""
+    raw, con = shop(preset)
+    sql = template.format(F=J, W="WHERE")
+    truth = raw.execute(template.format(F=T, W="AND"), parameters).fetchall()
+    written = raw.execute(sql, parameters).fetchall()
+    assert written != truth
+    cur = con.execute(sql, parameters)
+    served = served_or_flagged(written, truth, cur)
+    assert served == (truth if preset == "text_to_sql" else written)
+    assert cur.guard_report.trigger == "aggregate_fanout"
+
+
+def test_c29_a_bare_parameter_mixed_with_numbered_ones_is_left_unparsed() -> None:
+    """No-op side: ``?`` after ``?1`` takes the next number after the largest so far, which names would not
+    say: the statement is not rewritten (and not served corrected)."""
+    from guarded_sqlite._analysis.provenance import named_numbers
+
+    mixed = "SELECT c.name FROM c WHERE a > ?1 AND b > ? AND s = '?2'"
+    assert named_numbers(mixed) == mixed
+    assert named_numbers("SELECT '?1' AS q, ?2 -- ?3") == "SELECT '?1' AS q, :__gs_p2 -- ?3"
+
+
+C39_CASES = [
+    ("HAVING", "SELECT c.name {f} GROUP BY c.id, c.name HAVING SUM(o.total) > {p} ORDER BY c.id", 140),
+    ("derived table",
+     "SELECT MAX(d.s) FROM (SELECT c.id, SUM(o.total) AS s {f} {w} o.total < {p} GROUP BY c.id) d", 1000),
+    ("ranking LIMIT", "SELECT c.name {f} GROUP BY c.id, c.name ORDER BY SUM(o.total) DESC LIMIT {p}", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+@pytest.mark.parametrize(("label", "template", "value"), C39_CASES, ids=[case[0] for case in C39_CASES])
+def test_c39_duckdb_numbered_parameters_bind_every_check(preset: str, label: str, template: str, value: int) -> None:
+    """c39: DuckDB's ``$1`` bound from a list: the check of every group and a subquery's own check bind
+    what they hold, so the inflated answer is flagged (``patch``) or corrected (``text_to_sql``)."""
+    duckdb = pytest.importorskip("duckdb")
+    db = duckdb.connect()
+    for statement in SHOP.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    where = "WHERE" if "{w}" in template else ""
+    sql = template.format(f=J, w=where, p="$1").replace("  ", " ")
+    truth = db.execute(template.format(f=T, w="AND" if where else "", p="$1"), [value]).fetchall()
+    written = db.execute(sql, [value]).fetchall()
+    assert written != truth
+    cur = guarded_sqlite.wrap(db.cursor(), guard=preset)
+    cur.execute(sql, [value])
+    served = served_or_flagged(written, truth, cur)
+    assert served == (truth if preset == "text_to_sql" else written)
+    assert not any("failed" in decision.reason for decision in cur.guard_report.decisions)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from decimal import Decimal
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -105,14 +105,17 @@ def confirm(
         shown = [j for j in changes if j < len(plan.items) and plan.items[j] is not None]
         other = None  # whether the corrected query serves other rows: compared once, where needed
         if not changes and plan.whole_sql is not None:
-            other = _other_rows(plan, rows, checked)
+            # With their values: no group the check served had a row counted twice, so a served value
+            # that differs is another group's, even where the columns shown cannot tell groups apart (c30).
+            other = _other_rows(plan, rows, checked, values=_item_positions(plan, ()))
             if other:
                 every_group = _attempt(whole, plan.whole_sql, row_cap, "check of every group")
                 if isinstance(every_group, str):
                     return _unconfirmed(sql, rows, f"{_CHOSE.format(plan.decides)}; {every_group}", started)
                 changes, counted = realised(plan, every_group), every_group
         if other is None and changes and (plan.decides or not shown):  # else what it would say is not read
-            other = _other_rows(plan, rows, checked)
+            # A value the correction did not change that differs all the same is another group's (c30).
+            other = _other_rows(plan, rows, checked, values=_item_positions(plan, changes))
         chose = bool(changes) and bool(other)
     if not shown and not chose:
         # No argument row counted twice where it changes a value the statement shows, on this data,
@@ -173,12 +176,23 @@ def realised(plan: AggregatePlan, checked: Sequence[Sequence[Any]]) -> dict[int,
     return found
 
 
-def _other_rows(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequence[Any]]) -> bool:
+def _item_positions(plan: AggregatePlan, changed: Collection[int]) -> frozenset[int]:
+    """The select-list positions of the aggregates at risk, but those holding one in ``changed`` (risk
+    indexes): a correction there explains a difference."""
+    corrected = {p for j, p in enumerate(plan.items) if j in changed}
+    return frozenset(p for p in plan.items if p is not None and p not in corrected)
+
+
+def _other_rows(
+    plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequence[Any]], values: frozenset[int] = frozenset()
+) -> bool:
     """Whether the corrected query serves other rows than the statement, compared on the columns
-    without an aggregate (the groups: exact values, taken from the same rows) as a multiset, or as a
+    without an aggregate (the groups: exact values, taken from the same rows) and the aggregates at risk
+    at the positions ``values`` (ones the correction left unchanged: a value that differs there is
+    another group's) as a multiset, or as a
     sequence where ORDER BY reads an aggregate (``plan.decides``). A row that cannot be read as a
     sequence of ``plan.width`` values counts as other (the rows differ as far as anything can tell)."""
-    aggregated = set(plan.steady) | {p for p in plan.items if p is not None}
+    aggregated = set(plan.steady) | ({p for p in plan.items if p is not None} - values)
     width = plan.width or (len(checked[0]) if checked else 0)  # a statement with a subquery corrected: whole rows
     pick = _picker([i for i in range(width) if i not in aggregated])
     written: list[Any] = []

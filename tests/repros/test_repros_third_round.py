@@ -196,3 +196,47 @@ def test_c39_duckdb_numbered_parameters_bind_every_check(preset: str, label: str
     served = served_or_flagged(written, truth, cur)
     assert served == (truth if preset == "text_to_sql" else written)
     assert not any("failed" in decision.reason for decision in cur.guard_report.decisions)
+
+
+C30_SETUP = """
+CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT, city TEXT);
+CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INT, total INT, tax INT);
+CREATE TABLE items(id INTEGER PRIMARY KEY, order_id INT, sku TEXT);
+INSERT INTO customers VALUES (1, 'ana', 'north'), (2, 'bo', 'north'), (3, 'cy', 'south'), (4, 'di', 'south');
+INSERT INTO orders VALUES (1, 1, 150, 0), (2, 2, 60, 0), (3, 3, 100, 40), (4, 4, 70, 80), (5, 4, 0, -20);
+INSERT INTO items(order_id, sku) VALUES (1, 'a'), (2, 'b'), (2, 'c'), (2, 'd'),
+  (3, 'e'), (3, 'f'), (3, 'g'), (4, 'h'), (5, 'i'), (5, 'j'), (5, 'k');
+"""
+C30_CASES = {
+    "ranking, no key shown": "SELECT SUM(o.total) AS s {F} {W} c.city = 'north' GROUP BY c.id ORDER BY s DESC LIMIT 1",
+    "ranking, city shown": "SELECT c.city, SUM(o.total) {F} {W} c.city = 'north' GROUP BY c.id ORDER BY 2 DESC LIMIT 1",
+    "HAVING on another SUM": "SELECT SUM(o.total) {F} {W} c.city = 'south' GROUP BY c.id HAVING SUM(o.tax) > 45",
+}
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+@pytest.mark.parametrize("label", sorted(C30_CASES))
+def test_c30_chosen_groups_are_compared_with_their_values(preset: str, label: str) -> None:
+    """c30: where the columns shown cannot tell the groups apart, another group chosen by the inflated
+    value still differs in that value: the check of every group runs and the statement is flagged."""
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(C30_SETUP)
+    con = guarded_sqlite.connect(":memory:", guard=preset)  # type: ignore[call-overload]
+    raw.backup(con)
+    template = C30_CASES[label]
+    sql = template.format(F=J, W="WHERE")
+    written, truth = raw.execute(sql).fetchall(), raw.execute(template.format(F=T, W="AND")).fetchall()
+    assert written != truth
+    served = served_or_flagged(written, truth, con.execute(sql))
+    assert served == (truth if preset == "text_to_sql" else written)
+
+
+def test_c30_the_same_groups_with_corrected_values_are_not_said_to_be_chosen() -> None:
+    """No-op side: where the served group is the same and only its (corrected) value differs, the finding
+    does not say the aggregate chose the rows."""
+    _, con = shop("patch")
+    cur = con.execute(f"SELECT c.name, SUM(o.total) {J} WHERE c.id = 1 GROUP BY c.id HAVING SUM(o.total) > 50")
+    assert cur.fetchall() == [("ana", 300)]
+    (finding,) = cur.guard_report.aggregates
+    assert (finding.written, finding.corrected) == (300, 100)
+    assert not finding.chose

@@ -136,9 +136,14 @@ def explain(guard: Guarded, sql: str) -> Provenance:
 def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     """``aggregates.plan_aggregates`` of ``sql`` on the guarded connection: kept and reused as the
     provenance verdicts are, except that on SQLite a plan that puts no aggregate at risk is served
-    again while ``PRAGMA schema_version`` is unchanged (one statement, not the lookups). That number can
-    repeat after other DDL (see above), which can make the guard miss a fan-out, never invent one: a plan
-    at risk, which leads to serving corrected values under ``"text_to_sql"``, is always checked.
+    again while the schemas' versions are unchanged (a statement per schema, not the lookups). Those
+    numbers can repeat after other DDL (see above), which can make the guard miss a fan-out, never
+    invent one: a plan at risk, which leads to serving corrected values under ``"text_to_sql"``, is
+    always checked.
+
+    The stamp (``schema_stamp``) is every schema's ``PRAGMA schema_version`` with the list of schemas and
+    their files, not only main's: a TEMP table that shadows a table, or another file attached under the
+    same name, moves no number of main's (c27).
 
     On SQLite, where one table can be pre-grouped (``pregroup``), the plan's check is the pre-grouped
     one if the statement's query plan (with ``parameters``, the first execution's) reads that table by a
@@ -148,7 +153,7 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     if not isinstance(view, SqliteSchemaView):
         return view.explain(sql, _AGGREGATES)
     try:
-        version = view.own_cursor().execute("PRAGMA schema_version").fetchone()[0]
+        version = schema_stamp(view.own_cursor())
     except sqlite3.Error as error:
         return AggregatePlan(note=f"catalog unreadable: {describe_error(error)}")
     if view.safe_aggregates.get(sql) == version:
@@ -181,9 +186,21 @@ def known_safe(guard: Guarded, sql: str) -> bool:
     if not isinstance(view, SqliteSchemaView) or sql not in view.safe_aggregates:
         return False
     try:
-        return bool(view.safe_aggregates.get(sql) == view.own_cursor().execute("PRAGMA schema_version").fetchone()[0])
+        return bool(view.safe_aggregates.get(sql) == schema_stamp(view.own_cursor()))
     except sqlite3.Error:
         return False
+
+
+def schema_stamp(cur: sqlite3.Cursor) -> tuple[Any, ...]:
+    """What tells a change of what a name resolves to on SQLite, short of DDL that brings a version
+    number back: the schemas with their files (``PRAGMA database_list``) and each one's
+    ``schema_version`` (TEMP included, which a shadowing table moves)."""
+    schemas = tuple(cur.execute("PRAGMA database_list").fetchall())
+    versions = tuple(
+        cur.execute(f'PRAGMA "{str(row[1]).replace(chr(34), chr(34) * 2)}".schema_version').fetchone()[0]
+        for row in schemas
+    )
+    return (schemas, versions)
 
 
 def program_functions(guard: Guarded, sql: str, parameters: Any, keep: bool = True) -> frozenset[str] | None:
@@ -203,12 +220,7 @@ def program_functions(guard: Guarded, sql: str, parameters: Any, keep: bool = Tr
         cur = view.own_cursor()
         stamp = None
         if keep:
-            schemas = tuple(cur.execute("PRAGMA database_list").fetchall())
-            versions = tuple(
-                cur.execute(f'PRAGMA "{str(row[1]).replace(chr(34), chr(34) * 2)}".schema_version').fetchone()[0]
-                for row in schemas
-            )
-            stamp = (schemas, versions)
+            stamp = schema_stamp(cur)
             kept = view.calls.get(sql)
             if kept is not None and kept[0] == stamp:
                 return kept[1]
@@ -329,8 +341,8 @@ class SqliteSchemaView:
         self.places: dict[tuple[tuple[str, ...], Name], tuple[int | None, tuple[int, ...]]] = {}
         # (schema, declarations without rowids, index list) -> facts
         self.tables: dict[tuple[Any, ...], TableFacts] = {}
-        # SQL text -> PRAGMA schema_version when its aggregate plan put nothing at risk (see ``plan``)
-        self.safe_aggregates: dict[str, int] = {}
+        # SQL text -> ``schema_stamp`` when its aggregate plan put nothing at risk (see ``plan``)
+        self.safe_aggregates: dict[str, tuple[Any, ...]] = {}
         # SQL text -> (schemas and their versions when read, the functions its program calls; ``program_functions``)
         self.calls: dict[str, tuple[Any, frozenset[str]]] = {}
         # (question, SQL text) -> (check statements, their rows when the answer was reached, answer)

@@ -240,3 +240,44 @@ def test_c30_the_same_groups_with_corrected_values_are_not_said_to_be_chosen() -
     (finding,) = cur.guard_report.aggregates
     assert (finding.written, finding.corrected) == (300, 100)
     assert not finding.chose
+
+
+def test_c27_a_kept_safe_plan_is_not_reused_over_a_shadowing_temp_table_or_a_reattached_file(tmp_path: Any) -> None:
+    """c27: "nothing at risk" was kept while main's schema version stood still; a TEMP table that shadows
+    ``items`` (without its UNIQUE), or another file attached under the same name, now plans anew."""
+
+    def make(name: str, unique: bool, items: str) -> str:
+        path = str(tmp_path / name)
+        db = sqlite3.connect(path)
+        db.executescript(
+            "CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT);"
+            "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INT, total INT);"
+            f"CREATE TABLE items(id INTEGER PRIMARY KEY, order_id INT {'UNIQUE' if unique else ''}, sku TEXT);"
+            "INSERT INTO customers VALUES (1, 'ana'), (2, 'bo');"
+            "INSERT INTO orders VALUES (1, 1, 100), (2, 2, 150);"
+            f"INSERT INTO items(order_id, sku) VALUES {items};"
+        )
+        db.close()
+        return path
+
+    one_each = make("main.db", True, "(1, 'a'), (2, 'b')")
+    fanned = make("fanned.db", False, "(1, 'a'), (1, 'b'), (1, 'c'), (2, 'd')")
+    sql = (
+        "SELECT c.name, SUM(o.total) FROM {s}customers c JOIN {s}orders o ON o.customer_id = c.id "
+        "JOIN {s}items i ON i.order_id = o.id GROUP BY c.id ORDER BY c.id"
+    )
+    con = guarded_sqlite.connect(one_each, guard="text_to_sql")
+    assert con.execute(sql.format(s="")).fetchall() == [("ana", 100), ("bo", 150)]
+    con.execute("CREATE TEMP TABLE items(id INTEGER PRIMARY KEY, order_id INT, sku TEXT)")
+    con.execute("INSERT INTO temp.items(order_id, sku) VALUES (1, 'a'), (1, 'b'), (1, 'c'), (2, 'd')")
+    cur = con.execute(sql.format(s=""))
+    assert cur.fetchall() == [("ana", 100), ("bo", 150)]  # the truth; the statement now says ana 300
+    assert cur.guard_report.trigger == "aggregate_fanout"
+    con = guarded_sqlite.connect(str(tmp_path / "empty.db"), guard="text_to_sql")
+    con.execute("ATTACH ? AS aux", (one_each,))
+    assert con.execute(sql.format(s="aux.")).fetchall() == [("ana", 100), ("bo", 150)]
+    con.execute("DETACH aux")
+    con.execute("ATTACH ? AS aux", (fanned,))
+    cur = con.execute(sql.format(s="aux."))
+    assert cur.fetchall() == [("ana", 100), ("bo", 150)]
+    assert cur.guard_report.trigger == "aggregate_fanout"

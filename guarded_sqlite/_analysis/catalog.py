@@ -31,7 +31,9 @@ read (an authorizer's denial, a missing virtual table module, a closed connectio
 
 DuckDB, PostgreSQL and MySQL/MariaDB (``SnapshotSchemaView``) have no such cheap read per table here: the whole
 catalog is read once and kept until a statement through this connection looks like DDL or fails with
-an unknown-table error (``decide.forget_schema``); DDL by other connections is seen only then.
+an unknown-table error (``decide.forget_schema``), or until what unqualified names resolve against
+changes (the current schema, database or search path, read once per question: ``Engine.name_context``,
+c33); DDL by other connections is seen only then.
 """
 
 from __future__ import annotations
@@ -518,17 +520,24 @@ def _schema_position(schemas: tuple[str, ...], qualifier: str) -> int | None:
 class SnapshotSchemaView:
     """DuckDB's or PostgreSQL's whole catalog, read on first need, with verdicts per SQL text."""
 
-    __slots__ = ("dialect", "facts", "raw", "reader", "verdicts")
+    __slots__ = ("context", "dialect", "engine", "facts", "raw", "reader", "verdicts")
 
     def __init__(self, guard: Guarded) -> None:
         readers: dict[str, Callable[[Any], SchemaFacts]] = {"duckdb": read_duckdb_schema, "mysql": read_mysql_schema}
         self.reader = readers.get(guard.engine.name, read_postgres_schema)
         self.raw = guard.raw
+        self.engine = guard.engine
         self.dialect = guard.dialect
         self.facts: SchemaFacts | None = None
         self.verdicts: dict[tuple[str, str], Any] = {}
+        self.context: Any = None
 
     def explain(self, sql: str, analyser: Analyser[T]) -> T:
+        # One read per question: unqualified names may resolve elsewhere since the catalog was read.
+        context = self.engine.name_context(self.raw)
+        if context != self.context:
+            self.facts, self.context = None, context
+            self.verdicts.clear()
         facts = self.facts
         if facts is None:
             facts = self.reader(self.raw)

@@ -101,6 +101,13 @@ class Engine:
         built-ins (a re-execution would call them again), or None when that cannot be told."""
         return frozenset()
 
+    def name_context(self, raw: Any) -> Any:
+        """What unqualified table names resolve against on this connection now (the current schema,
+        database or search path), compared by the schema view before it reuses its catalog: a switch
+        made without DDL words (``SET schema``, ``set_config('search_path', ...)``, PyMySQL's
+        ``select_db()``) changes it (c33). None where the engine has no such setting or it cannot be read."""
+        return None
+
     def schema_summary(self, raw: Any) -> str:
         """``table(col, col, ...)`` per table, one per line, for the rescue prompt."""
         rows = self.read_only_fetch(raw, GuardStatement(_SCHEMA_SQL, NO_PARAMETERS, None, 100_000, 5.0)) or []

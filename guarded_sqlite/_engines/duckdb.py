@@ -1,7 +1,8 @@
 """DuckDB: no savepoints, and any error inside an explicit transaction aborts it, so the guard's
-statements run only when no explicit transaction is open, on a duplicate cursor in ``BEGIN
-TRANSACTION READ ONLY``, with ``interrupt()`` from the watchdog thread past the time limit. duckdb is
-imported only when a statement needs it."""
+statements run only when no explicit transaction is open, on the caller's own connection (its TEMP
+tables, ``search_path`` and schema are what the statement read: a duplicate cursor has none of them,
+c36) in ``BEGIN TRANSACTION READ ONLY``, with ``interrupt()`` from the watchdog thread past the time
+limit. duckdb is imported only when a statement needs it."""
 
 from __future__ import annotations
 
@@ -53,6 +54,12 @@ class DuckDBEngine(Engine):
         if "python_scan_all_frames" in settings and settings.get("lock_configuration") != "true":
             raw.execute("SET python_scan_all_frames = true")
 
+    def name_context(self, raw: Any) -> Any:
+        try:  # cannot fail inside a transaction, which a failure would abort: nothing here can
+            return raw.execute("SELECT current_schema(), current_setting('search_path')").fetchall()
+        except Exception:
+            return None
+
     def in_explicit_transaction(self, raw: Any) -> bool:
         """Autocommit gives every statement a new transaction id; inside BEGIN they repeat."""
         try:
@@ -67,32 +74,28 @@ class DuckDBEngine(Engine):
             raise RerunRefused(
                 "an explicit transaction is open and DuckDB has no savepoints: a failing re-execution would abort it"
             )
-        rows = self.on_read_only_duplicate(
+        rows = self.on_read_only_session(
             raw, sql, parameters, time_limit, lambda cursor: fetch_described(cursor, max_rows + 1, description)
         )
         return None if len(rows) > max_rows else rows
 
-    def on_read_only_duplicate(
+    def on_read_only_session(
         self, raw: Any, sql: str, parameters: Any, time_limit: float | None, consume: Callable[[Any], Any]
     ) -> Any:
-        """Run ``sql`` on a duplicate cursor in a read-only transaction and return ``consume(cursor)``.
+        """Run ``sql`` on the caller's connection ``raw`` in a read-only transaction and return
+        ``consume(raw)``, which must take what it needs of the result before the transaction ends.
 
-        Outside an explicit transaction every change is committed, so the duplicate sees the same data,
-        and the caller's own result and description stay untouched. The caller checks that no explicit
-        transaction is open.
-        """
-        cursor = raw.cursor()
-        self.scan_callers_frames(cursor)  # a duplicate connection does not inherit the setting
+        The caller checks that no explicit transaction is open, and has fetched (and keeps the
+        description of) its own result, which this replaces. A duplicate cursor would be a new
+        connection without the caller's TEMP tables, ``search_path`` or ``SET schema``: the same names
+        would read other tables there (c36)."""
+        raw.execute("BEGIN TRANSACTION READ ONLY")
         try:
-            cursor.execute("BEGIN TRANSACTION READ ONLY")
-            with interrupt_after(time_limit, cursor.interrupt) if time_limit is not None else NO_DEADLINE:
-                execute_with(cursor, sql, parameters)
-                return consume(cursor)
+            with interrupt_after(time_limit, raw.interrupt) if time_limit is not None else NO_DEADLINE:
+                execute_with(raw, sql, parameters)
+                return consume(raw)
         finally:
-            try:
-                cursor.execute("ROLLBACK")
-            finally:
-                cursor.close()
+            raw.execute("ROLLBACK")
 
 
 DUCKDB = DuckDBEngine()

@@ -85,6 +85,12 @@ class MySQLEngine(Engine):
         convert = raw_cursor._conv_row
         return None, lambda rows: [convert(row) for row in rows]
 
+    def name_context(self, raw: Any) -> Any:
+        try:
+            return self.read_only_fetch(raw, GuardStatement("SELECT DATABASE()", NO_PARAMETERS, None, 1, 5.0))
+        except Exception:
+            return None
+
     def user_functions(self, raw: Any) -> frozenset[str] | None:
         try:
             rows = self.read_only_fetch(raw, GuardStatement(_FUNCTIONS_SQL, NO_PARAMETERS, None, 100_000, 5.0))

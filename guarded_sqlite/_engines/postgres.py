@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import Engine, GuardStatement, RerunRefused, execute_with, fetch_described
+from .base import NO_PARAMETERS, Engine, GuardStatement, RerunRefused, execute_with, fetch_described
 
 __all__ = ["POSTGRES", "PostgresEngine", "pg_statement_timeout"]
 
@@ -26,6 +26,12 @@ class PostgresEngine(Engine):
             return tuple_row, None
         make = factory(raw_cursor)  # psycopg's row factory reads the cursor's (the written statement's) description
         return tuple_row, lambda rows: [make(row) for row in rows]
+
+    def name_context(self, raw: Any) -> Any:
+        try:
+            return self.read_only_fetch(raw, GuardStatement(_CONTEXT_SQL, NO_PARAMETERS, None, 1, 5.0))
+        except Exception:
+            return None
 
     def read_only_fetch(self, raw: Any, statement: GuardStatement) -> list[Any] | None:
         sql, parameters, row_factory, max_rows, time_limit, description = statement[:6]
@@ -68,3 +74,6 @@ def pg_statement_timeout(time_limit: float | None) -> str | None:
 
 
 POSTGRES = PostgresEngine()
+
+
+_CONTEXT_SQL = "SELECT current_schemas(true)::text, pg_my_temp_schema()::text"

@@ -118,7 +118,7 @@ class GuardedDuckDBConnection(CursorProxy, GuardedConnection):
             # query that just succeeded on it.
             execute_with(raw, sql, parameters)
             return getattr(raw, method)(*args, **kwargs)
-        return DUCKDB.on_read_only_duplicate(
+        return DUCKDB.on_read_only_session(
             raw, sql, parameters, None, lambda cursor: getattr(cursor, method)(*args, **kwargs)
         )
 

@@ -281,3 +281,112 @@ def test_c27_a_kept_safe_plan_is_not_reused_over_a_shadowing_temp_table_or_a_rea
     cur = con.execute(sql.format(s="aux."))
     assert cur.fetchall() == [("ana", 100), ("bo", 150)]
     assert cur.guard_report.trigger == "aggregate_fanout"
+
+
+SESSION_SQL = (
+    "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+    "JOIN {items} i ON i.order_id = o.id GROUP BY c.id, c.name ORDER BY c.id"
+)
+SESSION_TRUTH = (
+    "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+    "WHERE o.id IN (SELECT order_id FROM {items}) GROUP BY c.id, c.name ORDER BY c.id"
+)
+C36_SESSIONS = {
+    "TEMP table shadows items": [
+        "CREATE TEMP TABLE items(id INTEGER PRIMARY KEY, order_id INT, sku VARCHAR)",
+        "INSERT INTO temp.items VALUES (1, 2, 'x'), (2, 2, 'y')",
+    ],
+    "SET search_path": [
+        "CREATE SCHEMA s2",
+        "CREATE TABLE s2.items(id INTEGER PRIMARY KEY, order_id INT, sku VARCHAR)",
+        "INSERT INTO s2.items VALUES (1, 2, 'x'), (2, 2, 'y')",
+        "SET search_path = 's2,main'",
+    ],
+}
+
+
+def duckdb_shop(items_per_order: str = "(1, 1, 'a'), (2, 1, 'b'), (3, 1, 'c'), (4, 2, 'd')") -> Any:
+    duckdb = pytest.importorskip("duckdb")
+    db = duckdb.connect()
+    db.execute("CREATE TABLE customers(id INTEGER PRIMARY KEY, name VARCHAR)")
+    db.execute("CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INT, total INT)")
+    db.execute("CREATE TABLE items(id INTEGER PRIMARY KEY, order_id INT, sku VARCHAR)")
+    db.execute("INSERT INTO customers VALUES (1, 'ana'), (2, 'bo')")
+    db.execute("INSERT INTO orders VALUES (1, 1, 100), (2, 2, 150)")
+    db.execute(f"INSERT INTO items VALUES {items_per_order}")
+    return db
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+@pytest.mark.parametrize("session", sorted(C36_SESSIONS))
+def test_c36_duckdb_checks_run_in_the_callers_session(preset: str, session: str) -> None:
+    """c36: the check runs on the caller's DuckDB connection, with its TEMP tables and search path: the
+    corrected answer is the one of the table the statement read, not main's."""
+    db = duckdb_shop()
+    guarded = guarded_sqlite.wrap(db, guard=preset)
+    for statement in C36_SESSIONS[session]:
+        guarded.execute(statement)
+    written = db.execute(SESSION_SQL.format(items="items")).fetchall()
+    truth = db.execute(SESSION_TRUTH.format(items="items")).fetchall()
+    assert (written, truth) == ([("bo", 300)], [("bo", 150)])
+    cur = guarded.execute(SESSION_SQL.format(items="items"))
+    served = served_or_flagged(written, truth, cur)
+    assert served == (truth if preset == "text_to_sql" else written)
+    if preset == "patch":
+        (finding,) = cur.guard_report.aggregates
+        assert (finding.written, finding.corrected) == (300, 150)  # bo's, in the table the statement read
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+def test_c33_duckdb_set_schema_replans(preset: str) -> None:
+    """c33 (DuckDB): ``SET schema = 's2'`` has none of the DDL words; the catalog is read again because the
+    current schema changed, and the fan-out in s2 (no UNIQUE on items.order_id) is seen."""
+    db = duckdb_shop("(1, 1, 'a'), (2, 2, 'b')")
+    db.execute("CREATE UNIQUE INDEX one_item ON items(order_id)")
+    db.execute("CREATE SCHEMA s2")
+    for table in ("customers", "orders", "items"):
+        db.execute(f"CREATE TABLE s2.{table} AS SELECT * FROM main.{table}")
+    db.execute("INSERT INTO s2.items VALUES (3, 1, 'c'), (4, 1, 'd')")
+    guarded = guarded_sqlite.wrap(db, guard=preset)
+    assert guarded.execute(SESSION_SQL.format(items="items")).fetchall() == [("ana", 100), ("bo", 150)]
+    guarded.execute("SET schema = 's2'")
+    written = db.execute(SESSION_SQL.format(items="items")).fetchall()
+    truth = db.execute(SESSION_TRUTH.format(items="items")).fetchall()
+    assert (written, truth) == ([("ana", 300), ("bo", 150)], [("ana", 100), ("bo", 150)])
+    served = served_or_flagged(written, truth, guarded.execute(SESSION_SQL.format(items="items")))
+    assert served == (truth if preset == "text_to_sql" else written)
+
+
+@pytest.mark.parametrize("switch", ["SET SCHEMA 's2'", "SELECT set_config('search_path', 's2', false)"])
+def test_c33_postgres_schema_switch_without_ddl_words_replans(pg_dsn: str, switch: str) -> None:
+    """c33 (PostgreSQL): ``SET SCHEMA`` and ``set_config('search_path', ...)`` move the search path, which
+    the schema view compares before it reuses its catalog."""
+    import uuid
+
+    import psycopg
+
+    s1, s2 = (f"c33_{uuid.uuid4().hex[:8]}_{n}" for n in (1, 2))
+    admin = psycopg.connect(pg_dsn, autocommit=True)
+    try:
+        for schema, unique, items in ((s1, "UNIQUE", "(1, 1), (2, 2)"), (s2, "", "(1, 1), (2, 1), (3, 1), (4, 2)")):
+            admin.execute(f"CREATE SCHEMA {schema}")
+            admin.execute(f"CREATE TABLE {schema}.customers(id INT PRIMARY KEY, name TEXT)")
+            admin.execute(f"CREATE TABLE {schema}.orders(id INT PRIMARY KEY, customer_id INT, total INT)")
+            admin.execute(f"CREATE TABLE {schema}.items(id INT PRIMARY KEY, order_id INT {unique})")
+            admin.execute(f"INSERT INTO {schema}.customers VALUES (1, 'ana'), (2, 'bo')")
+            admin.execute(f"INSERT INTO {schema}.orders VALUES (1, 1, 100), (2, 2, 150)")
+            admin.execute(f"INSERT INTO {schema}.items VALUES {items}")
+        raw = psycopg.connect(pg_dsn, autocommit=True)
+        raw.execute(f"SET search_path TO {s1}")
+        guarded = guarded_sqlite.wrap(raw, guard="text_to_sql")
+        sql = SESSION_SQL.format(items="items")
+        assert [tuple(r) for r in guarded.execute(sql).fetchall()] == [("ana", 100), ("bo", 150)]
+        guarded.execute(switch.replace("s2", s2))
+        cur = guarded.execute(sql)
+        assert [tuple(r) for r in cur.fetchall()] == [("ana", 100), ("bo", 150)]  # the statement says ana 300
+        assert cur.guard_report.trigger == "aggregate_fanout"
+        raw.close()
+    finally:
+        for schema in (s1, s2):
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.close()

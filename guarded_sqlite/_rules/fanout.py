@@ -189,18 +189,18 @@ def _other_rows(
     """Whether the corrected query serves other rows than the statement, compared on the columns
     without an aggregate (the groups: exact values, taken from the same rows) and the aggregates at risk
     at the positions ``values`` (ones the correction left unchanged: a value that differs there is
-    another group's) as a multiset, or as a
-    sequence where ORDER BY reads an aggregate (``plan.decides``). A row that cannot be read as a
+    another group's) as a multiset, or as a sequence where ORDER BY reads an aggregate
+    (``plan.decides``). A row that cannot be read as a
     sequence of ``plan.width`` values counts as other (the rows differ as far as anything can tell)."""
     aggregated = set(plan.steady) | ({p for p in plan.items if p is not None} - values)
     width = plan.width or (len(checked[0]) if checked else 0)  # a statement with a subquery corrected: whole rows
     pick = _picker([i for i in range(width) if i not in aggregated])
     written: list[Any] = []
     for row in rows:
-        values = row if type(row) is tuple else row_values(row)
-        if values is None or len(values) != width:
+        row_read = row if type(row) is tuple else row_values(row)
+        if row_read is None or len(row_read) != width:
             return True
-        written.append(pick(values))
+        written.append(pick(row_read))
     corrected = [pick(row) for row in checked]
     if "ORDER BY" in plan.decides:
         return written != corrected

@@ -74,6 +74,7 @@ from .guard_statements import (  # read_only_fetch and settle_query_only re-expo
 
 if TYPE_CHECKING:
     from .._analysis.provenance import Provenance
+    from .._rules.fanout import FanoutOutcome
     from .._rules.patching import PatchOutcome
 
 _SMALL_RESULT = SMALL_RESULT
@@ -289,6 +290,20 @@ def after_fetch(
     except Exception as error:  # a value whose __hash__ raises something else: same
         return rows, unprobed(guard.preset, sql, f"rows cannot be compared ({describe_error(error)}): not probed")
     detect_ns = _perf_ns() - started
+    if (
+        patch
+        and screen is not None
+        and rescue_inputs is None
+        and unique != count
+        and count
+        and mentions_value_aggregate_over_join(sql)
+    ):
+        # Repeated rows of an aggregate over a join (totals that coincide, a label per group) are the
+        # aggregate rule's before the row repair's: P1 leaves a grouped result as it is, and the
+        # inflated values would go unchecked (c34).
+        fanned = check_aggregates(guard, raw, sql, parameters, rows)
+        if fanned is not None and fanned.findings:
+            return fanned.rows, _aggregate_state(guard, sql, AGGREGATE_FANOUT, fanned, count, unique, detect_ns)
     if patch and (
         trigger == CARTESIAN_EXPLOSION
         or (trigger is not None and rescue_inputs is not None)
@@ -318,26 +333,8 @@ def after_fetch(
         # filter out every group the truth keeps.
         fanned = check_aggregates(guard, raw, sql, parameters, rows)
         if fanned is not None:
-            findings = fanned.findings
-            checked = ReportState(
-                preset=guard.preset,
-                sql=sql,
-                final_sql=fanned.final_sql,
-                trigger=AGGREGATE_FANOUT if findings else trigger,
-                action="aggregate_defanned" if fanned.decision.applied else "none",
-                rows=count,
-                unique_rows=unique,
-                final_rows=len(fanned.rows),
-                note=None,
-                error=None,
-                decisions=(fanned.decision,),
-                detect_ns=detect_ns,
-                patch_ns=fanned.elapsed_ns,
-                aggregates=findings,
-            )
-            if findings or not fanned.decision.applied:  # flagged, or at risk and not checked (DEBUG)
-                log_statement(checked, guard.dialect)
-            return fanned.rows, checked
+            trigger = AGGREGATE_FANOUT if fanned.findings else trigger
+            return fanned.rows, _aggregate_state(guard, sql, trigger, fanned, count, unique, detect_ns)
     measured = ReportState(
         preset=guard.preset,
         sql=sql,
@@ -356,6 +353,38 @@ def after_fetch(
     if trigger is not None:
         log_statement(measured, guard.dialect)
     return rows, measured
+
+
+def _aggregate_state(
+    guard: ConnectionState,
+    sql: str,
+    trigger: str | None,
+    fanned: FanoutOutcome,
+    count: int,
+    unique: int | PartialCount,
+    detect_ns: int,
+) -> ReportState:
+    """The report state of a statement the aggregate rule decided (``fanned``); logs it where flagged,
+    or at risk and not checked (DEBUG)."""
+    checked = ReportState(
+        preset=guard.preset,
+        sql=sql,
+        final_sql=fanned.final_sql,
+        trigger=trigger,
+        action="aggregate_defanned" if fanned.decision.applied else "none",
+        rows=count,
+        unique_rows=unique,
+        final_rows=len(fanned.rows),
+        note=None,
+        error=None,
+        decisions=(fanned.decision,),
+        detect_ns=detect_ns,
+        patch_ns=fanned.elapsed_ns,
+        aggregates=fanned.findings,
+    )
+    if fanned.findings or not fanned.decision.applied:
+        log_statement(checked, guard.dialect)
+    return checked
 
 
 def after_error(

@@ -390,3 +390,47 @@ def test_c33_postgres_schema_switch_without_ddl_words_replans(pg_dsn: str, switc
         for schema in (s1, s2):
             admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         admin.close()
+
+
+C34_SETUP = """
+CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT);
+CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INT, total INT);
+CREATE TABLE items(id INTEGER PRIMARY KEY, order_id INT, sku TEXT);
+INSERT INTO customers VALUES (1, 'ana'), (2, 'bo'), (3, 'cy'), (4, 'di'), (5, 'ed');
+INSERT INTO orders VALUES (1, 1, 60), (2, 2, 60), (3, 3, 60), (4, 4, 60), (5, 5, 150);
+INSERT INTO items(order_id, sku) VALUES (1, 'a'), (1, 'b'), (2, 'c'), (2, 'd'), (3, 'e'), (3, 'f'),
+  (4, 'g'), (4, 'h'), (5, 'i');
+"""
+C34_CASES = {
+    "equal totals": "SELECT SUM(o.total) AS spent {F} GROUP BY c.id, c.name ORDER BY c.id",
+    "label per group": "SELECT CASE WHEN SUM(o.total) > 100 THEN 'big' ELSE 'small' END AS size {F} "
+    "GROUP BY c.id, c.name ORDER BY c.id",
+}
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+@pytest.mark.parametrize("label", sorted(C34_CASES))
+def test_c34_repeated_rows_of_an_inflated_aggregate_go_to_the_aggregate_rule(preset: str, label: str) -> None:
+    """c34: a grouped result whose rows repeat (equal inflated totals, a label per group) is checked by the
+    aggregate rule before the row repair takes it: flagged, or corrected under ``text_to_sql``."""
+    raw = sqlite3.connect(":memory:")
+    raw.executescript(C34_SETUP)
+    con = guarded_sqlite.connect(":memory:", guard=preset)  # type: ignore[call-overload]
+    raw.backup(con)
+    sql, truth_sql = (C34_CASES[label].format(F=f) for f in (J, T))
+    written, truth = raw.execute(sql).fetchall(), raw.execute(truth_sql).fetchall()
+    assert written != truth
+    cur = con.execute(sql)
+    served = served_or_flagged(written, truth, cur)
+    assert served == (truth if preset == "text_to_sql" else written)
+    assert cur.guard_report.trigger == "aggregate_fanout"
+
+
+def test_c34_repeated_rows_without_an_inflated_aggregate_still_go_to_the_row_repair() -> None:
+    """No-op side: equal totals that no join inflates are left to the probe as before (no aggregate finding)."""
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    con.executescript(C34_SETUP)
+    cur = con.execute("SELECT SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.id")
+    assert cur.fetchall() == [(60,), (60,), (60,), (60,), (150,)]
+    assert not cur.guard_report.aggregates
+    assert cur.guard_report.action == "none"

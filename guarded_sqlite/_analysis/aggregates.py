@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlglot import exp
 
@@ -60,7 +60,7 @@ from .schema import SchemaFacts, fold
 from .sqltree import conjuncts, outer_scope, too_big
 from .trees import keep, spent_text, text_of
 
-__all__ = ["AggregatePlan", "AggregateRisk", "grouped_only", "plan_aggregates", "served_sql"]
+__all__ = ["AggregatePlan", "AggregateRisk", "ScopeCheck", "grouped_only", "plan_aggregates", "served_sql"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,22 @@ class AggregateRisk:
 
     column: int | None
     """Position of the aggregate in the select list when it is a whole select item, else None."""
+
+
+class ScopeCheck(NamedTuple):
+    """One SELECT inside a statement (a derived table, a CTE, a subquery, a set-operation branch) whose
+    value aggregate is at risk, corrected in the statement's ``corrected_sql``, and checked on its own."""
+
+    label: str
+    """Where it is: ``"derived table d"``, ``"CTE t"``, ``"set-operation branch 2"``, ``"subquery 1"``."""
+    risks: tuple[AggregateRisk, ...]
+    """Its aggregates at risk."""
+    whole_sql: str
+    """Its check query without HAVING, ORDER BY, LIMIT and OFFSET: every group's counts."""
+    whole_binds: tuple[int, int] | None
+    """The slice of the statement's positional parameters ``whole_sql`` binds (None: all of them)."""
+    width: int
+    """How many columns the SELECT has (its counts start after them)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +155,14 @@ class AggregatePlan:
     """SQLite: (the leaf's name, ``corrected_sql``, ``check_sql``) with the one table that repeats the
     argument's rows pre-grouped (``guarded_sqlite._analysis.pregroup``), to run instead where the statement
     scans that table whole; None where the shape does not allow it."""
+    scopes: tuple[ScopeCheck, ...] = ()
+    """The statement's other SELECTs with an aggregate at risk, every one corrected in ``corrected_sql``
+    (and in ``check_sql``, which reads them corrected) and checked on its own: a corrected statement is
+    served only when every one of them is (``guarded_sqlite._analysis.deciding.inner_scopes``)."""
+    unanalysed: bool = False
+    """The statement could not be analysed (a shape the analysis does not read: RIGHT/FULL JOIN, ROLLUP,
+    unparseable SQL ...; ``note`` says which): whether an aggregate is at risk is unknown, and the rule
+    says so in a decision rather than nothing (issue 42 item 2)."""
 
 
 _PLACEHOLDER, _AT_RISK = "__gs_c", "with an aggregate at risk"
@@ -181,9 +205,9 @@ def plan_aggregates(
     try:
         return _Planner(tree, schema, dialect, scanned).plan()
     except Unanalysable as why:
-        return AggregatePlan(note=str(why))
+        return AggregatePlan(note=str(why), unanalysed=True)
     except Exception as error:  # a tree shape we did not foresee must never break the caller
-        return AggregatePlan(note=f"analysis failed: {type(error).__name__}: {error}")
+        return AggregatePlan(note=f"analysis failed: {type(error).__name__}: {error}", unanalysed=True)
 
 
 def _copied(value: Any) -> Any:
@@ -217,7 +241,7 @@ class _Planner(Analysis):
         if not isinstance(select, exp.Select):
             return AggregatePlan(note="not a single SELECT")
         if too_big(select, MAX_NODES):
-            return AggregatePlan(note=f"query has more than {MAX_NODES} syntax nodes: not analysed")
+            return AggregatePlan(note=f"query has more than {MAX_NODES} syntax nodes: not analysed", unanalysed=True)
         with_ = select.args.get("with_") or select.args.get("with")
         if with_ is not None:
             for cte in with_.expressions:

@@ -49,7 +49,7 @@ from sqlglot import exp
 from .._engines import SQLITE, execute_with
 from ..errors import describe_error
 from .aggregates import AggregatePlan, grouped_only, plan_aggregates
-from .deciding import plan_nested, plan_whole
+from .deciding import inner_scopes, plan_whole, substituted
 from .paging import pages_groups, plan_bound
 from .pregroup import scans_whole
 from .provenance import NUMBERED_NAME, Provenance, analyse_tree, numbers_back, parse_statement, table_names
@@ -77,6 +77,7 @@ from .schema import (
 from .schema_mysql import read_mysql_schema
 from .schema_servers import read_duckdb_schema, read_postgres_schema
 from .sqltree import rerun_hazard
+from .trees import text_of
 
 if TYPE_CHECKING:
     from .._engines import Engine
@@ -157,7 +158,7 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     try:
         version = schema_stamp(view.own_cursor())
     except sqlite3.Error as error:
-        return AggregatePlan(note=f"catalog unreadable: {describe_error(error)}")
+        return AggregatePlan(note=f"catalog unreadable: {describe_error(error)}", unanalysed=True)
     if view.safe_aggregates.get(sql) == version:
         return _SAFE
 
@@ -171,7 +172,7 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
 
     answer = functools.partial(_aggregate_plan, scanned=scanned)
     found = view.explain(sql, Analyser(_AGGREGATES.kind, answer, _AGGREGATES.unknown))
-    if not found.risks:
+    if not found.risks and not found.unanalysed:
         if len(view.safe_aggregates) >= VERDICTS and sql not in view.safe_aggregates:
             del view.safe_aggregates[next(iter(view.safe_aggregates))]
         view.safe_aggregates[sql] = version
@@ -284,17 +285,49 @@ _PROJECTED: Analyser[Provenance] = Analyser(
 def _aggregate_plan(
     tree: exp.Expression, facts: SchemaFacts, dialect: str, scanned: Callable[[str], bool] | None = None
 ) -> AggregatePlan:
-    if scanned is not None and pages_groups(tree):
-        scanned = grouped_only  # the check bounded to the served groups is the grouped one
-    found = plan_aggregates(tree, facts, dialect, scanned)
-    if not found.risks:
-        nested = plan_nested(tree, facts, dialect)
-        planned = found if nested is None else dataclasses.replace(nested, hazard=rerun_hazard(tree))
-    else:
-        planned = plan_whole(
-            plan_bound(dataclasses.replace(found, hazard=rerun_hazard(tree)), tree, dialect), tree, dialect
-        )
+    planned = _statement_plan(tree, facts, dialect, scanned)
     return _numbered_back(planned) if dialect == "sqlite" else planned
+
+
+def _statement_plan(
+    tree: exp.Expression, facts: SchemaFacts, dialect: str, scanned: Callable[[str], bool] | None
+) -> AggregatePlan:
+    """The plan of every SELECT of ``tree`` at risk: the outer one's (``plan_aggregates``) made on the
+    statement with the others corrected (``deciding.inner_scopes``), all or none corrected."""
+    inner = inner_scopes(tree, facts, dialect)
+    if scanned is not None and (pages_groups(tree) or inner.planned):
+        scanned = grouped_only  # the check bounded to the served groups, or one over corrected subqueries
+    found = plan_aggregates(tree, facts, dialect, scanned)
+    hazard = rerun_hazard(tree)
+    risks = found.risks + inner.risks
+    refused = inner.refusals
+    if found.unanalysed and isinstance(tree, exp.Select):
+        # The statement's own SELECT is not read: whether a corrected subquery changes its answer is unknown.
+        refused = (f"the outer query: {found.note}", *refused)
+    if refused or (inner.unanalysed and not risks):
+        notes = "; ".join((*refused, *inner.unanalysed))
+        if not risks:
+            return AggregatePlan(note=notes, unanalysed=True, hazard=hazard)
+        # Several SELECTs at risk and one cannot be corrected: none is (never a statement corrected in part).
+        return AggregatePlan(risks, None, notes, hazard=hazard)
+    if not inner.planned:
+        if not found.risks:
+            return found
+        return plan_whole(plan_bound(dataclasses.replace(found, hazard=hazard), tree, dialect), tree, dialect)
+    statement = substituted(tree, inner)
+    checks = tuple(check for _, _, check in inner.planned)
+    if not found.risks:
+        written = text_of(statement, dialect)
+        decides = "an outer query" + (" with ORDER BY" if tree.args.get("order") is not None else "")
+        return AggregatePlan(inner.risks, written, check_sql=written, hazard=hazard, decides=decides, scopes=checks)
+    # The outer SELECT's plan, made on the statement with its subqueries corrected: its check reads them so.
+    again = plan_aggregates(statement, facts, dialect, grouped_only)
+    if again.corrected_sql is None or [(r.function, r.argument) for r in again.risks] != [
+        (r.function, r.argument) for r in found.risks
+    ]:
+        why = again.note or "its aggregates read otherwise with its subqueries corrected"
+        return AggregatePlan(risks, None, f"the outer query, with its subqueries corrected: {why}", hazard=hazard)
+    return plan_whole(dataclasses.replace(again, hazard=hazard, scopes=checks), statement, dialect)
 
 
 def _numbered_back(plan: AggregatePlan) -> AggregatePlan:
@@ -306,6 +339,7 @@ def _numbered_back(plan: AggregatePlan) -> AggregatePlan:
     pregrouped = plan.pregrouped
     return dataclasses.replace(
         plan,
+        scopes=tuple(scope._replace(whole_sql=numbers_back(scope.whole_sql)) for scope in plan.scopes),
         corrected_sql=None if plan.corrected_sql is None else numbers_back(plan.corrected_sql),
         check_sql=None if plan.check_sql is None else numbers_back(plan.check_sql),
         whole_sql=None if plan.whole_sql is None else numbers_back(plan.whole_sql),
@@ -316,7 +350,9 @@ def _numbered_back(plan: AggregatePlan) -> AggregatePlan:
     )
 
 
-_AGGREGATES: Analyser[AggregatePlan] = Analyser("aggregates", _aggregate_plan, lambda why: AggregatePlan(note=why))
+_AGGREGATES: Analyser[AggregatePlan] = Analyser(
+    "aggregates", _aggregate_plan, lambda why: AggregatePlan(note=why, unanalysed=True)
+)
 
 
 Statement = tuple[str, tuple[Any, ...]]

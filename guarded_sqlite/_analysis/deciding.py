@@ -12,9 +12,14 @@ runs it only when the check's own rows show nothing and the corrected query serv
 same rows in another order, where ``ORDER BY`` reads the aggregate), and flags (or corrects) the
 statement only where some group's argument rows were counted several times.
 
-``plan_nested`` does the same for the first subquery, derived table or CTE body whose SELECT puts an
-aggregate at risk when the statement's own SELECT puts none: that SELECT's check over every group, and
-the statement with it corrected (the rule compares the statement's rows with that one's).
+``inner_scopes`` does the same for every other SELECT of the statement (subqueries, derived tables, CTE
+bodies, set-operation branches, any depth) whose aggregate is at risk: each one's check over every
+group, and ``substituted`` writes the statement with all of them corrected, which the outer SELECT's
+own plan (if it has risks too) is made on, so that its check reads them corrected. The rule compares
+the statement's rows with the corrected statement's, and serves the corrected statement only when
+every SELECT at risk was corrected and checked: one that cannot be (correlated, parameters that bind
+by place, inside another at risk) leaves the whole statement as written, with a decision that names
+it (issue 42, c25, c26).
 
 Positional parameters of the clauses a check leaves out (``LIMIT ?``) are not bound to it:
 ``AggregatePlan.whole_binds`` is the slice of the statement's positional parameters it binds (those
@@ -25,17 +30,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import sqlglot
 from sqlglot import exp
 
 from .aggregate_sql import aggregate_function, is_aggregate, outer_parts
-from .aggregates import AggregatePlan, grouped_only, plan_aggregates, served_sql
+from .aggregates import AggregatePlan, AggregateRisk, ScopeCheck, grouped_only, plan_aggregates, served_sql
 from .schema import SchemaFacts, fold
 from .sqltree import outer_reference, outer_scope
 from .trees import keep, text_of
 
-__all__ = ["plan_nested", "plan_whole", "reads_aggregate"]
+__all__ = ["InnerScopes", "inner_scopes", "plan_whole", "reads_aggregate", "substituted"]
 
 _TAIL = ("having", "order", "limit", "offset")
 
@@ -66,40 +72,64 @@ def plan_whole(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
     return dataclasses.replace(plan, whole_sql=text_of(check, dialect), whole_binds=binds, decides=decides)
 
 
-def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> AggregatePlan | None:
-    """For a statement whose own SELECT puts no aggregate at risk: the first subquery, derived table or
-    CTE body (any depth) whose SELECT does, as an ``AggregatePlan`` with ``nested`` set (the statement
-    with that SELECT corrected, and that SELECT's check over every group); None where there is none.
+class InnerScopes(NamedTuple):
+    """What ``inner_scopes`` found: the SELECTs it corrected (their walk index in the statement, the
+    corrected tree, their check), the aggregates at risk in all of them, and why any cannot be."""
 
-    The SELECT is checked on its own, so one that reads the outer query's columns (correlated) is
-    refused, as is one whose positional parameters cannot be told apart from the statement's (some
-    inside it and some outside: they bind by place)."""
+    planned: tuple[tuple[int, exp.Expr, ScopeCheck], ...] = ()
+    risks: tuple[AggregateRisk, ...] = ()
+    refusals: tuple[str, ...] = ()
+    unanalysed: tuple[str, ...] = ()
+    """Labels and notes of SELECTs with a value aggregate the analysis could not read."""
+
+
+def inner_scopes(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> InnerScopes:
+    """Every SELECT inside ``tree`` (subqueries, derived tables, CTE bodies, set-operation branches, any
+    depth) whose value aggregate a join puts at risk, each planned alone: its corrected tree and its
+    check over every group. A SELECT that cannot be checked alone is a refusal that names it: one that
+    reads the outer query's columns (correlated), one whose positional parameters cannot be told apart
+    from the statement's (some inside it and some outside: they bind by place), one inside another at
+    risk, one in a recursive query, one whose correction the planner refuses. The caller serves a
+    corrected statement only where there is no refusal at all (issue 42: all or nothing)."""
     if not isinstance(tree, (exp.Select, exp.SetOperation)):
-        return None
+        return InnerScopes()
     with_ = tree.args.get("with_") or tree.args.get("with")
-    if with_ is not None and with_.args.get("recursive"):
-        return None
+    recursive = with_ is not None and bool(with_.args.get("recursive"))
     ctes = {fold(cte.alias_or_name): cte.this for cte in with_.expressions} if with_ is not None else {}
+    positional = _positional(tree)
+    planned: list[tuple[int, exp.Expr, ScopeCheck, exp.Select]] = []
+    risks: list[AggregateRisk] = []
+    refusals: list[str] = []
+    unanalysed: list[str] = []
     for index, inner in enumerate(tree.find_all(exp.Select)):
         if inner is tree or not any(
             aggregate_function(node) is not None for part in outer_parts(inner) for node in outer_scope(part)
         ):
             continue
+        label = _label(inner, index)
         alone = keep(inner.copy())
         if with_ is not None and any(fold(table.name) in ctes for table in inner.find_all(exp.Table)):
             alone.set("with_", with_.copy())
         found = plan_aggregates(alone, facts, dialect, grouped_only)  # its own check runs alone
+        if found.unanalysed:
+            unanalysed.append(f"{label}: {found.note}")
+            continue
         if not found.risks:
             continue
+        risks.extend(found.risks)
+        if recursive:
+            refusals.append(f"{label}: in a recursive query, whose rows have no identity")
+            continue
         if found.corrected_sql is None or found.check_sql is None:
-            return dataclasses.replace(found, width=0, nested=found.width, note=f"in a subquery: {found.note}")
+            refusals.append(f"{label}: {found.note}")
+            continue
         why = outer_reference(inner, facts, ctes)
-        positional, inside = _positional(tree), _positional(inner)
+        inside = _positional(inner)
         if not why and inside not in (0, positional):
-            why = "positional parameters both inside and outside it"
+            why = "has positional parameters both inside and outside it"
         if why:
-            refused = dataclasses.replace(found, corrected_sql=None, check_sql=None, nested=found.width)
-            return dataclasses.replace(refused, note=f"a subquery {why}: not checked")
+            refusals.append(f"{label} {why}: not checked")
+            continue
         whole = keep(sqlglot.parse_one(found.check_sql, read=dialect))
         _drop_tail(whole)
         # Its own HAVING, ORDER BY, LIMIT and OFFSET are left out, with their parameters (D5).
@@ -107,20 +137,50 @@ def plan_nested(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Aggre
         corrected = keep(sqlglot.parse_one(served_sql(found, None) or "", read=dialect))
         keep(corrected.args.get("with_"))
         corrected.set("with_", None)  # in its place the statement's own CTEs are in scope again
-        statement = keep(tree.copy())
-        # The copy walks as the tree does: the same place, not an equal SELECT elsewhere.
-        keep(next(node for at, node in enumerate(statement.find_all(exp.Select)) if at == index)).replace(corrected)
-        written = text_of(statement, dialect)
-        return AggregatePlan(
-            found.risks,
-            written,
-            check_sql=written,
-            whole_sql=text_of(whole, dialect),
-            whole_binds=(0, inside - tail),
-            nested=found.width,
-            decides="an outer query" + (" with ORDER BY" if tree.args.get("order") is not None else ""),
-        )
-    return None
+        check = ScopeCheck(label, found.risks, text_of(whole, dialect), (0, inside - tail), found.width)
+        planned.append((index, corrected, check, inner))
+    for _, _, check, inner in planned:
+        outer = next((other for _, _, other, node in planned if node is not inner and _within(inner, node)), None)
+        if outer is not None:
+            refusals.append(f"{check.label}: inside {outer.label}, also at risk: not corrected")
+    return InnerScopes(
+        tuple((index, corrected, check) for index, corrected, check, _ in planned),
+        tuple(risks),
+        tuple(refusals),
+        tuple(unanalysed),
+    )
+
+
+def substituted(tree: exp.Expression, scopes: InnerScopes) -> exp.Expression:
+    """A copy of ``tree`` with every planned SELECT replaced by its corrected tree, each found at its
+    place (the copy walks as the tree does) before any is replaced."""
+    statement = keep(tree.copy())
+    wanted = {index for index, _, _ in scopes.planned}
+    places = {at: node for at, node in enumerate(statement.find_all(exp.Select)) if at in wanted}
+    for index, corrected, _ in scopes.planned:
+        keep(places[index]).replace(corrected.copy())
+    return statement
+
+
+def _within(node: exp.Expression, outer: exp.Expression) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent is outer:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _label(select: exp.Select, index: int) -> str:
+    """How a decision names an inner SELECT."""
+    parent = select.parent
+    if isinstance(parent, exp.Subquery) and parent.alias and isinstance(parent.parent, (exp.From, exp.Join)):
+        return f"derived table {parent.alias}"
+    if isinstance(parent, exp.CTE):
+        return f"CTE {parent.alias_or_name}"
+    if isinstance(parent, exp.SetOperation):
+        return f"set-operation branch {index}"
+    return f"subquery {index}"
 
 
 def _drop_tail(select: exp.Expr) -> None:

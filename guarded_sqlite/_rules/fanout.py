@@ -23,6 +23,7 @@ nothing extra and the paper preset has no such rule, so neither looks.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import Counter
@@ -31,7 +32,7 @@ from decimal import Decimal
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from .._analysis.aggregates import AggregatePlan, AggregateRisk, served_sql
+from .._analysis.aggregates import AggregatePlan, AggregateRisk, ScopeCheck, served_sql
 from .._analysis.rewrite import is_read_only_query
 from .._core.serving import row_values
 from .._engines import RerunRefused
@@ -64,6 +65,7 @@ def confirm(
     names: Sequence[Any] | None = None,
     shape: Callable[[list[tuple[Any, ...]]], list[Any]] | None = None,
     whole: Rerun | None = None,
+    scope_run: Callable[[ScopeCheck, str, int], list[Any] | None] | None = None,
 ) -> FanoutOutcome | None:
     """Run ``plan``'s check query and decide from its counts whether the join counted an argument row
     several times where that changes a value; None when nothing is at risk or the data does not
@@ -76,7 +78,12 @@ def confirm(
     Where an aggregate decides which rows are served (``plan.whole_sql``, ``guarded_sqlite._analysis.
     deciding``) and the check's rows show no repeated argument row, ``whole`` (``rerun`` binding the
     parameters ``whole_sql`` keeps) runs the check over every group: the groups the inflated values
-    chose may be ones the corrected query does not serve."""
+    chose may be ones the corrected query does not serve.
+
+    The statement's other SELECTs at risk (``plan.scopes``) are corrected in the same check query; where
+    its rows differ from the statement's, ``scope_run(scope, whole_sql, max_rows)`` runs each one's
+    check over every group (binding what it holds). A check that cannot run leaves the statement as
+    written (with the findings so far): a statement corrected in part is never served."""
     if not plan.risks:
         return None
     started = time.perf_counter_ns()
@@ -89,19 +96,10 @@ def confirm(
     checked = _attempt(rerun, check_sql, row_cap, "corrected query")
     if isinstance(checked, str):
         return _unconfirmed(sql, rows, checked, started)
-    if plan.nested:
-        # An aggregate at risk in a subquery: the statement with it corrected first (the same rows end
-        # it there, in one query), then whether the subquery's groups counted a row several times.
-        if not _other_rows(plan, rows, checked):
-            return None
-        every_group = _attempt(whole, plan.whole_sql, row_cap, "check of the subquery's groups")
-        if isinstance(every_group, str):
-            return _unconfirmed(sql, rows, every_group, started)
-        changes = realised(AggregatePlan(plan.risks, width=plan.nested), every_group)
-        counted, at, shown, chose = every_group, plan.nested, [], bool(changes)
-    else:
+    findings: list[AggregateFinding] = []
+    if width:  # the statement's own SELECT has aggregates at risk (without, its width is not needed)
         changes = realised(plan, checked)
-        counted, at = checked, width  # the rows the changes were found in, and where their counts start
+        counted = checked  # the rows the changes were found in
         shown = [j for j in changes if j < len(plan.items) and plan.items[j] is not None]
         other = None  # whether the corrected query serves other rows: compared once, where needed
         if not changes and plan.whole_sql is not None:
@@ -117,23 +115,49 @@ def confirm(
             # A value the correction did not change that differs all the same is another group's (c30).
             other = _other_rows(plan, rows, checked, values=_item_positions(plan, changes))
         chose = bool(changes) and bool(other)
-    if not shown and not chose:
-        # No argument row counted twice where it changes a value the statement shows, on this data,
+        # Else no argument row counted twice where it changes a value the statement shows, on this data,
         # nor which rows it serves or their order (an aggregate in HAVING or ORDER BY alone).
+        if shown or chose:
+            findings.extend(
+                _finding(risk, changes[j], counted, width + 5 * j, corrected_sql, plan.decides if chose else "")
+                for j, risk in enumerate(plan.risks)
+                if j in changes
+            )
+    if plan.scopes and _other_rows(AggregatePlan(width=width, decides=plan.decides), rows, checked):
+        # The other SELECTs at risk, corrected in the same query, changed the answer: whether their groups
+        # counted a row several times, each by its own check over every group.
+        for scope in plan.scopes:
+            every_group = _attempt(scope_run and functools.partial(scope_run, scope), scope.whole_sql, row_cap,
+                                   f"check of {scope.label}")  # fmt: skip
+            if isinstance(every_group, str):
+                return _left(sql, rows, findings, every_group, started)
+            changes = realised(AggregatePlan(scope.risks, width=scope.width), every_group)
+            findings.extend(
+                _finding(risk, changes[j], every_group, scope.width + 5 * j, corrected_sql, plan.decides)
+                for j, risk in enumerate(scope.risks)
+                if j in changes
+            )
+    if not findings:
         return None
-    findings = tuple(
-        _finding(risk, changes[j], counted, at + 5 * j, corrected_sql, plan.decides if chose else "")
-        for j, risk in enumerate(plan.risks)
-        if j in changes
-    )
-    described = "; ".join(finding.describe() for finding in findings)
+    found = tuple(findings)
+    described = "; ".join(finding.describe() for finding in found)
     if serve:
         corrected = [tuple(row[:width]) if width else tuple(row) for row in checked]
         served = shape(corrected) if shape is not None else corrected
         decision = RuleDecision("aggregate", True, f"corrected values served: {described}")
-        return FanoutOutcome(findings, served, corrected_sql, decision, time.perf_counter_ns() - started)
+        return FanoutOutcome(found, served, corrected_sql, decision, time.perf_counter_ns() - started)
     decision = RuleDecision("aggregate", False, f"rows left as written ({described})")
-    return FanoutOutcome(findings, rows, sql, decision, time.perf_counter_ns() - started)
+    return FanoutOutcome(found, rows, sql, decision, time.perf_counter_ns() - started)
+
+
+def _left(sql: str, rows: list[Any], findings: list[AggregateFinding], why: str, started: int) -> FanoutOutcome:
+    """The statement's rows as written: a SELECT at risk could not be checked, so no corrected statement is
+    served (never one corrected in part); the findings made so far flag it."""
+    described = "; ".join(finding.describe() for finding in findings)
+    reason = f"rows left as written ({described}); {why}" if findings else why
+    return FanoutOutcome(
+        tuple(findings), rows, sql, RuleDecision("aggregate", False, reason), time.perf_counter_ns() - started
+    )
 
 
 def _attempt(run: Rerun | None, check: str | None, row_cap: int, what: str) -> list[Any] | str:

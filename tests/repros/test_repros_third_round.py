@@ -434,3 +434,114 @@ def test_c34_repeated_rows_without_an_inflated_aggregate_still_go_to_the_row_rep
     assert cur.fetchall() == [(60,), (60,), (60,), (60,), (150,)]
     assert not cur.guard_report.aggregates
     assert cur.guard_report.action == "none"
+
+
+def s_for(f: str, who: str, alias: str = "") -> str:
+    return f"SELECT SUM(o.total){alias} {f} c.name = '{who}'"
+
+
+def g_for(f: str, who: str) -> str:
+    return f"SELECT c.name, SUM(o.total) {f} c.name = '{who}' GROUP BY c.id"
+
+
+JW, TW = f"{J} WHERE", f"{T} AND"
+C25_CASES = {
+    "two derived tables": lambda f: (
+        f"SELECT a.s - b.s FROM ({s_for(f, 'ana', ' AS s')}) a, ({s_for(f, 'cy', ' AS s')}) b"
+    ),
+    "two scalar subqueries": lambda f: f"SELECT ({s_for(f, 'ana')}) AS ana, ({s_for(f, 'cy')}) AS cy",
+    "UNION ALL": lambda f: f"{g_for(f, 'ana')} UNION ALL {g_for(f, 'cy')}",
+    "first not realised": lambda f: f"SELECT ({s_for(f, 'bo')}) AS bo, ({s_for(f, 'ana')}) AS ana",
+}
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+@pytest.mark.parametrize("label", sorted(C25_CASES))
+def test_c25_every_select_at_risk_is_corrected_or_none_is(preset: str, label: str) -> None:
+    """c25: two SELECTs at risk in one statement are both planned: the truth (both corrected), or the
+    statement's rows flagged; never the first corrected and the second inflated (-90 for 110 / -30)."""
+    raw, con = shop(preset)
+    make = C25_CASES[label]
+    sql = make(JW)
+    written, truth = raw.execute(sql).fetchall(), raw.execute(make(TW)).fetchall()
+    assert written != truth
+    cur = con.execute(sql)
+    served = served_or_flagged(written, truth, cur)
+    assert served == (truth if preset == "text_to_sql" else written)
+    if label != "first not realised":  # both realised: a finding per SELECT
+        assert len(cur.guard_report.aggregates) == 2
+
+
+C26_CASES = {
+    "IN with HAVING": (
+        "SELECT c.name, SUM(o.total) {F} {W} c.id IN (SELECT c2.id {F2} GROUP BY c2.id "
+        "HAVING SUM(o2.total) > 140) GROUP BY c.id ORDER BY c.id"
+    ),
+    "derived table filtered": (
+        "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id {I} "
+        "JOIN (SELECT c2.id, SUM(o2.total) AS s {F2} GROUP BY c2.id) d ON d.id = c.id "
+        "WHERE {S} d.s > 140 GROUP BY c.id ORDER BY c.id"
+    ),
+}
+J2 = "FROM customers c2 JOIN orders o2 ON o2.customer_id = c2.id JOIN items i2 ON i2.order_id = o2.id"
+T2 = "FROM customers c2 JOIN orders o2 ON o2.customer_id = c2.id WHERE o2.id IN (SELECT order_id FROM items)"
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+@pytest.mark.parametrize("label", sorted(C26_CASES))
+def test_c26_the_outer_select_is_corrected_over_its_corrected_subquery(preset: str, label: str) -> None:
+    """c26: an outer SUM at risk and an inflated subquery that chooses the customers: the outer query's
+    correction reads the subquery corrected, so the truth is bo 150 alone (not the corrected totals of
+    the customers the inflated filter chose)."""
+    raw, con = shop(preset)
+    template = C26_CASES[label]
+    items, semi = "JOIN items i ON i.order_id = o.id", "o.id IN (SELECT order_id FROM items) AND"
+    sql = template.format(F=J, W="WHERE", F2=J2, I=items, S="")
+    truth_sql = template.format(F=T, W="AND", F2=T2, I="", S=semi)
+    written, truth = raw.execute(sql).fetchall(), raw.execute(truth_sql).fetchall()
+    assert (written, truth) == ([("ana", 300), ("bo", 150), ("cy", 190)], [("bo", 150)])
+    cur = con.execute(sql)
+    served = served_or_flagged(written, truth, cur)
+    assert served == (truth if preset == "text_to_sql" else written)
+
+
+def test_c26_a_subquery_that_cannot_be_checked_leaves_the_whole_statement_as_written() -> None:
+    """All or nothing: the outer SUM could be corrected, but a correlated subquery at risk cannot be
+    checked alone, so nothing is corrected and the decision names the subquery."""
+    raw, con = shop("text_to_sql")
+    sql = (
+        f"SELECT c.name, SUM(o.total) {J} WHERE EXISTS (SELECT 1 {J2} WHERE c2.id = c.id GROUP BY c2.id "
+        "HAVING SUM(o2.total) > 140) GROUP BY c.id ORDER BY c.id"
+    )
+    cur = con.execute(sql)
+    assert cur.fetchall() == raw.execute(sql).fetchall()
+    (decision,) = cur.guard_report.decisions
+    assert not decision.applied
+    assert "subquery" in decision.reason and "outer query" in decision.reason
+
+
+C28_CASES = {
+    "RIGHT JOIN": "SELECT c.name, SUM(o.total) FROM items i RIGHT JOIN orders o ON i.order_id = o.id "
+    "JOIN customers c ON c.id = o.customer_id GROUP BY c.id, c.name ORDER BY c.id",
+    "FULL JOIN": "SELECT o.customer_id, SUM(o.total) FROM orders o FULL JOIN items i ON i.order_id = o.id "
+    "GROUP BY o.customer_id ORDER BY o.customer_id",
+    "ROLLUP": "SELECT c.city, SUM(o.total) {J} GROUP BY ROLLUP (c.city) ORDER BY c.city NULLS LAST",
+    "CUBE": "SELECT c.city, SUM(o.total) {J} GROUP BY CUBE (c.city) ORDER BY c.city NULLS LAST",
+}
+
+
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+@pytest.mark.parametrize("label", sorted(C28_CASES))
+def test_c28_c31_a_shape_the_analysis_cannot_read_leaves_with_a_decision(preset: str, label: str) -> None:
+    """c28 (RIGHT/FULL JOIN), c31 (ROLLUP/CUBE), on DuckDB: the statement's rows stand, and the report
+    carries an aggregate decision saying the analysis did not read it, never nothing."""
+    db = duckdb_shop()
+    db.execute("ALTER TABLE customers ADD COLUMN city VARCHAR DEFAULT 'north'")
+    sql = C28_CASES[label].format(J=J)
+    written = db.execute(sql).fetchall()
+    cur = guarded_sqlite.wrap(db.cursor(), guard=preset)
+    cur.execute(sql)
+    assert cur.fetchall() == written
+    (decision,) = [d for d in cur.guard_report.decisions if d.rule == "aggregate"]
+    assert not decision.applied
+    assert decision.reason.startswith("aggregate not analysed: ")

@@ -86,6 +86,7 @@ def generous_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     from guarded_sqlite._rules import confirmations
 
     monkeypatch.setattr(confirmations, "BUDGET_FLOOR", 60.0)
+    monkeypatch.setattr(confirmations, "MODEL_BUDGET_FLOOR", 60.0)
 
 
 @pytest.fixture

@@ -140,9 +140,10 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
         started = guard.started
         own = (perf_counter_ns() - started) / 1e9 if started else None
         left = time_left(None)
-        limit = kept.budget(own, guard.policy.rerun_timeout, left)
+        model = guard.policy.provenance == "text_to_sql"  # a model's statement: a pipeline waits seconds
+        limit = kept.budget(own, guard.policy.rerun_timeout, left, model)
         if limit <= 0:
-            return _not_looked(sql, rows, kept.over_budget(limit, own, left))
+            return _not_looked(sql, rows, kept.over_budget(limit, own, left, model))
         stopped: list[bool] = []
         # Without a hazard, and with no application function replacing a built-in it names, the check
         # calls only the engine's deterministic built-ins and cannot write: SQLite's query_only is then
@@ -228,7 +229,7 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
             if collecting:
                 gc.enable()
         if stopped:
-            return _not_looked(sql, rows, kept.over_budget(limit, own, left))
+            return _not_looked(sql, rows, kept.over_budget(limit, own, left, model))
         if token is not None and ran and not found.hazard:
             checked = ran[0]  # the corrected query's rows: every check runs it first
             # ``functions`` was read before the check; a registration since moved the epoch in the token.

@@ -85,23 +85,32 @@ BUDGET_RATIO = 10.0
 BUDGET_FLOOR = 0.005
 """... and at least this many seconds; past its budget it is stopped and the rule did not look."""
 
+MODEL_BUDGET_RATIO = 25.0
+"""Under ``"text_to_sql"``, whose statements a model wrote in seconds: this many times the statement's time ..."""
 
-def budget(statement_s: float | None, rerun_timeout: float, left: float | None) -> float:
+MODEL_BUDGET_FLOOR = 0.1
+"""... and at least this many seconds (a loaded machine must not leave a model's number unchecked)."""
+
+
+def budget(statement_s: float | None, rerun_timeout: float, left: float | None, model: bool = False) -> float:
     """Seconds a confirmation may run: ``BUDGET_RATIO`` times the statement's own time, at least
-    ``BUDGET_FLOOR``, never more than ``rerun_timeout`` nor than what is left of an agent tool's
+    ``BUDGET_FLOOR`` (``model``, the ``"text_to_sql"`` preset: ``MODEL_BUDGET_RATIO`` and
+    ``MODEL_BUDGET_FLOOR``), never more than ``rerun_timeout`` nor than what is left of an agent tool's
     deadline (``left``; the smaller of the two). Unknown statement time: ``rerun_timeout``."""
-    limit = rerun_timeout if statement_s is None else min(rerun_timeout, max(BUDGET_FLOOR, BUDGET_RATIO * statement_s))
+    ratio, floor = (MODEL_BUDGET_RATIO, MODEL_BUDGET_FLOOR) if model else (BUDGET_RATIO, BUDGET_FLOOR)
+    limit = rerun_timeout if statement_s is None else min(rerun_timeout, max(floor, ratio * statement_s))
     return limit if left is None else min(limit, left)
 
 
-def over_budget(limit: float, statement_s: float | None, left: float | None) -> str:
+def over_budget(limit: float, statement_s: float | None, left: float | None, model: bool = False) -> str:
     """The decision's reason for a confirmation stopped (or not started) at ``limit``."""
+    ratio, floor = (MODEL_BUDGET_RATIO, MODEL_BUDGET_FLOOR) if model else (BUDGET_RATIO, BUDGET_FLOOR)
     if left is not None and left <= limit:
         why = "the agent tool's deadline"
     elif statement_s is None:
         why = "rerun_timeout"
     else:
-        why = f"{BUDGET_RATIO:g}x the statement's {statement_s * 1000:.2f} ms, at least {BUDGET_FLOOR * 1000:g} ms"
+        why = f"{ratio:g}x the statement's {statement_s * 1000:.2f} ms, at least {floor * 1000:g} ms"
     return (
         f"aggregate at risk, not checked: over budget ({max(limit, 0.0) * 1000:.1f} ms: {why}); "
         "the rule did not look, rows left as written"

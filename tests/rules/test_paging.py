@@ -154,14 +154,27 @@ def test_budget_is_relative_with_a_floor_and_the_smaller_under_a_deadline() -> N
     assert budget(0.01, 5.0, 0.5) == pytest.approx(BUDGET_RATIO * 0.01)
 
 
+def test_a_models_statement_gets_a_budget_fit_for_a_pipeline_that_waits_seconds() -> None:
+    """Issue 42 item 4: under ``"text_to_sql"`` a check may take 25x the statement, at least 100 ms, where
+    the default keeps 10x and 5 ms; both capped by ``rerun_timeout`` and a deadline."""
+    from guarded_sqlite._rules.confirmations import MODEL_BUDGET_FLOOR, MODEL_BUDGET_RATIO, budget, over_budget
+
+    assert (MODEL_BUDGET_FLOOR, MODEL_BUDGET_RATIO) == (0.1, 25.0)
+    assert budget(0.0001, 5.0, None, model=True) == 0.1 > budget(0.0001, 5.0, None)
+    assert budget(0.01, 5.0, None, model=True) == pytest.approx(0.25)
+    assert budget(1.0, 5.0, None, model=True) == 5.0
+    assert budget(0.01, 5.0, 0.05, model=True) == pytest.approx(0.05)
+    assert "25x the statement's 10.00 ms, at least 100 ms" in over_budget(0.25, 0.01, None, model=True)
+
+
 def test_over_budget_the_rule_did_not_look(monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
     from guarded_sqlite._rules import confirmations
 
     # A 1 ms budget against a check whose 30 calls of fx take 1 ms each: stopped well inside it.
-    monkeypatch.setattr(confirmations, "BUDGET_FLOOR", 0.001)
-    monkeypatch.setattr(confirmations, "BUDGET_RATIO", 1e-9)
+    monkeypatch.setattr(confirmations, "MODEL_BUDGET_FLOOR", 0.001)  # text_to_sql's budget
+    monkeypatch.setattr(confirmations, "MODEL_BUDGET_RATIO", 1e-9)
     calls = [0]
 
     def fx(value: Any) -> Any:

@@ -38,7 +38,6 @@ c33); DDL by other connections is seen only then.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sqlite3
 from collections.abc import Callable
@@ -46,13 +45,13 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, c
 
 from sqlglot import exp
 
+from .._core.probe import view_joins
 from .._engines import SQLITE, execute_with
 from ..errors import describe_error
-from .aggregates import AggregatePlan, grouped_only, plan_aggregates
-from .deciding import inner_scopes, plan_whole, substituted
-from .paging import pages_groups, plan_bound
+from .aggregates import AggregatePlan
+from .planning import aggregate_plan
 from .pregroup import scans_whole
-from .provenance import NUMBERED_NAME, Provenance, analyse_tree, numbers_back, parse_statement, table_names
+from .provenance import Provenance, analyse_tree, parse_statement, table_names
 from .schema import (
     CatalogUnreadable,
     Declaration,
@@ -76,8 +75,6 @@ from .schema import (
 )
 from .schema_mysql import read_mysql_schema
 from .schema_servers import read_duckdb_schema, read_postgres_schema
-from .sqltree import rerun_hazard
-from .trees import text_of
 
 if TYPE_CHECKING:
     from .._engines import Engine
@@ -87,6 +84,7 @@ __all__ = [
     "SnapshotSchemaView",
     "SqliteSchemaView",
     "explain",
+    "joining_views",
     "plan",
     "program_functions",
     "schema_view",
@@ -170,7 +168,7 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
         except (sqlite3.Error, TypeError, ValueError):  # the grouped check stays: it needs no plan
             return False
 
-    answer = functools.partial(_aggregate_plan, scanned=scanned)
+    answer = functools.partial(aggregate_plan, scanned=scanned)
     found = view.explain(sql, Analyser(_AGGREGATES.kind, answer, _AGGREGATES.unknown))
     if not found.risks and not found.unanalysed:
         if len(view.safe_aggregates) >= VERDICTS and sql not in view.safe_aggregates:
@@ -255,6 +253,18 @@ _CALLING_OPCODES = frozenset(
 """The VDBE opcodes whose P4 is a function called (``name(arguments)``)."""
 
 
+def joining_views(guard: Guarded) -> frozenset[str]:
+    """DuckDB, PostgreSQL, MySQL/MariaDB: the folded names of the views whose body joins, from the
+    catalog snapshot (read on first need, dropped with it)."""
+    view = schema_view(guard)
+    if not isinstance(view, SnapshotSchemaView):
+        return frozenset()
+    facts = view.current_facts()
+    return frozenset(
+        fold(table.name) for table in facts.tables if table.is_view and table.view_sql and view_joins(table.view_sql)
+    )
+
+
 def schema_view(guard: Guarded) -> SqliteSchemaView | SnapshotSchemaView:
     """The connection's schema view, made on first use (a rule's first question)."""
     view = guard.catalog
@@ -282,76 +292,24 @@ _PROJECTED: Analyser[Provenance] = Analyser(
 )
 
 
-def _aggregate_plan(
-    tree: exp.Expression, facts: SchemaFacts, dialect: str, scanned: Callable[[str], bool] | None = None
-) -> AggregatePlan:
-    planned = _statement_plan(tree, facts, dialect, scanned)
-    return _numbered_back(planned) if dialect == "sqlite" else planned
+_VIEW_DEPTH = 8
+"""Views read through inside views, at most."""
 
 
-def _statement_plan(
-    tree: exp.Expression, facts: SchemaFacts, dialect: str, scanned: Callable[[str], bool] | None
-) -> AggregatePlan:
-    """The plan of every SELECT of ``tree`` at risk: the outer one's (``plan_aggregates``) made on the
-    statement with the others corrected (``deciding.inner_scopes``), all or none corrected."""
-    inner = inner_scopes(tree, facts, dialect)
-    if scanned is not None and (pages_groups(tree) or inner.planned):
-        scanned = grouped_only  # the check bounded to the served groups, or one over corrected subqueries
-    found = plan_aggregates(tree, facts, dialect, scanned)
-    hazard = rerun_hazard(tree)
-    risks = found.risks + inner.risks
-    refused = inner.refusals
-    if found.unanalysed and isinstance(tree, exp.Select):
-        # The statement's own SELECT is not read: whether a corrected subquery changes its answer is unknown.
-        refused = (f"the outer query: {found.note}", *refused)
-    if refused or (inner.unanalysed and not risks):
-        notes = "; ".join((*refused, *inner.unanalysed))
-        if not risks:
-            return AggregatePlan(note=notes, unanalysed=True, hazard=hazard)
-        # Several SELECTs at risk and one cannot be corrected: none is (never a statement corrected in part).
-        return AggregatePlan(risks, None, notes, hazard=hazard)
-    if not inner.planned:
-        if not found.risks:
-            return found
-        return plan_whole(plan_bound(dataclasses.replace(found, hazard=hazard), tree, dialect), tree, dialect)
-    statement = substituted(tree, inner)
-    checks = tuple(check for _, _, check in inner.planned)
-    if not found.risks:
-        written = text_of(statement, dialect)
-        decides = "an outer query" + (" with ORDER BY" if tree.args.get("order") is not None else "")
-        return AggregatePlan(inner.risks, written, check_sql=written, hazard=hazard, decides=decides, scopes=checks)
-    # The outer SELECT's plan, made on the statement with its subqueries corrected: its check reads them so.
-    again = plan_aggregates(statement, facts, dialect, grouped_only)
-    if again.corrected_sql is None or [(r.function, r.argument) for r in again.risks] != [
-        (r.function, r.argument) for r in found.risks
-    ]:
-        why = again.note or "its aggregates read otherwise with its subqueries corrected"
-        return AggregatePlan(risks, None, f"the outer query, with its subqueries corrected: {why}", hazard=hazard)
-    return plan_whole(dataclasses.replace(again, hazard=hazard, scopes=checks), statement, dialect)
-
-
-def _numbered_back(plan: AggregatePlan) -> AggregatePlan:
-    """``plan`` with SQLite's numbered parameters, read as names to parse (``parse_statement``), written
-    back as ``?N`` in every query it runs."""
-    texts = (plan.corrected_sql, plan.check_sql, plan.whole_sql, plan.bounded_sql)
-    if not any(text is not None and NUMBERED_NAME in text for text in texts):
-        return plan
-    pregrouped = plan.pregrouped
-    return dataclasses.replace(
-        plan,
-        scopes=tuple(scope._replace(whole_sql=numbers_back(scope.whole_sql)) for scope in plan.scopes),
-        corrected_sql=None if plan.corrected_sql is None else numbers_back(plan.corrected_sql),
-        check_sql=None if plan.check_sql is None else numbers_back(plan.check_sql),
-        whole_sql=None if plan.whole_sql is None else numbers_back(plan.whole_sql),
-        bounded_sql=None if plan.bounded_sql is None else numbers_back(plan.bounded_sql),
-        pregrouped=None
-        if pregrouped is None
-        else (pregrouped[0], numbers_back(pregrouped[1]), numbers_back(pregrouped[2])),
-    )
+def _view_table_names(facts: SchemaFacts, names: tuple[Name, ...]) -> set[Name]:
+    """The tables the bodies of the views among ``names`` name, but those in ``names``."""
+    more: set[Name] = set()
+    for schema, name in names:
+        found = facts.table(name, schema)
+        if found is not None and found.view_sql:
+            parsed = parse_statement(found.view_sql, "sqlite")
+            if not isinstance(parsed, Provenance):
+                more.update(table_names(parsed))
+    return more - set(names)
 
 
 _AGGREGATES: Analyser[AggregatePlan] = Analyser(
-    "aggregates", _aggregate_plan, lambda why: AggregatePlan(note=why, unanalysed=True)
+    "aggregates", aggregate_plan, lambda why: AggregatePlan(note=why, unanalysed=True)
 )
 
 
@@ -405,7 +363,15 @@ class SqliteSchemaView:
             names = table_names(parsed)
             if len(names) > MAX_NAMES:
                 return analyser.unknown(f"the statement names more than {MAX_NAMES} tables: not analysed")
-            entries, facts = self._read(cur, schemas, sqlite_temp_names(cur), names)
+            temp_names = sqlite_temp_names(cur)
+            entries, facts = self._read(cur, schemas, temp_names, names)
+            for _ in range(_VIEW_DEPTH if analyser.kind == _AGGREGATES.kind else 0):
+                # The aggregate rule reads views through (``transparent``): their tables' facts too.
+                more = _view_table_names(facts, names)
+                if not more or len(names) + len(more) > MAX_NAMES:
+                    break
+                names = tuple(sorted({*names, *more}, key=lambda n: (n[0] or "", n[1])))
+                entries, facts = self._read(cur, schemas, temp_names, names)
             plan = self._plan(schemas, names)
             answers = _answers(cur, plan)
             if self._entries(schemas, names, answers) != entries:  # DDL by another connection meanwhile
@@ -568,8 +534,9 @@ class SnapshotSchemaView:
         self.verdicts: dict[tuple[str, str], Any] = {}
         self.context: Any = None
 
-    def explain(self, sql: str, analyser: Analyser[T]) -> T:
-        # One read per question: unqualified names may resolve elsewhere since the catalog was read.
+    def current_facts(self) -> SchemaFacts:
+        """The catalog as unqualified names resolve now: read anew where what they resolve against
+        changed (the current schema, search path or database, read once per question)."""
         context = self.engine.name_context(self.raw)
         if context != self.context:
             self.facts, self.context = None, context
@@ -579,6 +546,10 @@ class SnapshotSchemaView:
             facts = self.reader(self.raw)
             if facts.tables:  # an unreadable catalog (or none) is read again next time, not kept
                 self.facts = facts
+        return facts
+
+    def explain(self, sql: str, analyser: Analyser[T]) -> T:
+        facts = self.current_facts()
         key = (analyser.kind, sql)
         if key in self.verdicts:
             return self.verdicts[key]  # type: ignore[no-any-return]

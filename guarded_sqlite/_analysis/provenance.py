@@ -182,7 +182,8 @@ def analyse(sql: str, schema: SchemaFacts, dialect: str = "sqlite", reference: R
 
 def parse_statement(sql: str, dialect: str = "sqlite", numbered: bool = False) -> exp.Expression | Provenance:
     """The syntax tree of a single statement, or the ``unknown`` verdict saying why there is none. A table
-    written in parentheses (``FROM (customers c), orders o``) is read as the table itself. ``numbered``:
+    written in parentheses (``FROM (customers c), orders o``) is read as the table itself, and a
+    parenthesised join group first in FROM as its joins. ``numbered``:
     SQLite's numbered parameters (``?1``, which sqlglot cannot parse) are read as the named parameters
     ``:__gs_p1`` (``NUMBERED_NAME``), which the caller writes back as ``?1`` in the SQL it generates (c29)."""
     if len(sql) > MAX_SQL_CHARS:
@@ -200,8 +201,19 @@ def parse_statement(sql: str, dialect: str = "sqlite", numbered: bool = False) -
         return Provenance("unknown", "not a single statement")
     tree = cast(exp.Expression, trees[0])
     for node in list(tree.find_all(exp.Subquery)):
-        if isinstance(node.this, exp.Table) and not node.alias and isinstance(node.parent, (exp.From, exp.Join)):
+        if not isinstance(node.this, exp.Table) or node.alias or not isinstance(node.parent, (exp.From, exp.Join)):
+            continue
+        grouped = node.this.args.get("joins")
+        if not grouped:
             node.replace(node.this)  # the subquery node is dropped with the parse's other trees
+        elif isinstance(node.parent, exp.From) and isinstance(node.parent.parent, exp.Select):
+            # ``FROM (a JOIN b ON ...) JOIN c``: joins group to the left, so the parentheses change nothing
+            # (DuckDB writes its views' bodies so).
+            select = node.parent.parent
+            table = node.this
+            table.set("joins", None)
+            node.replace(table)
+            select.set("joins", [*grouped, *(select.args.get("joins") or [])])
     return tree
 
 

@@ -118,6 +118,9 @@ class TableFacts:
     is_view: bool = False
     """Whether the name is a view (views carry no keys)."""
 
+    view_sql: str = ""
+    """A view's ``CREATE VIEW`` statement where the catalog gives it (SQLite), else ""."""
+
     keys_unknown: str = ""
     """Why the keys of this table are not known, if they are not (a virtual table of a module without a
     unique rowid, an unreadable catalog entry): the analysis treats it like a view."""
@@ -386,7 +389,7 @@ def sqlite_table_facts(cur: sqlite3.Cursor, schema: str, name: str, kind: str, s
     columns = tuple(_text(row[1]) for row in info)
     folded = {fold(c) for c in columns}
     if kind == "view":
-        return TableFacts(name, schema, columns, is_view=True)
+        return TableFacts(name, schema, columns, is_view=True, view_sql=sql or "")
     virtual = _VIRTUAL.match(sql)
     if virtual is not None:
         module = virtual.group(1).lower()

@@ -103,9 +103,9 @@ def _read_duckdb_catalog(fetch: Callable[[str], list[tuple[Any, ...]]]) -> Schem
         if parts and all(fold(p) in known for p in parts):
             keys.setdefault(where, []).append(frozenset(fold(p) for p in parts))
     views = {
-        (schema_of(db, schema), view)
-        for db, schema, view in fetch(
-            "SELECT database_name, schema_name, view_name FROM duckdb_views() WHERE NOT internal"
+        (schema_of(db, schema), view): str(sql or "")
+        for db, schema, view, sql in fetch(
+            "SELECT database_name, schema_name, view_name, sql FROM duckdb_views() WHERE NOT internal"
         )
     }
     tables = {
@@ -113,13 +113,22 @@ def _read_duckdb_catalog(fetch: Callable[[str], list[tuple[Any, ...]]]) -> Schem
         for db, schema, table in fetch("SELECT database_name, schema_name, table_name FROM duckdb_tables()")
     }
     out = []
-    for where in sorted(tables | views):
+    for where in sorted(tables | set(views)):
         cols = [name for _, name, _ in sorted(columns.get(where, []))]
         is_view = where in views
         not_null = frozenset(fold(name) for _, name, nullable in columns.get(where, []) if not nullable)
         table_keys = () if is_view else unique_keys(keys.get(where, []))
         out.append(
-            TableFacts(where[1], where[0], tuple(cols), table_keys, not_null, tuple(fks.get(where, [])), is_view)
+            TableFacts(
+                where[1],
+                where[0],
+                tuple(cols),
+                table_keys,
+                not_null,
+                tuple(fks.get(where, [])),
+                is_view,
+                view_sql=views.get(where, ""),
+            )
         )
     order = tuple(dict.fromkeys(["temp", fold(default_schema), *(fold(p) for p in path)]))
     return SchemaFacts(tuple(out), order)

@@ -36,29 +36,33 @@ _QUOTED_NAMES = r'"(?:[^"]|"")*(?:"|$)|`[^`]*(?:`|$)|\[[^\]]*(?:\]|$)'
 # The words and signs the join scan reads: JOIN, FROM, the clause words that end a FROM clause, commas
 # and parentheses.
 _JOIN_WORDS = r"\b(?:join|from|where|group|order|having|limit|union|intersect|except|window|qualify)\b|[(),]"
-AGGREGATE_SCREEN: dict[str, bool] = {}
+AGGREGATE_SCREEN: dict[str, bool | frozenset[str]] = {}
 """SQL text -> the pre-screen's answer; read directly by ``_guard.decide`` on the hot path (a lookup, no call)."""
 _SCREEN_SIZE = 4096
 
 
-def mentions_value_aggregate_over_join(sql: str) -> bool:
+def mentions_value_aggregate_over_join(sql: str) -> bool | frozenset[str]:
     """Cheap pre-screen for the aggregate fan-out rule: SQL whose text has no value aggregate (``SUM``,
     ``AVG``, ``TOTAL``, ``GROUP_CONCAT``, ``string_agg``) or no join (``JOIN``, or a comma in FROM) is
     never parsed for it: a comment, a string or a parenthesised first item cannot hide either (c37).
     Kept per SQL text (applications repeat theirs): a repeated statement pays a
-    dict lookup. A false positive costs one parse; a miss is never flagged.
+    dict lookup. A false positive costs one parse; a miss is never flagged. For a value aggregate
+    without a join the answer is the text's words (lower-cased), truthy: the caller passes it on
+    where one of them names a view of the connection that joins (``aggregate_check.reads_joining_view``).
 
     >>> mentions_value_aggregate_over_join("SELECT c.name, SUM(o.total) FROM c JOIN o ON o.c = c.id GROUP BY 1")
     True
-    >>> mentions_value_aggregate_over_join("SELECT SUM(total) FROM orders")
+    >>> sorted(mentions_value_aggregate_over_join("SELECT SUM(total) FROM orders"))
+    ['from', 'orders', 'select', 'sum', 'total']
+    >>> mentions_value_aggregate_over_join("SELECT COUNT(*) FROM orders")
     False
     >>> mentions_value_aggregate_over_join("SELECT SUM(o.total) FROM orders o, customers c WHERE o.c = c.id")
     True
-    >>> mentions_value_aggregate_over_join("SELECT SUM(k) FROM t UNION ALL SELECT k, a FROM u")
+    >>> mentions_value_aggregate_over_join("SELECT SUM(k) FROM t UNION ALL SELECT k, a FROM u") is True
     False
     >>> mentions_value_aggregate_over_join("SELECT SUM/**/(o.v) FROM (SELECT id, n FROM c) c, o WHERE o.c = c.id")
     True
-    >>> mentions_value_aggregate_over_join("SELECT SUM(v) FROM t WHERE k IN (1, 2) AND n = 'a, b'")
+    >>> mentions_value_aggregate_over_join("SELECT SUM(v) FROM t WHERE k IN (1, 2) AND n = 'a, b'") is True
     False
     >>> mentions_value_aggregate_over_join('SELECT "sum"(o.v) FROM "order" o, items i')
     True
@@ -68,11 +72,22 @@ def mentions_value_aggregate_over_join(sql: str) -> bool:
         # re caches compiled patterns; compiling them here rather than at import keeps import time down.
         flags = re.IGNORECASE | re.DOTALL
         text = re.sub(_SKIPPED_TEXT, " ", sql, flags=flags)
-        known = re.search(_VALUE_AGGREGATE_TEXT, text, flags) is not None and _joins(re.sub(_QUOTED_NAMES, " x ", text))
+        if re.search(_VALUE_AGGREGATE_TEXT, text, flags) is None:
+            known = False
+        elif _joins(re.sub(_QUOTED_NAMES, " x ", text)):
+            known = True
+        else:  # an aggregate and no join: its words, for the views that join (c35)
+            known = frozenset(word.lower() for word in re.findall(r"\w+", text)) or False
         if len(AGGREGATE_SCREEN) >= _SCREEN_SIZE:
             AGGREGATE_SCREEN.clear()
         AGGREGATE_SCREEN[sql] = known
     return known
+
+
+def view_joins(body: str) -> bool:
+    """Whether a view's ``CREATE VIEW`` text joins (comments, strings and quoted names taken out)."""
+    text = re.sub(_SKIPPED_TEXT, " ", body, flags=re.IGNORECASE | re.DOTALL)
+    return _joins(re.sub(_QUOTED_NAMES, " x ", text))
 
 
 def _joins(text: str) -> bool:

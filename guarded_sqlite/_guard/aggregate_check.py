@@ -16,6 +16,7 @@ from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core.deadlines import time_left
+from .._core.probe import view_joins as _joins
 from .._engines import NO_PARAMETERS, SQLITE, RerunRefused
 from ..errors import TransactionLost, describe_error
 from ..report import RuleDecision
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .._analysis.aggregates import ScopeCheck
     from .._rules.fanout import FanoutOutcome
 
-__all__ = ["check_aggregates", "reached_functions", "user_functions"]
+__all__ = ["check_aggregates", "joining_views", "reached_functions", "reads_joining_view", "user_functions"]
 
 
 def user_functions(guard: ConnectionState) -> frozenset[str] | None:
@@ -60,6 +61,44 @@ def reached_functions(guard: ConnectionState, sql: str, parameters: Any, keep: b
         for name in functions
         if name[:16] in called or any(len(c.encode()) > 12 and name.startswith(c) for c in called)
     )
+
+
+def reads_joining_view(guard: ConnectionState, words: frozenset[str]) -> bool:
+    """Whether ``words`` (a statement's, lower-cased) name a view of the connection whose body joins."""
+    try:
+        views = joining_views(guard)
+    except Exception:  # a closed connection, an authorizer: the rule would not get further either
+        return False
+    return bool(views) and not views.isdisjoint(words)
+
+
+def joining_views(guard: ConnectionState) -> frozenset[str]:
+    """The folded names of the connection's views whose body joins (a JOIN, or a comma in FROM). On
+    SQLite read from ``sqlite_master`` and TEMP's, kept while the guarded connection's own count of
+    changes (``epoch``: DDL through it, ATTACH) stands still: asked for every aggregate statement
+    without a join, it costs no statement then (a view another connection creates is seen after this
+    connection's next DDL: a missed check, never a wrong answer); elsewhere from the catalog the rule
+    reads anyway (``catalog.schema_view``), kept with it."""
+    if guard.engine is SQLITE:
+        kept = guard.views
+        if kept is not None and kept[0] == guard.epoch:
+            return kept[1]
+        import sqlite3
+
+        stamp = guard.epoch
+        rows = sqlite3.Cursor(guard.raw).execute(_SQLITE_VIEWS).fetchall()
+        names = frozenset(str(name).lower() for name, body in rows if body and _joins(str(body)))
+        guard.views = (stamp, names)
+        return names
+    from .._analysis.catalog import joining_views as snapshot_views
+
+    return snapshot_views(guard)
+
+
+_SQLITE_VIEWS = (
+    "SELECT name, sql FROM sqlite_master WHERE type = 'view' "
+    "UNION ALL SELECT name, sql FROM sqlite_temp_master WHERE type = 'view'"
+)
 
 
 def check_aggregates(

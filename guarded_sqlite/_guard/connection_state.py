@@ -85,6 +85,7 @@ class ConnectionState:
         "started",
         "status_results",
         "tau_below",
+        "views",
     )
 
     def __init__(self, policy: GuardPolicy, engine: Engine, proxy: Any, raw: Any, single_thread: bool) -> None:
@@ -121,6 +122,8 @@ class ConnectionState:
         # join-copy check: reading it costs 0.4 ms), and those registered through the guarded
         # connection object since (create_function and its kin), which DuckDB cannot tell apart.
         self.listed_functions: frozenset[str] | None = None
+        # (stamp, folded names of the views whose body joins): ``aggregate_check.joining_views``
+        self.views: tuple[Any, frozenset[str]] | None = None
         self.registered_functions: frozenset[str] = frozenset()
         # Whether native code may have registered (or replaced) functions since: extension loading was
         # enabled through the connection. The guard's checks then never run without query_only.
@@ -246,6 +249,7 @@ _SHARED = (
     "last",
     "scopes",
     "lock",
+    "views",
 )
 for _name in (*_SHARED, "extensions_loadable", "listed_functions", "registered_functions"):
     setattr(_ScopedState, _name, _shared(_name))

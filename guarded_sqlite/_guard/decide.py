@@ -58,7 +58,7 @@ from ..errors import TransactionLost, describe_error
 from ..policy import GuardPolicy
 from ..report import GuardReport, ReportState, RuleDecision, RuleName
 from ..sinks import built, log_statement
-from .aggregate_check import check_aggregates, reached_functions, user_functions
+from .aggregate_check import check_aggregates, reached_functions, reads_joining_view, user_functions
 from .connection_state import (  # SMALL_RESULT, ConnectionState, policy_scope and settle re-exported
     SMALL_RESULT,
     ConnectionState,
@@ -290,14 +290,7 @@ def after_fetch(
     except Exception as error:  # a value whose __hash__ raises something else: same
         return rows, unprobed(guard.preset, sql, f"rows cannot be compared ({describe_error(error)}): not probed")
     detect_ns = _perf_ns() - started
-    if (
-        patch
-        and screen is not None
-        and rescue_inputs is None
-        and unique != count
-        and count
-        and mentions_value_aggregate_over_join(sql)
-    ):
+    if patch and screen is not None and rescue_inputs is None and unique != count and count and _screened(guard, sql):
         # Repeated rows of an aggregate over a join (totals that coincide, a label per group) are the
         # aggregate rule's before the row repair's: P1 leaves a grouped result as it is, and the
         # inflated values would go unchecked (c34).
@@ -327,7 +320,7 @@ def after_fetch(
     if (
         (trigger is None or (trigger == EMPTY_RESULT and rescue_inputs is None))
         and screen is not None
-        and mentions_value_aggregate_over_join(sql)
+        and _screened(guard, sql)
     ):
         # An empty result too: an inflated HAVING (or an outer filter over an inflated subquery) can
         # filter out every group the truth keeps.
@@ -353,6 +346,13 @@ def after_fetch(
     if trigger is not None:
         log_statement(measured, guard.dialect)
     return rows, measured
+
+
+def _screened(guard: ConnectionState, sql: str) -> bool:
+    """Whether the aggregate rule looks at ``sql``: its text has a value aggregate and a join, or a value
+    aggregate and the name of one of the connection's views that join (c35)."""
+    known = mentions_value_aggregate_over_join(sql)
+    return known is True or (bool(known) and reads_joining_view(guard, known))  # type: ignore[arg-type]
 
 
 def _aggregate_state(

@@ -91,11 +91,13 @@ def test_c37_the_screen_still_passes_over_statements_without_a_join() -> None:
     """No-op side of c37: commas of a select list, an IN list or a string after FROM are no join."""
     from guarded_sqlite._core.probe import mentions_value_aggregate_over_join as screen
 
-    assert not screen("SELECT SUM(total), COUNT(*) FROM orders WHERE id IN (1, 2) AND sku <> 'a, b'")
-    assert not screen("SELECT SUM(total) FROM orders UNION ALL SELECT a, b FROM t")
-    assert not screen('SELECT SUM(total) FROM "order" -- , items')
-    assert screen('SELECT SUM(o.total) FROM "order" o, items i')
-    assert screen("SELECT (SELECT SUM(v) FROM (SELECT 1 AS v) a, (SELECT 2 AS w) b)")
+    # Without a join the answer is the text's words (for the views that join), never True.
+    assert screen("SELECT SUM(total), COUNT(*) FROM orders WHERE id IN (1, 2) AND sku <> 'a, b'") is not True
+    assert screen("SELECT SUM(total) FROM orders UNION ALL SELECT a, b FROM t") is not True
+    assert screen('SELECT SUM(total) FROM "order" -- , items') is not True
+    assert screen("SELECT COUNT(*) FROM orders o, items i") is False
+    assert screen('SELECT SUM(o.total) FROM "order" o, items i') is True
+    assert screen("SELECT (SELECT SUM(v) FROM (SELECT 1 AS v) a, (SELECT 2 AS w) b)") is True
 
 
 @pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
@@ -545,3 +547,66 @@ def test_c28_c31_a_shape_the_analysis_cannot_read_leaves_with_a_decision(preset:
     (decision,) = [d for d in cur.guard_report.decisions if d.rule == "aggregate"]
     assert not decision.applied
     assert decision.reason.startswith("aggregate not analysed: ")
+
+
+ORDER_LINES = (
+    "CREATE VIEW order_lines AS SELECT o.id AS order_id, o.customer_id, o.total, i.sku "
+    "FROM orders o JOIN items i ON i.order_id = o.id"
+)
+C35_CASES = {
+    "per customer": (
+        "SELECT c.name, SUM(l.total) FROM customers c JOIN order_lines l ON l.customer_id = c.id "
+        "GROUP BY c.id, c.name ORDER BY c.id",
+        f"SELECT c.name, SUM(o.total) {T} GROUP BY c.id, c.name ORDER BY c.id",
+    ),
+    "grand total": (
+        "SELECT SUM(total) FROM order_lines",
+        "SELECT SUM(total) FROM orders WHERE id IN (SELECT order_id FROM items)",
+    ),
+    "keyless derived table": (
+        "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+        "JOIN (SELECT order_id FROM items) i ON i.order_id = o.id GROUP BY c.id, c.name ORDER BY c.id",
+        f"SELECT c.name, SUM(o.total) {T} GROUP BY c.id, c.name ORDER BY c.id",
+    ),
+    "a CTE that holds the join": (
+        "WITH l AS (SELECT o.customer_id, o.total FROM orders o JOIN items i ON i.order_id = o.id) "
+        "SELECT c.name, SUM(l.total) FROM customers c JOIN l ON l.customer_id = c.id GROUP BY c.id, c.name "
+        "ORDER BY c.id",
+        f"SELECT c.name, SUM(o.total) {T} GROUP BY c.id, c.name ORDER BY c.id",
+    ),
+}
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb"])
+@pytest.mark.parametrize("preset", ["patch", "text_to_sql"])
+@pytest.mark.parametrize("label", sorted(C35_CASES))
+def test_c35_a_view_cte_or_derived_table_hiding_a_join_is_read_through(engine: str, preset: str, label: str) -> None:
+    """c35: a view (SQLite's and DuckDB's catalogs give its body), a CTE or a keyless derived table that
+    joins orders to their items is read through: the inflated SUM over it is flagged, or corrected."""
+    sql, truth_sql = C35_CASES[label]
+    if engine == "sqlite":
+        raw, con = shop(preset)
+        raw.execute(ORDER_LINES)
+        con.execute(ORDER_LINES)
+        run: Any = con.execute
+    else:
+        raw = duckdb_shop("(1, 1, 'a'), (2, 1, 'b'), (3, 1, 'c'), (4, 2, 'x'), (5, 3, 'p'), (6, 3, 'q'), (7, 4, 'r')")
+        raw.execute("INSERT INTO customers VALUES (3, 'cy')")
+        raw.execute("INSERT INTO orders VALUES (3, 3, 60), (4, 3, 70)")
+        raw.execute(ORDER_LINES)
+        cursor = guarded_sqlite.wrap(raw.cursor(), guard=preset)
+        run = cursor.execute
+    written, truth = raw.execute(sql).fetchall(), raw.execute(truth_sql).fetchall()
+    assert written != truth
+    cur = run(sql)
+    served = served_or_flagged(written, truth, cur)
+    assert served == (truth if preset == "text_to_sql" else written)
+
+
+def test_c35_a_view_that_does_not_join_costs_no_check() -> None:
+    """No-op side: a SUM over a view of one table is screened out like a SUM over the table."""
+    _, con = shop("text_to_sql")
+    con.execute("CREATE VIEW big AS SELECT * FROM orders WHERE total > 90")
+    cur = con.execute("SELECT SUM(total) FROM big")
+    assert cur.fetchall() == [(250,)]
+    assert cur.guard_report.decisions == () and cur.guard_report.final_sql == "SELECT SUM(total) FROM big"

@@ -1,0 +1,105 @@
+"""``transparent.flattened``: derived tables, CTEs and views that only join and filter, read through into
+the SELECT that reads them (issue 42, c35). Fixture pairs of input and expected SQL, no-op cases
+included, and a check on SQLite that every rewrite returns the same rows."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from guarded_sqlite._analysis.transparent import flattened
+
+VIEWS = {
+    "order_lines": (
+        "SELECT o.id AS order_id, o.customer_id, o.total, i.sku FROM orders o JOIN items i ON i.order_id = o.id"
+    ),
+    "big_orders": "SELECT id, customer_id, total FROM orders WHERE total > 90",
+    "per_customer": "SELECT customer_id, SUM(total) AS s FROM orders GROUP BY customer_id",
+}
+
+
+def view_body(table: exp.Table) -> exp.Select | None:
+    body = VIEWS.get(table.name.lower())
+    return None if body is None else sqlglot.parse_one(body, read="sqlite")  # type: ignore[return-value]
+
+
+REWRITTEN = [
+    (
+        "SELECT c.name, SUM(l.total) FROM customers c JOIN order_lines l ON l.customer_id = c.id GROUP BY c.id",
+        "SELECT c.name, SUM(l__o.total) FROM customers AS c CROSS JOIN orders AS l__o JOIN items AS l__i "
+        "ON l__i.order_id = l__o.id WHERE l__o.customer_id = c.id GROUP BY c.id",
+    ),
+    (
+        "SELECT SUM(total) FROM order_lines",
+        "SELECT SUM(order_lines__o.total) FROM orders AS order_lines__o JOIN items AS order_lines__i "
+        "ON order_lines__i.order_id = order_lines__o.id",
+    ),
+    (
+        "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+        "JOIN (SELECT order_id FROM items) i ON i.order_id = o.id GROUP BY c.id",
+        "SELECT c.name, SUM(o.total) FROM customers AS c JOIN orders AS o ON o.customer_id = c.id "
+        "CROSS JOIN items AS i__items WHERE i__items.order_id = o.id GROUP BY c.id",
+    ),
+    (
+        "WITH t AS (SELECT c.name, o.total FROM customers c JOIN orders o ON o.customer_id = c.id) "
+        "SELECT name, SUM(total) AS s FROM t GROUP BY name",
+        "WITH t AS (SELECT c.name, o.total FROM customers AS c JOIN orders AS o ON o.customer_id = c.id) "
+        "SELECT t__c.name, SUM(t__o.total) AS s FROM customers AS t__c JOIN orders AS t__o "
+        "ON t__o.customer_id = t__c.id GROUP BY t__c.name",
+    ),
+    (
+        "SELECT b.total * 2 FROM big_orders b",
+        "SELECT b__orders.total * 2 FROM orders AS b__orders WHERE b__orders.total > 90",
+    ),
+]
+
+LEFT_ALONE = [
+    # LEFT-joined: its NULL-extended rows would become a filter.
+    "SELECT c.name, SUM(l.total) FROM customers c LEFT JOIN order_lines l ON l.customer_id = c.id GROUP BY c.id",
+    # Grouped: not transparent.
+    "SELECT c.name, p.s FROM customers c JOIN per_customer p ON p.customer_id = c.id",
+    # A select-list alias that takes a name of the source's columns: ORDER BY total means the alias.
+    "SELECT SUM(total) AS total FROM order_lines ORDER BY total",
+    # An unqualified column beside another source: whose it is is not known here.
+    "SELECT SUM(total) FROM order_lines JOIN customers c ON c.id = customer_id",
+    # Correlated derived table: its body reads the outer query.
+    "SELECT c.name, (SELECT SUM(x.v) FROM (SELECT t.v FROM t WHERE t.c = c.id) x) FROM customers c",
+    # DISTINCT, LIMIT, *: not plain joins and filters.
+    "SELECT SUM(d.total) FROM (SELECT DISTINCT customer_id, total FROM orders) d",
+    "SELECT SUM(d.total) FROM (SELECT total FROM orders LIMIT 3) d",
+    "SELECT SUM(d.total) FROM (SELECT * FROM orders) d",
+    # A plain table and no source to read through.
+    "SELECT SUM(o.total) FROM orders o JOIN customers c ON c.id = o.customer_id",
+]
+
+
+@pytest.mark.parametrize(("sql", "expected"), REWRITTEN)
+def test_a_transparent_source_is_read_through(sql: str, expected: str) -> None:
+    result = flattened(sqlglot.parse_one(sql, read="sqlite"), view_body)
+    assert result is not None and result.sql("sqlite") == expected
+
+
+@pytest.mark.parametrize("sql", LEFT_ALONE)
+def test_other_sources_are_left_as_written(sql: str) -> None:
+    assert flattened(sqlglot.parse_one(sql, read="sqlite"), view_body) is None
+
+
+@pytest.mark.parametrize(("sql", "expected"), REWRITTEN)
+def test_every_rewrite_returns_the_same_rows(sql: str, expected: str) -> None:
+    """On a shop where orders repeat per item: the rewritten query is the same query, not an approximation."""
+    db = sqlite3.connect(":memory:")
+    db.executescript(
+        "CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT);"
+        "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INT, total INT);"
+        "CREATE TABLE items(id INTEGER PRIMARY KEY, order_id INT, sku TEXT);"
+        "CREATE TABLE t(c INT, v INT);"
+        "INSERT INTO customers VALUES (1, 'ana'), (2, 'bo'), (3, 'cy');"
+        "INSERT INTO orders VALUES (1, 1, 100), (2, 2, 150), (3, 3, 60), (4, 3, 70), (5, NULL, 95);"
+        "INSERT INTO items(order_id, sku) VALUES (1, 'a'), (1, 'b'), (2, 'x'), (3, 'p'), (5, 'q');"
+    )
+    for name, body in VIEWS.items():
+        db.execute(f"CREATE VIEW {name} AS {body}")
+    assert sorted(db.execute(expected).fetchall()) == sorted(db.execute(sql).fetchall())

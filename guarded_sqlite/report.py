@@ -60,6 +60,23 @@ class RuleDecision:
     structural exemption, a verdict that rules copies out, or a check that could not run)."""
 
 
+AGGREGATE_NOT_AT_RISK = "not at risk"
+"""The start of an ``aggregate`` decision's reason where the analysis found no value aggregate a join can
+inflate (``"not at risk: ..."``, then why)."""
+
+AGGREGATE_CHECKED = "checked: no row counted twice where it changes the answer"
+"""An ``aggregate`` decision's reason where the check ran and the join repeated no argument row in a way
+that changes a value shown or the rows chosen."""
+
+
+def routine_aggregate(decision: RuleDecision) -> bool:
+    """Whether ``decision`` says an aggregate over a join was found right as written (not at risk, or
+    checked): nothing to flag, log or feed back (issue 42 item 2: every aggregate over a join gets one)."""
+    return decision.rule == "aggregate" and (
+        decision.reason.startswith(AGGREGATE_NOT_AT_RISK) or decision.reason.startswith(AGGREGATE_CHECKED)
+    )
+
+
 class ReportState(NamedTuple):
     """The raw facts a cursor records after each execute; ``GuardReport`` is derived from them.
 
@@ -326,7 +343,10 @@ class GuardReport:
         elif self.action != "none":
             lines.append(f"The guard changed the result ({self.action}): {self.summary()}.")
         elif trigger is None:
-            unchecked = next((d.reason for d in self.decisions if d.rule == "aggregate" and not d.applied), None)
+            unchecked = next(
+                (d.reason for d in self.decisions if d.rule == "aggregate" and not (d.applied or routine_aggregate(d))),
+                None,
+            )
             if unchecked is not None:
                 lines.append(f"An aggregate over a join may count rows several times; {unchecked}.")
         return "\n".join(lines)

@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .report import GuardReport, ReportState
+from .report import GuardReport, ReportState, routine_aggregate
 
 if TYPE_CHECKING:
     import logging
@@ -118,7 +118,7 @@ def level_of(state: ReportState) -> int | None:
     trigger = state.trigger
     if trigger is None:
         # An aggregate at risk the rule did not check (refused, over budget): routine, for debugging.
-        return _DEBUG if any(d.rule == "aggregate" for d in state.decisions) else None
+        return _DEBUG if any(d.rule == "aggregate" and not routine_aggregate(d) for d in state.decisions) else None
     if trigger == "aggregate_fanout":  # set only with findings confirmed on the data
         return _WARNING
     if trigger == "cartesian_explosion" and _join_copies(state):

@@ -19,7 +19,7 @@ from .._core.deadlines import time_left
 from .._core.probe import view_joins as _joins
 from .._engines import NO_PARAMETERS, SQLITE, RerunRefused
 from ..errors import TransactionLost, describe_error
-from ..report import RuleDecision
+from ..report import AGGREGATE_CHECKED, AGGREGATE_NOT_AT_RISK, RuleDecision
 from .connection_state import ConnectionState, writing_blob
 from .guard_statements import CALL_TIME_PASSED, call_time_passed, read_only_fetch
 
@@ -101,11 +101,11 @@ _SQLITE_VIEWS = (
 )
 
 
-def check_aggregates(
-    guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]
-) -> FanoutOutcome | None:
+def check_aggregates(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]) -> FanoutOutcome:
     """The aggregate fan-out rule for a healthy result the pre-screen passed (``_rules.fanout``); on SQLite
-    a confirmation is reused while nothing it read can have changed (``_rules.confirmations``)."""
+    a confirmation is reused while nothing it read can have changed (``_rules.confirmations``). Always
+    a decision (issue 42 item 2): corrected, flagged, refused with the reason, not at risk
+    (``AGGREGATE_NOT_AT_RISK``), or checked and right as written (``AGGREGATE_CHECKED``)."""
     if not _AGGREGATE_RULE:  # imported on first use: it loads sqlglot
         from .._analysis.catalog import known_safe, plan
         from .._analysis.trees import Collecting
@@ -116,13 +116,13 @@ def check_aggregates(
         _AGGREGATE_RULE[:] = (plan, confirm, confirmations, known_safe, Collecting)
     known_safe, collecting = _AGGREGATE_RULE[3:]
     if known_safe(guard, sql):  # the common repeated statement: a kept plan, no tree made
-        return None
+        return _not_looked(sql, rows, _KEPT_SAFE)
     # The trees the rule makes are freed as they are dropped, not by the cyclic collector.
     with collecting(guard.dialect):
         return _check(guard, raw, sql, parameters, rows)
 
 
-def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]) -> FanoutOutcome | None:
+def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: list[Any]) -> FanoutOutcome:
     plan, confirm, kept = _AGGREGATE_RULE[:3]
     if call_time_passed():
         from .._rules.fanout import FanoutOutcome
@@ -144,7 +144,7 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
             if entry.token == token and entry.functions == user_functions(guard):
                 kept_outcome = entry.outcome
                 if kept_outcome is None:
-                    return None
+                    return _not_looked(sql, rows, f"{AGGREGATE_CHECKED}; {kept.REUSED}")
                 decision = kept_outcome.decision
                 served = rows
                 if decision.applied and entry.corrected is not None:
@@ -156,11 +156,11 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
         if found.unanalysed:
             # The text has a value aggregate and a join the analysis cannot read: said, not silent.
             return _not_looked(sql, rows, f"aggregate not analysed: {found.note}")
-        if not found.risks or (
-            not rows and found.whole_sql is None and not found.scopes and found.corrected_sql is not None
-        ):
+        if not found.risks:
+            return _not_looked(sql, rows, f"{AGGREGATE_NOT_AT_RISK}: {found.note}")
+        if not rows and found.whole_sql is None and not found.scopes and found.corrected_sql is not None:
             # No rows, and the aggregate only shows values: the corrected query has no rows either.
-            return None
+            return _not_looked(sql, rows, f"{AGGREGATE_NOT_AT_RISK}: no rows, and the aggregate only shows values")
         try:
             # A paging query checks the groups it served (guarded_sqlite._analysis.paging).
             check_sql = kept.bounded_check(found, rows, guard.dialect)
@@ -284,7 +284,8 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
                 # Not this execution's rows: each reuse serves its own.
                 stripped = None if outcome is None else outcome._replace(rows=[])
                 kept.remember(guard.confirmations, key, kept.Kept(token, functions, stripped, corrected))
-        return outcome
+        # None: the check ran and no argument row was counted twice where it changes the answer.
+        return outcome if outcome is not None else _not_looked(sql, rows, AGGREGATE_CHECKED)
     except TransactionLost:
         raise
     except Exception as error:  # a bug in the analysis must never cost the caller their result
@@ -294,6 +295,7 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
         return FanoutOutcome((), rows, sql, RuleDecision("aggregate", False, why), 0)
 
 
+_KEPT_SAFE = f"{AGGREGATE_NOT_AT_RISK}: no value aggregate at risk (a kept plan, schemas unchanged)"
 _CANNOT = object()
 _NUMBERED = re.compile(r"[?$](\d+)\b")
 

@@ -56,7 +56,7 @@ from .._core.serving import (  # re-exported: the I/O layers take everything the
 from .._engines import NO_PARAMETERS, SQLITE
 from ..errors import TransactionLost, describe_error
 from ..policy import GuardPolicy
-from ..report import GuardReport, ReportState, RuleDecision, RuleName
+from ..report import GuardReport, ReportState, RuleDecision, RuleName, routine_aggregate
 from ..sinks import built, log_statement
 from .aggregate_check import check_aggregates, reached_functions, reads_joining_view, user_functions
 from .connection_state import (  # SMALL_RESULT, ConnectionState, policy_scope and settle re-exported
@@ -295,7 +295,7 @@ def after_fetch(
         # aggregate rule's before the row repair's: P1 leaves a grouped result as it is, and the
         # inflated values would go unchecked (c34).
         fanned = check_aggregates(guard, raw, sql, parameters, rows)
-        if fanned is not None and fanned.findings:
+        if fanned.findings:
             return fanned.rows, _aggregate_state(guard, sql, AGGREGATE_FANOUT, fanned, count, unique, detect_ns)
     if patch and (
         trigger == CARTESIAN_EXPLOSION
@@ -325,9 +325,8 @@ def after_fetch(
         # An empty result too: an inflated HAVING (or an outer filter over an inflated subquery) can
         # filter out every group the truth keeps.
         fanned = check_aggregates(guard, raw, sql, parameters, rows)
-        if fanned is not None:
-            trigger = AGGREGATE_FANOUT if fanned.findings else trigger
-            return fanned.rows, _aggregate_state(guard, sql, trigger, fanned, count, unique, detect_ns)
+        trigger = AGGREGATE_FANOUT if fanned.findings else trigger
+        return fanned.rows, _aggregate_state(guard, sql, trigger, fanned, count, unique, detect_ns)
     measured = ReportState(
         preset=guard.preset,
         sql=sql,
@@ -382,7 +381,7 @@ def _aggregate_state(
         patch_ns=fanned.elapsed_ns,
         aggregates=fanned.findings,
     )
-    if fanned.findings or not fanned.decision.applied:
+    if fanned.findings or not (fanned.decision.applied or routine_aggregate(fanned.decision)):
         log_statement(checked, guard.dialect)
     return checked
 

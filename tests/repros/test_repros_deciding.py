@@ -222,7 +222,8 @@ def test_c24_an_inflated_having_that_filters_out_every_group_is_checked() -> Non
     cur = con.execute(f"SELECT c.id, SUM(o.total) {J} WHERE c.id = 2 GROUP BY c.id")
     assert cur.fetchall() == []
     assert cur.guard_report.trigger == "empty_result"
-    assert cur.guard_report.decisions == ()
+    (decision,) = cur.guard_report.decisions  # routine: said, not run (issue 42 item 2)
+    assert decision.reason == "not at risk: no rows, and the aggregate only shows values"
 
 
 def test_c24_a_correlated_subquery_that_filters_out_every_row_says_why() -> None:

@@ -299,7 +299,7 @@ def test_a_check_calling_an_application_function_runs_under_query_only() -> None
 # the connection, which switches it on first; the check then switches it back off.
 
 
-def test_a_fenced_check_switches_nothing_when_its_functions_run_no_sql() -> None:
+def test_a_fenced_check_switches_nothing_when_its_functions_run_no_sql(generous_budget: None) -> None:
     con = guarded_sqlite.connect(":memory:")
     shop(con, customers=20)
     calls: list[Any] = []

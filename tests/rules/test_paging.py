@@ -311,7 +311,7 @@ def test_a_fenced_check_switches_nothing_when_its_functions_run_no_sql(generous_
     assert con.execute(PAGE).guard_report.trigger == "aggregate_fanout"
 
 
-def test_a_function_reading_through_the_connection_in_a_fenced_check() -> None:
+def test_a_function_reading_through_the_connection_in_a_fenced_check(generous_budget: None) -> None:
     con = guarded_sqlite.connect(":memory:")
     shop(con, customers=20)
     con.execute("CREATE TABLE rates(points INTEGER PRIMARY KEY, rate INTEGER)")

@@ -422,3 +422,12 @@ def test_values_of_clickhouse_types_survive_the_guard(chdb_database: Connect) ->
     cur.execute(sql)
     rows = cur.fetchall()
     assert repr(rows) == repr(expected) and rows[0][0] == Decimal("1.5")
+
+
+def test_the_engines_page_clickhouse_block_runs_as_written(chdb_path: str, tmp_path: Path) -> None:
+    """docs/guide/engines.md's ClickHouse block (skipped by tests/docs, whose run has no chdb), on its own."""
+    from tests.docs.test_readme import BLOCKS, ROOT, needs_chdb, run_blocks
+
+    blocks = [block for block in BLOCKS if block.page == "docs/guide/engines.md" and needs_chdb(block)]
+    assert len(blocks) == 1
+    run_blocks(blocks, ROOT / blocks[0].page, tmp_path)

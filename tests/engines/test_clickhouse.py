@@ -204,8 +204,10 @@ def test_guard_statements_are_one_read_only_statement(shop: Any) -> None:
     assert fetch(shop, "SELECT count() FROM customers -- a comment;\n") == [(4,)]
     with pytest.raises(RerunRefused, match="more than one statement"):
         fetch(shop, "SELECT 1; INSERT INTO customers VALUES (9, 'x', 'y')")
-    with pytest.raises(RerunRefused, match="SETTINGS or FORMAT"):
-        fetch(shop, "SELECT 1 SETTINGS readonly = 0")
+    for own in ("SELECT 1 SETTINGS readonly = 0", "SELECT 1 FORMAT CSV", "SELECT 1 INTO OUTFILE '/tmp/gs_chdb.csv'"):
+        with pytest.raises(RerunRefused, match="SETTINGS, FORMAT or INTO OUTFILE"):
+            fetch(shop, own)
+    assert not Path("/tmp/gs_chdb.csv").exists()
     for write in (
         "INSERT INTO customers SELECT 9, 'x', 'y'",
         "SELECT * FROM file('/etc/hostname', 'LineAsString')",
@@ -218,6 +220,21 @@ def test_guard_statements_are_one_read_only_statement(shop: Any) -> None:
     # The caller's session is as it was: writable, its own settings.
     assert run(shop, "SELECT getSetting('readonly')") == [(0,)]
     run(shop, "INSERT INTO customers VALUES (9, 'x', 'y')")
+
+
+def test_guard_statements_in_a_read_only_session(shop: Any) -> None:
+    """A session set read-only (as the agent tools set it) refuses every setting: the guard's statements
+    run under the session's own readonly and time limit, and still cannot write."""
+    run(shop, "SET max_execution_time = 1")
+    run(shop, "SET readonly = 1")
+    assert fetch(shop, "SELECT count() FROM customers") == [(4,)]
+    with pytest.raises(Exception, match=r"READONLY|readonly"):
+        fetch(shop, "INSERT INTO customers SELECT 9, 'x', 'y'")
+    with pytest.raises(Exception, match=r"TIMEOUT_EXCEEDED|Timeout exceeded"):
+        fetch(shop, "SELECT count() FROM numbers(100000000000)", time_limit=30.0)
+    cur = guarded_sqlite.wrap(shop).cursor()
+    cur.execute(EXPLODING)
+    assert len(cur.fetchall()) == 4 and cur.guard_report.action != "none"
 
 
 def test_guard_statements_stop_at_their_time_limit(shop: Any) -> None:

@@ -64,12 +64,17 @@ def key_columns(expression: str) -> tuple[str, ...] | None:
 
     >>> key_columns("id, `order id`")
     ('id', 'order id')
+    >>> key_columns("(id)")  # ORDER BY (id) is listed with its parentheses
+    ('id',)
     >>> key_columns("toDate(ts), id") is None
     True
     >>> key_columns("") is None
     True
     """
-    if not expression.strip():
+    expression = expression.strip()
+    while expression.startswith("(") and expression.endswith(")") and _balanced(expression[1:-1]):
+        expression = expression[1:-1].strip()
+    if not expression:
         return None
     columns = []
     for part in expression.split(","):
@@ -79,6 +84,16 @@ def key_columns(expression: str) -> tuple[str, ...] | None:
         quoted, bare = found.groups()
         columns.append(bare if bare is not None else re.sub(r"\\(.)", r"\1", quoted))
     return tuple(columns)
+
+
+def _balanced(text: str) -> bool:
+    """Whether ``text``'s parentheses pair up (so ``(a), (b)`` is not taken for one wrapped list)."""
+    depth = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _nullable(type_name: str) -> bool:

@@ -57,9 +57,9 @@ __all__ = [
     "pg_statement_timeout",
 ]
 
-ENGINE_NAMES: tuple[str, ...] = ("sqlite", "duckdb", "postgres", "mysql")
+ENGINE_NAMES: tuple[str, ...] = ("sqlite", "duckdb", "postgres", "mysql", "clickhouse")
 """The engines the evaluation (``evaluate``, ``sweep``, ``eval --engine``) runs on: their sqlglot dialect names."""
-ENGINE_ALIASES: dict[str, str] = {"postgresql": "postgres", "mariadb": "mysql"}
+ENGINE_ALIASES: dict[str, str] = {"postgresql": "postgres", "mariadb": "mysql", "chdb": "clickhouse"}
 """Other names the evaluation takes for an engine of ``ENGINE_NAMES``."""
 _BY_DIALECT = {
     "sqlite": SQLITE,

@@ -45,7 +45,8 @@ def run(raw: Any, sql: str) -> list[Any]:
 def fill_shop(raw: Any, repeated_id: bool = False) -> None:
     """Four customers with six orders each (ORDER BY id: a declared key that ClickHouse does not enforce);
     ``repeated_id``: a fifth customer row repeats customer 3's id (a different person, same id)."""
-    run(raw, "CREATE TABLE customers (id Int64, name String, city String) ENGINE = MergeTree ORDER BY id")
+    # ORDER BY (id): system.tables lists the key with its parentheses
+    run(raw, "CREATE TABLE customers (id Int64, name String, city String) ENGINE = MergeTree ORDER BY (id)")
     run(raw, "CREATE TABLE orders (id Int64, customer_id Int64, amount Int64) ENGINE = MergeTree ORDER BY id")
     people = [(i, f"name{i}", f"city{i % 2}") for i in range(4)] + ([(3, "name3", "city9")] if repeated_id else [])
     run(raw, "INSERT INTO customers VALUES " + ", ".join(f"({i}, '{n}', '{c}')" for i, n, c in people))
@@ -252,7 +253,8 @@ def test_a_slow_rescue_candidate_is_stopped(shop: Any) -> None:
 
 
 def test_catalog_key_expressions() -> None:
-    assert key_columns("id") == ("id",)
+    assert key_columns("id") == ("id",) == key_columns("(id)")
+    assert key_columns("(a), (b)") is None
     assert key_columns("a, `b c`") == ("a", "b c")
     assert key_columns("toDate(ts), id") is None
     assert key_columns("tuple()") is None

@@ -85,7 +85,7 @@ print(list(cur.fetchall()))
     assert keys == str([("(id)",)]) or keys == str([("id",)])
 
 
-def test_clickhouse_needs_chdb_and_takes_cache_dir_only() -> None:
+def test_clickhouse_needs_chdb_and_takes_cache_dir_only(chdb_path: str) -> None:
     from guarded_sqlite.evaluation import InputError
     from guarded_sqlite.evaluation.options import resolve_engine
 

@@ -543,10 +543,14 @@ class ClickHouseSchemaView(SnapshotSchemaView):
         self.proofs: tuple[Any, dict[tuple[tuple[str | None, str], ...], SchemaFacts]] = (None, {})
 
     def _fetch(self, sql: str) -> list[Any]:
+        from .._core.deadlines import time_left
         from .._engines import NO_PARAMETERS, GuardStatement
 
+        limit = time_left(PROOF_SECONDS)  # within what the caller's call deadline (an agent tool's) has left
+        if limit is not None and limit <= 0:
+            raise CatalogUnreadable("the call's time limit has passed")
         rows = self.engine.read_only_fetch(
-            self.raw, GuardStatement(sql, NO_PARAMETERS, None, 1_000_000, PROOF_SECONDS, None, False)
+            self.raw, GuardStatement(sql, NO_PARAMETERS, None, 1_000_000, limit, None, False)
         )
         if rows is None:
             raise CatalogUnreadable("too many catalog rows")

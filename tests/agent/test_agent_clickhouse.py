@@ -20,10 +20,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import guarded_sqlite
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
-from tests.agent.test_agent_hostile import COMMON, HEALTH, LIMITS, Canary, Scene, Server, check_call, finish, record
+from tests.agent.test_agent_hostile import (
+    COMMON,
+    HEALTH,
+    LIMITS,
+    WORDS,
+    Canary,
+    Scene,
+    Server,
+    check_call,
+    finish,
+    record,
+)
 
 SHOP = """
 from chdb import dbapi
@@ -237,6 +250,39 @@ def test_hand_written_corpus_through_the_mcp_server(chdb_required: str, tmp_path
     try:
         for template in COMMON + CLICKHOUSE_ONLY:
             check_call(server, scene, scene.fill(template), LIMITS)
+        finish(server, scene, listing)
+    finally:
+        if server.process.poll() is None:
+            server.close()
+        record(scene.engine, server.calls)
+
+
+CLICKHOUSE_WORDS = [
+    "SETTINGS", "readonly", "=", "0", "max_execution_time", "FORMAT", "CSV", "INTO", "OUTFILE", "'{outside}.gen'",
+    "file('/etc/passwd', 'LineAsString')", "url('http://127.0.0.1:{canary}/g', 'CSV', 'a String')",
+    "remote('127.0.0.1:{canary}', system.one)", "system.disks", "numbers(100000000000)", "dictGet('d', 'v', 1)",
+    "SET", "KILL", "QUERY", "SYSTEM", "FINAL", "ARRAY", "JOIN", "`system`.`settings`",
+    "executable('ls', 'TSV', 'a String')",
+]  # fmt: skip
+"""ClickHouse's own words, added to the generated statements' words."""
+
+
+def test_generated_corpus_through_the_mcp_server(chdb_required: str, tmp_path: Path, canary: Canary) -> None:
+    """Token soups of every engine's hostile words and ClickHouse's, with test_agent_hostile's checks."""
+    folder = tmp_path / "db" / "shop"
+    make_folder(folder)
+    outside = f"/tmp/guarded-hostile-{os.urandom(8).hex()}"
+    scene = Scene("clickhouse", f"chdb://{folder}", lambda: folder_state(folder), tmp_path / "server", canary, outside)
+    server = Server(scene.target, scene.home)
+    listing = scene.listing()
+
+    @settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.sampled_from(WORDS + CLICKHOUSE_WORDS), min_size=1, max_size=10).map(" ".join))
+    def soup(template: str) -> None:
+        check_call(server, scene, scene.fill(template), LIMITS)
+
+    try:
+        soup()
         finish(server, scene, listing)
     finally:
         if server.process.poll() is None:

@@ -1,4 +1,4 @@
-"""Raw vs guarded on each engine: SQLite, DuckDB, PostgreSQL (psycopg 3) and MariaDB (PyMySQL), same process.
+"""Raw vs guarded on each engine: SQLite, DuckDB, PostgreSQL, MariaDB and ClickHouse (chDB), same process.
 
 Workloads per engine, each ``execute(sql, params)`` then ``fetchall()``, raw and guarded runs
 interleaved, reporting the median of per-pair ratios and the median overhead per query:
@@ -10,7 +10,8 @@ interleaved, reporting the median of per-pair ratios and the median overhead per
 
 PostgreSQL runs against a throwaway server started with ``tests/pg_server.py``, MariaDB against one
 started with ``tests/mariadb_server.py`` (each skipped, with a message, when its server binaries are
-missing). Run from the repository root:
+missing). ClickHouse runs on chDB in a temporary folder (MergeTree tables ordered by their id; skipped
+when chdb, the ``[clickhouse]`` extra, is not installed). Run from the repository root:
 ``.venv/bin/python benchmarks/bench_engines.py [--quick] [--engine NAME ...]``.
 """
 
@@ -143,7 +144,45 @@ def mariadb_engine() -> Iterator[Engine | None]:
         raw.close()
 
 
-ENGINES = {"sqlite": sqlite_engine, "duckdb": duckdb_engine, "postgres": postgres_engine, "mariadb": mariadb_engine}
+@contextmanager
+def clickhouse_engine() -> Iterator[Engine | None]:
+    import tempfile
+
+    try:
+        from chdb import dbapi
+    except ImportError:
+        print("chdb is not installed (pip install 'guarded_sqlite[clickhouse]'): skipping ClickHouse", file=sys.stderr)
+        yield None
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        raw = dbapi.connect(folder)
+        cur = raw.cursor()
+        for sql in (
+            "CREATE TABLE t (id Int64, a Int64, b String) ENGINE = MergeTree ORDER BY id",
+            f"INSERT INTO t SELECT number, number % 7, toString(number) FROM numbers({ROWS})",
+            "CREATE TABLE g (id Int64, grp Int64) ENGINE = MergeTree ORDER BY id",
+            "INSERT INTO g SELECT number, number % 10 FROM numbers(1000)",
+            "CREATE TABLE k (id Int64) ENGINE = MergeTree ORDER BY id",
+            "INSERT INTO k SELECT number FROM numbers(100)",
+        ):
+            cur.execute(sql)
+
+        def run(con: Any, sql: str, params: tuple[Any, ...]) -> list[Any]:
+            cur = con.cursor()
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+        yield Engine("ClickHouse (chDB)", raw, "%s", run)
+        raw.close()
+
+
+ENGINES = {
+    "sqlite": sqlite_engine,
+    "duckdb": duckdb_engine,
+    "postgres": postgres_engine,
+    "mariadb": mariadb_engine,
+    "clickhouse": clickhouse_engine,
+}
 
 WORKLOADS = [
     ("1-row point query", "SELECT * FROM t WHERE id = ?", (5,), 2000),

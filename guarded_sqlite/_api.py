@@ -161,8 +161,9 @@ def wrap(connection: T, guard: GuardSpec = None, dialect: str | None = None) -> 
 
 def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -> Any:
     """Guard an open connection: a ``sqlite3.Connection``, a ``duckdb.DuckDBPyConnection``, a
-    ``psycopg.Connection`` (PostgreSQL) or a ``pymysql.connections.Connection`` (MySQL, MariaDB).
-    ``dialect`` (``"sqlite"``, ``"duckdb"``, ``"postgres"``, ``"mysql"``) defaults to the driver's and
+    ``psycopg.Connection`` (PostgreSQL), a ``pymysql.connections.Connection`` (MySQL, MariaDB) or a
+    ``chdb.dbapi`` connection (ClickHouse). ``dialect`` (``"sqlite"``, ``"duckdb"``, ``"postgres"``,
+    ``"mysql"``, ``"clickhouse"``) defaults to the driver's and
     must agree with it. ``guard`` takes what ``connect`` takes.
 
     Wrapping a guarded connection returns it unchanged, unless ``guard`` asks for a different policy,
@@ -202,6 +203,10 @@ def wrap(connection: Any, guard: GuardSpec = None, dialect: str | None = None) -
         from ._io.proxy_pymysql import PyMySQLConnectionProxy
 
         return PyMySQLConnectionProxy(connection, policy, engine, single_thread=single_thread)
+    if engine.name == "clickhouse":
+        from ._io.proxy_clickhouse import ChDBConnectionProxy
+
+        return ChDBConnectionProxy(connection, policy, engine, single_thread=single_thread)
     from ._io.proxy import ConnectionProxy
 
     return ConnectionProxy(connection, policy, engine, single_thread=single_thread)

@@ -177,3 +177,39 @@ def _server_or_skip(driver: str, binaries: Callable[[], object], what: str, engi
         if os.environ.get(flag) == "1":
             pytest.fail(f"{missing}, and {flag}=1 requires it")
         pytest.skip(f"{missing}; set {flag}=1 to make this a failure")
+
+
+@pytest.fixture(scope="session")
+def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The one folder chDB serves in this process (chDB refuses a second path in the same process: every
+    chDB test of a worker shares it, each in a database of its own, ``chdb_database``).
+
+    Skips with the reason when chdb is not installed (it is the ``[clickhouse]`` extra, not in ``[test]``),
+    unless GUARDED_SQLITE_REQUIRE_CLICKHOUSE=1 (CI's ClickHouse step), where that is a failure."""
+    _server_or_skip("chdb.dbapi", lambda: True, "chDB", "CLICKHOUSE")
+    return str(tmp_path_factory.mktemp("chdb"))
+
+
+@pytest.fixture
+def chdb_database(chdb_path: str) -> Iterator[Callable[[], object]]:
+    """Opens chDB connections whose session's current database is a fresh one, dropped afterwards."""
+    from chdb import dbapi
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    opened: list[object] = []
+
+    def connect() -> object:
+        con = dbapi.connect(chdb_path)
+        cur = con.cursor()
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {name}")
+        cur.execute(f"USE {name}")
+        cur.close()
+        opened.append(con)
+        return con
+
+    yield connect
+    admin = dbapi.connect(chdb_path)
+    admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+    for con in (*opened, admin):
+        if con.open:  # type: ignore[attr-defined]
+            con.close()  # type: ignore[attr-defined]

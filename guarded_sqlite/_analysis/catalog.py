@@ -34,6 +34,11 @@ catalog is read once and kept until a statement through this connection looks li
 an unknown-table error (``decide.forget_schema``), or until what unqualified names resolve against
 changes (the current schema, database or search path, read once per question: ``Engine.name_context``,
 c33); DDL by other connections is seen only then.
+
+ClickHouse (``ClickHouseSchemaView``) reads its catalog the same way, but its declared keys are not
+enforced: the keys a verdict rests on are proven on the data for each statement
+(``schema_clickhouse.prove_keys``, one statement, once per statement however many rules ask), and a
+verdict is kept per SQL text *and* what was proven.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from .schema import (
     sqlite_table_facts,
     sqlite_temp_names,
 )
+from .schema_clickhouse import PROOF_SECONDS, ClickHouseCatalog, prove_keys, read_clickhouse_schema
 from .schema_mysql import read_mysql_schema
 from .schema_servers import read_duckdb_schema, read_postgres_schema
 
@@ -81,6 +87,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_NAMES",
+    "ClickHouseSchemaView",
     "SnapshotSchemaView",
     "SqliteSchemaView",
     "explain",
@@ -257,7 +264,7 @@ def joining_views(guard: Guarded) -> frozenset[str]:
     """DuckDB, PostgreSQL, MySQL/MariaDB: the folded names of the views whose body joins, from the
     catalog snapshot (read on first need, dropped with it)."""
     view = schema_view(guard)
-    if not isinstance(view, SnapshotSchemaView):
+    if type(view) is not SnapshotSchemaView:  # ClickHouse's views are not read through (yet)
         return frozenset()
     facts = view.current_facts()
     return frozenset(
@@ -266,10 +273,19 @@ def joining_views(guard: Guarded) -> frozenset[str]:
 
 
 def schema_view(guard: Guarded) -> SqliteSchemaView | SnapshotSchemaView:
-    """The connection's schema view, made on first use (a rule's first question)."""
+    """The connection's schema view, made on first use (a rule's first question). A ClickHouse view
+    learns which statement asks (``guard.started``, set per statement): its key proofs hold for one."""
     view = guard.catalog
     if view is None:
-        view = guard.catalog = SqliteSchemaView(guard.raw_ref) if guard.engine is SQLITE else SnapshotSchemaView(guard)
+        if guard.engine is SQLITE:
+            view = SqliteSchemaView(guard.raw_ref)
+        elif guard.engine.name == "clickhouse":
+            view = ClickHouseSchemaView(guard)
+        else:
+            view = SnapshotSchemaView(guard)
+        guard.catalog = view
+    if type(view) is ClickHouseSchemaView:
+        view.statement = getattr(guard, "started", None)
     return cast("SqliteSchemaView | SnapshotSchemaView", view)  # only this module makes the views
 
 
@@ -531,7 +547,7 @@ class SnapshotSchemaView:
         self.engine = guard.engine
         self.dialect = guard.dialect
         self.facts: SchemaFacts | None = None
-        self.verdicts: dict[tuple[str, str], Any] = {}
+        self.verdicts: dict[tuple[Any, ...], Any] = {}  # (question, SQL text[, what ClickHouse proved])
         self.context: Any = None
 
     def current_facts(self) -> SchemaFacts:
@@ -559,6 +575,62 @@ class SnapshotSchemaView:
             if isinstance(parsed, Provenance)
             else analyser.answer(parsed, facts, self.dialect)
         )
+        if len(self.verdicts) >= VERDICTS:
+            del self.verdicts[next(iter(self.verdicts))]
+        self.verdicts[key] = verdict
+        return verdict
+
+
+class ClickHouseSchemaView(SnapshotSchemaView):
+    """ClickHouse's catalog, read on first need and kept as ``SnapshotSchemaView`` keeps it, with the keys
+    of the tables a statement names proven on the data once per statement (``schema_clickhouse``)."""
+
+    __slots__ = ("catalog", "proofs", "statement")
+
+    def __init__(self, guard: Guarded) -> None:
+        super().__init__(guard)
+        self.catalog: ClickHouseCatalog | None = None
+        self.statement: Any = None  # which statement asks (guard.started): proofs hold for it alone
+        self.proofs: tuple[Any, dict[tuple[tuple[str | None, str], ...], SchemaFacts]] = (None, {})
+
+    def _fetch(self, sql: str) -> list[Any]:
+        from .._core.deadlines import time_left
+        from .._engines import NO_PARAMETERS, GuardStatement
+
+        limit = time_left(PROOF_SECONDS)  # within what the caller's call deadline (an agent tool's) has left
+        if limit is not None and limit <= 0:
+            raise CatalogUnreadable("the call's time limit has passed")
+        rows = self.engine.read_only_fetch(
+            self.raw, GuardStatement(sql, NO_PARAMETERS, None, 1_000_000, limit, None, False)
+        )
+        if rows is None:
+            raise CatalogUnreadable("too many catalog rows")
+        return rows
+
+    def explain(self, sql: str, analyser: Analyser[T]) -> T:
+        catalog = self.catalog
+        if catalog is None:
+            catalog = read_clickhouse_schema(self._fetch)
+            if catalog.facts.tables:  # an unreadable catalog (or none) is read again next time
+                self.catalog = catalog
+        parsed = parse_statement(sql, self.dialect)
+        if isinstance(parsed, Provenance):
+            return analyser.unknown(parsed.evidence)
+        names = table_names(parsed)
+        statement, proven = self.proofs
+        if statement is None or statement != self.statement:
+            proven = {}
+            self.proofs = (self.statement, proven)
+        facts = proven.get(names)
+        if facts is None:
+            facts = proven[names] = prove_keys(catalog, names, self._fetch)
+        signature = tuple(
+            (t.schema, t.name, t.keys, t.keys_unknown) for t in (facts.table(n, s) for s, n in names) if t is not None
+        )
+        key = (analyser.kind, sql, signature)
+        if key in self.verdicts:
+            return self.verdicts[key]  # type: ignore[no-any-return]
+        verdict = analyser.answer(parsed, facts, self.dialect)
         if len(self.verdicts) >= VERDICTS:
             del self.verdicts[next(iter(self.verdicts))]
         self.verdicts[key] = verdict

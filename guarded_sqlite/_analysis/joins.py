@@ -474,6 +474,8 @@ class JoinGraph:
           ``rowid`` is data, c07, and a key's collation cannot be overridden for any type);
         * PostgreSQL: ``tableoid`` with ``ctid``, unique across partitions and inheritance children,
           where ``ctid`` alone and a parent's PRIMARY KEY repeat (c06); none for a foreign table;
+        * ClickHouse: a NOT NULL key the data proved unique (``schema_clickhouse``); none for a LEFT-joined
+          table, whose unmatched rows carry the key's default value (``join_use_nulls = 0``);
         * a derived table seen through: its key (by output name; its rows are told apart as its
           DISTINCT or GROUP BY told them apart), ``COLLATE BINARY`` on SQLite.
 
@@ -506,6 +508,8 @@ class JoinGraph:
             return [binary(name) for name in sorted(instance.keys[0])]
         if instance.kind != "table" or instance.opaque_reason:
             return None
+        if self.dialect == "clickhouse" and instance.left_joined:
+            return None  # unmatched rows carry the key's default value (join_use_nulls = 0), as a real row may
         if self.dialect == "postgres":
             # A foreign table's ctid is its wrapper's to give, if any.
             return None if instance.foreign else [column("tableoid"), column("ctid")]

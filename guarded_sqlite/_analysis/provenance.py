@@ -471,7 +471,9 @@ class Analysis(JoinGraph):
         """The columns (as spelled for the query) that identify one row of instance ``k``: a key whose
         columns cannot be NULL (SQLite's rowid is one), else the engine's own row id (DuckDB ``rowid``
         unless a column takes that name; PostgreSQL ``tableoid`` with ``ctid``, unique across partitions
-        and inheritance children); a derived table's key. None when it has none."""
+        and inheritance children); a derived table's key. None when it has none, and on ClickHouse for a
+        LEFT-joined table, whose unmatched rows carry the key's default value (``join_use_nulls = 0``,
+        the default), which a real row may hold too."""
         instance = self.instances[k]
         if instance.kind == "derived":
             if not instance.keys or fold(instance.display) != instance.alias or instance.display == "subquery":
@@ -479,6 +481,8 @@ class Analysis(JoinGraph):
             return tuple(sorted(instance.keys[0]))
         if instance.kind != "table" or instance.opaque_reason:
             return None
+        if self.dialect == "clickhouse" and instance.left_joined:
+            return None  # unmatched rows get the columns' defaults (join_use_nulls = 0): a real row's key
         identities = [key for key in instance.keys if key <= instance.not_null]
         # A declared key reads best in final_sql; of SQLite's row id aliases, the one users know.
         key = next((key for key in identities if not key & ROWID_NAMES), None) or next(

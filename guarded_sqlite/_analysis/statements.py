@@ -14,9 +14,11 @@ from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re
 from .trees import dialect_named
 
 __all__ = [
+    "CLICKHOUSE_DENIED_FUNCTIONS",
     "DUCKDB_PATH_FUNCTIONS",
     "MYSQL_DENIED_FUNCTIONS",
     "POSTGRES_DENIED_FUNCTIONS",
+    "clickhouse_denied_call",
     "denied_name",
     "mysql_denied_call",
     "postgres_denied_call",
@@ -176,6 +178,69 @@ DUCKDB_PATH_FUNCTIONS = frozenset(
     }
 )
 """DuckDB functions an agent tool's statement may not name: they show absolute file paths."""
+
+
+CLICKHOUSE_DENIED_FUNCTIONS = frozenset(
+    {
+        # Table functions (and the scalar file()) that read or write files, reach the network or other
+        # servers, or run programs; readonly = 1 refuses most of them, the rest fail only on their
+        # arguments: refused by name, before the server sees them.
+        *("file", "filecluster", "url", "urlcluster", "s3", "s3cluster", "gcs", "oss", "cosn", "hdfs", "hdfscluster"),
+        *("azureblobstorage", "azureblobstoragecluster", "remote", "remotesecure", "cluster", "clusterallreplicas"),
+        *("mysql", "postgresql", "mongodb", "redis", "sqlite", "jdbc", "odbc", "hive", "executable", "executablepool"),
+        *("iceberg", "icebergs3", "icebergazure", "iceberghdfs", "iceberglocal", "icebergs3cluster", "deltalake"),
+        *("deltalakes3", "deltalakeazure", "deltalakelocal", "deltalakecluster", "hudi", "hudicluster", "paimon"),
+        *("ytsaurus", "arrowflight", "prometheusquery", "input", "merge", "dictionary", "loop", "mergetreeindex"),
+        # Dictionaries load their source (a file, a URL, a program) when first read.
+        *("dictget", "dictgetordefault", "dictgetornull", "dicthas", "dictgethierarchy", "dictisin"),
+        *("dictgetchildren", "dictgetdescendants", "dictgetall"),
+    }
+)
+"""Functions an agent tool's ClickHouse statement may not call (followed by ``(``; a column may bear the
+name). Typed ``dictGet*`` variants (``dictGetString``, ...) are refused by their ``dictget`` prefix."""
+
+_CLICKHOUSE_CLAUSES = frozenset({"settings", "format", "outfile"})
+"""Words an agent tool's ClickHouse statement may not hold anywhere outside its literals: a ``SETTINGS``
+clause (the tool's limits are settings), ``FORMAT`` (chDB's cursor reads one format) and ``INTO OUTFILE``
+(which chDB writes even in a read-only session); ``format(...)`` the function is allowed."""
+
+_CLICKHOUSE_DATABASES = frozenset({"system", "information_schema"})
+"""Databases an agent tool's ClickHouse statement may not read (as ``db.table``): ``system`` shows paths,
+settings, other sessions' queries and the server's configuration; the schema tool describes the tables."""
+
+
+def clickhouse_denied_call(sql: str) -> str | None:
+    """What in ``sql`` an agent tool does not run on ClickHouse, or None: a statement starting with
+    ``SET``, a word of ``_CLICKHOUSE_CLAUSES``, a function of ``CLICKHOUSE_DENIED_FUNCTIONS`` (or any
+    ``dictGet...``), a table of the ``system`` or ``information_schema`` database; read from sqlglot's
+    ``clickhouse`` tokens, outside the literals. A text that does not tokenize is refused.
+
+    >>> clickhouse_denied_call("SELECT * FROM `url`('http://x', 'CSV', 'a String')")
+    'url()'
+    >>> clickhouse_denied_call("SELECT url, format('{}', x) FROM t")
+    >>> clickhouse_denied_call("SELECT name FROM system.tables")
+    'the system database'
+    >>> clickhouse_denied_call("SELECT 1 SETTINGS readonly = 0")
+    'SETTINGS'
+    """
+    try:
+        tokens = dialect_named("clickhouse").tokenize(sql)
+    except SqlglotError:
+        return "a text that cannot be read (an unterminated string or comment?)"
+    if tokens and tokens[0].text.lower() == "set":
+        return "SET"
+    for position, token in enumerate(tokens):
+        if token.token_type in _LITERALS:
+            continue
+        name = token.text.lower()
+        after = tokens[position + 1].token_type if position + 1 < len(tokens) else None
+        if name in _CLICKHOUSE_CLAUSES and not (name == "format" and after == TokenType.L_PAREN):
+            return "INTO OUTFILE" if name == "outfile" else name.upper()
+        if after == TokenType.L_PAREN and (name in CLICKHOUSE_DENIED_FUNCTIONS or name.startswith("dictget")):
+            return f"{name}()"
+        if after == TokenType.DOT and name in _CLICKHOUSE_DATABASES:
+            return f"the {name} database"
+    return None
 
 
 def denied_name(sql: str, dialect: str, names: frozenset[str]) -> str | None:

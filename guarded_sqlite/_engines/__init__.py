@@ -1,5 +1,5 @@
 """What differs between database drivers: one small ``Engine`` per supported driver, one
-module each (``sqlite``, ``postgres``, ``duckdb``, ``mysql``; ``base`` for what they share).
+module each (``sqlite``, ``postgres``, ``duckdb``, ``mysql``, ``clickhouse``; ``base`` for what they share).
 
 The probe and the rules are engine-independent; re-executing a patch or a candidate is not. Each
 engine knows how to run one query *read-only* on the caller's connection without disturbing it, how
@@ -19,6 +19,9 @@ real row set or a status (DuckDB answers ``CREATE`` and ``INSERT`` with a one-co
 - MySQL/MariaDB (PyMySQL): ``START TRANSACTION READ ONLY`` outside a transaction; inside the caller's,
   which cannot be made read-only, a statement proven unable to write as it is and any other between a
   savepoint and its rollback; MariaDB's ``SET STATEMENT max_statement_time`` (see ``mysql``).
+- ClickHouse (chDB's ``dbapi``): no transactions; one statement as the server parses it, on a cursor
+  of the caller's session, under query-level ``SETTINGS readonly = 1, max_execution_time`` (see
+  ``clickhouse``).
 
 Drivers are imported only to recognise their connections, never by ``import guarded_sqlite``.
 """
@@ -30,12 +33,14 @@ import sys
 from typing import Any
 
 from .base import NO_PARAMETERS, Engine, GuardStatement, RerunRefused, WritableNotRestored, execute_with
+from .clickhouse import CLICKHOUSE
 from .duckdb import DUCKDB
 from .mysql import MYSQL
 from .postgres import POSTGRES, pg_statement_timeout
 from .sqlite import SQLITE
 
 __all__ = [
+    "CLICKHOUSE",
     "DUCKDB",
     "ENGINE_ALIASES",
     "ENGINE_NAMES",
@@ -52,9 +57,9 @@ __all__ = [
     "pg_statement_timeout",
 ]
 
-ENGINE_NAMES: tuple[str, ...] = ("sqlite", "duckdb", "postgres", "mysql")
+ENGINE_NAMES: tuple[str, ...] = ("sqlite", "duckdb", "postgres", "mysql", "clickhouse")
 """The engines the evaluation (``evaluate``, ``sweep``, ``eval --engine``) runs on: their sqlglot dialect names."""
-ENGINE_ALIASES: dict[str, str] = {"postgresql": "postgres", "mariadb": "mysql"}
+ENGINE_ALIASES: dict[str, str] = {"postgresql": "postgres", "mariadb": "mysql", "chdb": "clickhouse"}
 """Other names the evaluation takes for an engine of ``ENGINE_NAMES``."""
 _BY_DIALECT = {
     "sqlite": SQLITE,
@@ -63,6 +68,8 @@ _BY_DIALECT = {
     "duckdb": DUCKDB,
     "mysql": MYSQL,
     "mariadb": MYSQL,
+    "clickhouse": CLICKHOUSE,
+    "chdb": CLICKHOUSE,
 }
 
 
@@ -70,14 +77,18 @@ def engine_for(connection: Any, dialect: str | None = None) -> Engine:
     """The engine for an open connection; ``dialect``, when given, must agree with the driver."""
     detected = _detect(connection)
     if detected is None:
-        supported = "sqlite3.Connection, duckdb.DuckDBPyConnection, psycopg.Connection, pymysql.connections.Connection"
+        supported = (
+            "sqlite3.Connection, duckdb.DuckDBPyConnection, psycopg.Connection, pymysql.connections.Connection, "
+            "chdb.dbapi.connections.Connection"
+        )
         raise TypeError(
             f"cannot guard a {type(connection).__module__}.{type(connection).__name__}; supported: {supported}"
         )
     if dialect is not None:
         wanted = _BY_DIALECT.get(dialect.lower())
         if wanted is None:
-            raise ValueError(f"unknown dialect {dialect!r}; use one of 'sqlite', 'duckdb', 'postgres', 'mysql'")
+            known = "'sqlite', 'duckdb', 'postgres', 'mysql', 'clickhouse'"
+            raise ValueError(f"unknown dialect {dialect!r}; use one of {known}")
         if wanted is not detected:
             raise ValueError(f"dialect {dialect!r} does not match a {detected.name} connection")
     return detected
@@ -95,4 +106,7 @@ def _detect(connection: Any) -> Engine | None:
     pymysql = sys.modules.get("pymysql")
     if pymysql is not None and isinstance(connection, pymysql.connections.Connection):
         return MYSQL
+    chdb_connections = sys.modules.get("chdb.dbapi.connections")
+    if chdb_connections is not None and isinstance(connection, chdb_connections.Connection):
+        return CLICKHOUSE
     return None

@@ -495,7 +495,9 @@ def _subclass_aware_getattr(proxy: Any, name: str) -> Any:
 
 # ``guarded_sqlite``'s own connection classes count as the driver's: a proxy over one of them (a
 # connect()ed connection re-wrapped with another policy) must not bind their guarded methods to itself.
-_DRIVER_MODULES = frozenset({"sqlite3", "psycopg", "duckdb", "_duckdb", "pymysql", "builtins", "guarded_sqlite"})
+_DRIVER_MODULES = frozenset(
+    {"sqlite3", "psycopg", "duckdb", "_duckdb", "pymysql", "chdb", "builtins", "guarded_sqlite"}
+)
 
 
 @functools.lru_cache(maxsize=256)

@@ -42,6 +42,7 @@ from ._calls import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._calls import ENGINE_MEMORY as ENGINE_MEMORY
 from ._calls import QueryRefused, QueryResult, call_memory_bound, worker_memory_allowance
 from ._calls import guard_byte_cap as guard_byte_cap
+from ._calls import is_chdb_dsn as is_chdb_dsn
 from ._calls import is_mysql_dsn as is_mysql_dsn
 from ._calls import is_postgres_dsn as is_postgres_dsn
 from ._calls import redact_dsn as redact_dsn

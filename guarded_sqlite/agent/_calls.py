@@ -20,10 +20,13 @@ __all__ = [
     "ENGINE_MEMORY",
     "QueryRefused",
     "QueryResult",
+    "agent_policy",
     "busy_refusal",
     "call_memory_bound",
+    "chdb_folder",
     "framework_missing",
     "guard_byte_cap",
+    "is_chdb_dsn",
     "is_mysql_dsn",
     "is_postgres_dsn",
     "redact_dsn",
@@ -46,8 +49,16 @@ the model hears nothing: on Spider dev's released predictions, 6-10 of the 10-14
 DEFAULT_TIMEOUT = 10.0
 """Seconds a statement may run before it is interrupted (a cross join can run for hours)."""
 
-ENGINE_MEMORY = {"sqlite": 64 * 2**20, "duckdb": 512 * 2**20, "postgres": 64 * 2**20, "mysql": 64 * 2**20}
-"""Bytes the engine itself may take for one statement in the worker: DuckDB's ``memory_limit``
+ENGINE_MEMORY = {
+    "sqlite": 64 * 2**20,
+    "duckdb": 512 * 2**20,
+    "postgres": 64 * 2**20,
+    "mysql": 64 * 2**20,
+    "clickhouse": 512 * 2**20,
+}
+"""Bytes the engine itself may take for one statement in the worker: for chDB the session's
+``max_memory_usage`` (``lockdown.CLICKHOUSE_MEMORY``, 256 MiB) and as much again for the embedded server's
+thread pools and caches; DuckDB's ``memory_limit``
 (``lockdown.DUCKDB_MEMORY_LIMIT``, 512 MB); for SQLite (2 MB page cache, values capped at
 ``lockdown.value_length_limit``, sorts and temporary tables in memory, ``temp_store``) the worker's
 ``hard_heap_limit`` (``lockdown.cap_sqlite_heap``), and for psycopg (rows fetched 16 at a time) and
@@ -59,7 +70,7 @@ _SLACK = 32 * 2**20
 
 def guard_byte_cap(max_chars: int = DEFAULT_MAX_CHARS, max_rows: int = DEFAULT_MAX_ROWS) -> int:
     """The estimated bytes the guard may buffer for an agent tool: a served value costs the estimate 16
-    bytes plus its length, and at least two characters of JSON (``_agent_policy``).
+    bytes plus its length, and at least two characters of JSON (``agent_policy``).
 
     >>> guard_byte_cap()
     3213888
@@ -126,6 +137,28 @@ def is_mysql_dsn(target: object) -> bool:
     (True, False)
     """
     return isinstance(target, str) and target.lower().startswith(_MYSQL_SCHEMES)
+
+
+_CHDB_SCHEME = "chdb://"
+
+
+def is_chdb_dsn(target: object) -> bool:
+    """Whether ``target`` names a chDB (ClickHouse embedded) folder: ``chdb:///absolute/path`` or
+    ``chdb://relative/path``.
+
+    >>> is_chdb_dsn("chdb:///srv/shop"), is_chdb_dsn("shop.db")
+    (True, False)
+    """
+    return isinstance(target, str) and target.lower().startswith(_CHDB_SCHEME)
+
+
+def chdb_folder(dsn: str) -> str:
+    """The folder a ``chdb://`` target names.
+
+    >>> chdb_folder("chdb:///srv/shop"), chdb_folder("chdb://data/shop")
+    ('/srv/shop', 'data/shop')
+    """
+    return dsn[len(_CHDB_SCHEME) :]
 
 
 def redact_dsn(dsn: str) -> str:
@@ -232,3 +265,21 @@ class QueryResult:
             text = "\n".join([*format_table(self.columns, self.rows), f"({len(self.rows)} {plural})"])
         feedback = self.feedback
         return f"{text}\n\nGuard feedback:\n{feedback}" if feedback else text
+
+
+def agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
+    """The guard's policy for an agent tool: it buffers no more bytes than ``max_chars`` of rows can take
+    (so a result the tool refuses is never held whole), and a result somewhat over ``max_rows`` is still
+    probed, so that its refusal carries the guard's feedback (rows a join repeats)."""
+    import dataclasses
+
+    from ..policy import resolve_policy
+
+    policy = resolve_policy(guard)
+    max_rows = int(limits.get("max_rows", DEFAULT_MAX_ROWS))
+    max_chars = int(limits.get("max_chars", DEFAULT_MAX_CHARS))
+    byte_cap = guard_byte_cap(max_chars, max_rows)
+    if policy.byte_cap is not None:
+        byte_cap = min(byte_cap, policy.byte_cap)
+    row_cap = max(1, min(policy.row_cap, max(10 * max_rows, 10_000)))
+    return dataclasses.replace(policy, row_cap=row_cap, byte_cap=byte_cap)

@@ -24,8 +24,9 @@ from ._calls import (
     DEFAULT_TIMEOUT,
     QueryRefused,
     QueryResult,
+    agent_policy,
     busy_refusal,
-    guard_byte_cap,
+    is_chdb_dsn,
     is_mysql_dsn,
     is_postgres_dsn,
 )
@@ -63,7 +64,9 @@ class GuardedDatabase:
     autocommit on or off makes no difference to the tool. What the model can reach beyond that is what
     the connection's role may do: connect as a role with SELECT privileges only (see docs/agents.md).
     A PyMySQL connection must be in autocommit mode with no transaction open and no multi-statements;
-    each call gets ``START TRANSACTION READ ONLY`` and the server's time limit (``_mysql_session``)."""
+    each call gets ``START TRANSACTION READ ONLY`` and the server's time limit (``_mysql_session``).
+    A chDB connection's session gets the tool's limits as settings and then ``readonly = 1`` (unless
+    ``allow_writes``), which nothing can undo: hand the tool a connection of its own."""
 
     _isolated: ClassVar[Callable[..., GuardedDatabase] | None] = None
     """What ``open`` makes by default: ``isolation.IsolatedDatabase``, a subclass in the module that runs
@@ -88,9 +91,10 @@ class GuardedDatabase:
             raise ValueError("max_rows and max_chars must be at least 0, timeout positive")
         raw: Any = raw_sqlite(connection) if isinstance(connection, sqlite3.Connection) else connection.__wrapped__
         self.dialect: str = engine_for(raw).dialect
-        if self.dialect not in ("sqlite", "duckdb", "postgres", "mysql"):
+        if self.dialect not in ("sqlite", "duckdb", "postgres", "mysql", "clickhouse"):
             raise TypeError(
-                f"GuardedDatabase supports SQLite, DuckDB, PostgreSQL and MySQL/MariaDB connections, not {self.dialect}"
+                "GuardedDatabase supports SQLite, DuckDB, PostgreSQL, MySQL/MariaDB and ClickHouse (chDB) "
+                f"connections, not {self.dialect}"
             )
         self.connection = connection
         self.allow_writes = allow_writes
@@ -120,6 +124,10 @@ class GuardedDatabase:
             self.value_limit = lock_down_sqlite(
                 raw, allow_writes=allow_writes, value_bytes=value_length_limit(max_chars)
             )
+        elif self.dialect == "clickhouse":
+            from .lockdown import lock_down_clickhouse
+
+            self.value_limit = lock_down_clickhouse(connection, allow_writes=allow_writes, timeout=timeout)
         elif self.dialect == "postgres":
             from .lockdown import postgres_session_problem
 
@@ -170,13 +178,17 @@ class GuardedDatabase:
         if read_only and allow_writes:
             raise ValueError("read_only and allow_writes exclude each other")
         if isolated:
-            target = str(path) if is_postgres_dsn(path) or is_mysql_dsn(path) else Path(path)
+            target = str(path) if is_postgres_dsn(path) or is_mysql_dsn(path) or is_chdb_dsn(path) else Path(path)
             isolated_class = GuardedDatabase._isolated
             if isolated_class is None:  # set when the package imports isolation, which a submodule import runs
                 raise RuntimeError("guarded_sqlite.agent.isolation has not registered the worker-process database")
             return isolated_class(target, guard=guard, read_only=read_only, allow_writes=allow_writes, **limits)
         if is_postgres_dsn(path) or is_mysql_dsn(path):
             return cls._open_server(str(path), guard=guard, allow_writes=allow_writes, **limits)
+        if is_chdb_dsn(path):
+            from ._clickhouse_session import open_chdb
+
+            return cls(open_chdb(str(path), agent_policy(guard, limits)), allow_writes=allow_writes, **limits)
         path = Path(path)
         duck = path.suffix.lower() in _DUCKDB_SUFFIXES
         problem = (None if path.is_file() else f"{path}: no such file") if duck else database_problem(path)
@@ -190,7 +202,7 @@ class GuardedDatabase:
                 # Read-only unless writes are allowed: DuckDB has no query_only, and a SELECT can write
                 # (nextval() advances a stored sequence).
                 raw_duck = connect_duckdb(str(path), read_only=read_only or not allow_writes)
-                connection = wrap(raw_duck, guard=_agent_policy(guard, limits))
+                connection = wrap(raw_duck, guard=agent_policy(guard, limits))
             else:
                 # mode=rw never creates a missing file; as_uri() percent-encodes '?', '#' and '%' in the
                 # path. Tool calls may arrive on any worker thread; the lock in __init__ serialises them.
@@ -199,7 +211,7 @@ class GuardedDatabase:
                 # and lost at exit.
                 uri = path.resolve().as_uri() + ("?mode=ro" if read_only else "?mode=rw")
                 connection = connect(
-                    uri, uri=True, guard=_agent_policy(guard, limits), check_same_thread=False, isolation_level=None
+                    uri, uri=True, guard=agent_policy(guard, limits), check_same_thread=False, isolation_level=None
                 )
             return cls(connection, allow_writes=allow_writes, **limits)
         except Exception as failure:
@@ -220,7 +232,7 @@ class GuardedDatabase:
         from ._postgres_session import open_postgres
 
         opener = open_mysql if is_mysql_dsn(dsn) else open_postgres
-        policy = _agent_policy(guard, limits)
+        policy = agent_policy(guard, limits)
         timeout = float(limits.get("timeout", DEFAULT_TIMEOUT))
         connection = opener(dsn, policy, allow_writes=allow_writes, connect_timeout=min(timeout, 30.0))
         try:
@@ -284,6 +296,10 @@ class GuardedDatabase:
         # (single_statement_problem: one SELECT by its type, on a file opened read-only), so its reads that
         # sqlglot's tokens do not know are answered: DESCRIBE, SHOW, SUMMARIZE, FROM t LIMIT 1.
         duck_read = self.dialect == "duckdb" and first_word(sql) in DUCKDB_READ_WORDS
+        if self.dialect == "clickhouse":  # named first: sqlglot cannot read some of what it refuses (system.x)
+            denied = denied_call_problem(sql, self.dialect)
+            if denied is not None:
+                raise QueryRefused("denied", denied)
         if not self.allow_writes and not duck_read and not is_read_only_query(sql, self.dialect):
             first = first_word(sql)
             if first in QUERY_WORDS or first in NOT_QUERY_WORDS:
@@ -317,6 +333,10 @@ class GuardedDatabase:
             elif self.dialect == "postgres":
                 run = functools.partial(self._run_postgres, sql, tuple(parameters), limit)
                 description, rows, over, report, count = self._on_postgres(run, limit)
+            elif self.dialect == "clickhouse":
+                from ._clickhouse_session import run_call
+
+                description, rows, over, report, count = run_call(self, sql, tuple(parameters), limit)
             else:
                 try:
                     # Re-sent until the call ends: SQLite drops an interrupt that falls between two statements
@@ -624,21 +644,3 @@ _FETCH_BATCH = 16
 
 _REINTERRUPT_EVERY = 0.02
 """Seconds between the interrupts re-sent once a call's time limit has passed, until the call ends."""
-
-
-def _agent_policy(guard: Any, limits: dict[str, Any]) -> Any:
-    """The guard's policy for an agent tool: it buffers no more bytes than ``max_chars`` of rows can take
-    (so a result the tool refuses is never held whole), and a result somewhat over ``max_rows`` is still
-    probed, so that its refusal carries the guard's feedback (rows a join repeats)."""
-    import dataclasses
-
-    from ..policy import resolve_policy
-
-    policy = resolve_policy(guard)
-    max_rows = int(limits.get("max_rows", DEFAULT_MAX_ROWS))
-    max_chars = int(limits.get("max_chars", DEFAULT_MAX_CHARS))
-    byte_cap = guard_byte_cap(max_chars, max_rows)
-    if policy.byte_cap is not None:
-        byte_cap = min(byte_cap, policy.byte_cap)
-    row_cap = max(1, min(policy.row_cap, max(10 * max_rows, 10_000)))
-    return dataclasses.replace(policy, row_cap=row_cap, byte_cap=byte_cap)

@@ -65,6 +65,12 @@ def failure_refusal(
             f"Refused: a value in the result is longer than this tool serves (values are capped at "
             f"{value_limit}). Select a part of it (substr) or its length instead.",
         )
+    if dialect == "clickhouse" and ("(TOO_MANY_ROWS_OR_BYTES)" in message or "(MEMORY_LIMIT_EXCEEDED)" in message):
+        return QueryRefused(
+            "too_large",
+            f"Refused: the statement's result or memory passed this tool's limits ({message}). Add a LIMIT or "
+            "a WHERE condition, aggregate, or select fewer or smaller values.",
+        )
     if "out of memory" in message.lower():  # DuckDB's memory_limit, the worker's RLIMIT_DATA, libpq
         return QueryRefused(
             "too_large",
@@ -76,6 +82,12 @@ def failure_refusal(
             "write" if not allow_writes else "sql_error",
             f"Refused: the database denied this statement ({message}): this tool runs each call in a "
             "read-only transaction (while writes are off) as a role that may only read.",
+        )
+    if dialect == "clickhouse" and ("(READONLY)" in message or "(ACCESS_DENIED)" in message):
+        return QueryRefused(
+            "write" if not allow_writes else "sql_error",
+            f"Refused: the database denied this statement ({message}): this tool's ClickHouse session is "
+            "read-only (while writes are off), and its settings cannot be changed.",
         )
     if "not authorized" in message or "prohibited" in message:
         return QueryRefused(
@@ -106,7 +118,13 @@ def is_database_error(failure: Exception) -> bool:
         driver = sys.modules.get(name)
         if driver is not None and isinstance(failure, driver.Error):
             return True
-    return False
+    # chDB raises chdb._exceptions.ChdbError (a RuntimeError; chdb.ChdbError is another class), and its
+    # dbapi's err.Error for misuse (a closed connection).
+    chdb = sys.modules.get("chdb._exceptions")
+    if chdb is not None and isinstance(failure, chdb.ChdbError):
+        return True
+    errors = sys.modules.get("chdb.dbapi.err")
+    return errors is not None and isinstance(failure, errors.Error)
 
 
 def _is_postgres_denial(failure: Exception) -> bool:

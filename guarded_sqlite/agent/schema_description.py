@@ -1,6 +1,7 @@
 """The schema as an agent tool shows it: tables, typed columns, keys, foreign keys with their cardinality,
-and row counts (``schema_info.SchemaInfo``), read from the catalog of SQLite, DuckDB, PostgreSQL or
-MySQL/MariaDB (only the connection's current database: the tools read one schema).
+and row counts (``schema_info.SchemaInfo``), read from the catalog of SQLite, DuckDB, PostgreSQL,
+MySQL/MariaDB or ClickHouse (only the connection's current database: the tools read one schema). A
+ClickHouse table shows no keys: its ``ORDER BY`` keeps duplicate values, so none identifies a row.
 
 Keys and foreign keys come from the same readers the guard's analysis uses (``schema``,
 ``schema_servers``), so what the model is told about keys is what the guard reasons with. Column types
@@ -49,6 +50,9 @@ def describe(raw: Any, dialect: str) -> SchemaInfo:
         facts = read_mysql_schema(raw)
         facts = dataclasses.replace(facts, tables=tuple(t for t in facts.tables if t.schema == default_schema))
         reader = raw
+    elif dialect == "clickhouse":
+        facts, types, default_schema = _clickhouse_catalog(raw)
+        reader = raw
     elif dialect == "duckdb":
         from .._analysis.schema_servers import read_duckdb_schema
 
@@ -74,6 +78,8 @@ def describe(raw: Any, dialect: str) -> SchemaInfo:
                 count = None if table.is_view else _postgres_row_count(raw, table)
             elif dialect == "mysql":
                 count = None if table.is_view else _mysql_row_count(raw, table)
+            elif dialect == "clickhouse":
+                count = None if table.is_view else _clickhouse_row_count(raw, table)
             else:
                 count = None if table.is_view else _row_count(reader, table)
             keys = _declared_keys(table)
@@ -316,3 +322,47 @@ def _mysql_row_count(raw: Any, table: TableFacts) -> int | None:
     except pymysql.MySQLError:  # a table the account may not read, or out of time
         return None
     return int(row[0]) if row is not None else None
+
+
+_CH_COLUMNS = "SELECT table, name, type FROM system.columns WHERE database = currentDatabase() ORDER BY table, position"
+
+
+def _clickhouse_catalog(raw: Any) -> tuple[SchemaFacts, dict[tuple[str, str], tuple[tuple[str, str], ...]], str]:
+    """The current database's tables (without keys: ClickHouse enforces none), their column types, and
+    the database's name, read on a cursor of the agent's own (read-only) session."""
+    from .._analysis.schema_clickhouse import read_clickhouse_schema
+
+    def fetch(sql: str) -> list[Any]:
+        cur = raw.cursor()
+        try:
+            cur.execute(sql)
+            return list(cur.fetchall())
+        finally:
+            cur.close()
+
+    catalog = read_clickhouse_schema(fetch)
+    database = catalog.facts.search_order[0] if catalog.facts.search_order else ""
+    tables = tuple(t for t in catalog.facts.tables if fold(t.schema) == database)
+    types: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    try:
+        current = str(fetch("SELECT currentDatabase()")[0][0])
+        for table, column, kind in fetch(_CH_COLUMNS):
+            types.setdefault((current, str(table)), []).append((str(column), str(kind)))
+    except Exception:  # types are a courtesy: the names come from the facts
+        current = tables[0].schema if tables else database
+    facts = SchemaFacts(tables, catalog.facts.search_order)
+    return facts, {key: tuple(value) for key, value in types.items()}, current
+
+
+def _clickhouse_row_count(raw: Any, table: TableFacts) -> int | None:
+    """``count()`` under the session's own time limit; None when it fails."""
+    name = ".".join("`" + part.replace("\\", "\\\\").replace("`", "\\`") + "`" for part in (table.schema, table.name))
+    cur = raw.cursor()
+    try:
+        cur.execute(f"SELECT count() FROM {name}")
+        rows = cur.fetchall()
+    except Exception:  # a table whose engine cannot be read here (a URL table in a read-only session)
+        return None
+    finally:
+        cur.close()
+    return int(rows[0][0]) if rows else None

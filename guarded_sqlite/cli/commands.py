@@ -159,7 +159,8 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
         "--cache-dir",
         type=Path,
         metavar="DIR",
-        help="duckdb: folder for the .duckdb copies (default: ~/.cache/guarded_sqlite/duckdb)",
+        help="duckdb: folder for the .duckdb copies (default: ~/.cache/guarded_sqlite/duckdb); clickhouse: folder "
+        "for the chDB folder of the copies and their records (default: ~/.cache/guarded_sqlite/clickhouse)",
     )
 
 

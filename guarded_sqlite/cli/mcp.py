@@ -13,6 +13,7 @@ from ..agent._calls import (
     DEFAULT_MAX_CHARS,
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT,
+    is_chdb_dsn,
     is_mysql_dsn,
     is_postgres_dsn,
     redact_dsn,
@@ -30,8 +31,8 @@ def add_mcp_parser(commands: Any) -> None:
 
     command = commands.add_parser(
         "mcp",
-        help="serve a SQLite or DuckDB file, or a PostgreSQL or MySQL/MariaDB database, to an LLM agent as an "
-        "MCP server over stdio (tools: query, schema)",
+        help="serve a SQLite or DuckDB file, a PostgreSQL or MySQL/MariaDB database, or a ClickHouse (chDB) "
+        "folder, to an LLM agent as an MCP server over stdio (tools: query, schema)",
         description="Run an MCP server over stdio with two tools: schema (tables, keys, foreign keys with "
         "their cardinality, row counts) and query (one statement through the guard; rows plus the guard's "
         "feedback on repeated rows and aggregate fan-out). Writes are refused unless --allow-writes is given. "
@@ -41,8 +42,9 @@ def add_mcp_parser(commands: Any) -> None:
     command.add_argument(
         "db",
         metavar="DB",
-        help="a SQLite file, a DuckDB file (.duckdb, .ddb), a PostgreSQL URI (postgresql://user@host/db) or a "
-        "MySQL/MariaDB URI (mysql://user@host:3306/db or mariadb://...; the password from the URI or MYSQL_PWD); "
+        help="a SQLite file, a DuckDB file (.duckdb, .ddb), a PostgreSQL URI (postgresql://user@host/db), a "
+        "MySQL/MariaDB URI (mysql://user@host:3306/db or mariadb://...; the password from the URI or MYSQL_PWD), "
+        "a chDB folder (chdb:///path/to/folder: ClickHouse embedded, opened by the tool's worker process); "
         "connect as a role or account that may only SELECT",
     )
     command.add_argument(
@@ -126,7 +128,9 @@ def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
         error(str(problem))
         return 2
     except ImportError:  # a .duckdb path without duckdb installed, a URI without psycopg or pymysql
-        if is_mysql_dsn(args.db):
+        if is_chdb_dsn(args.db):
+            error(f"{args.db}: ClickHouse needs chdb: pip install 'guarded-sqlite[clickhouse]'")
+        elif is_mysql_dsn(args.db):
             error(f"{redact_dsn(args.db)}: MySQL/MariaDB needs PyMySQL: pip install 'guarded-sqlite[mysql]'")
         elif is_postgres_dsn(args.db):
             error(f"{redact_dsn(args.db)}: PostgreSQL needs psycopg 3: pip install 'guarded-sqlite[postgres]'")

@@ -1,5 +1,7 @@
-"""Copies of SQLite databases in DuckDB, PostgreSQL and MySQL/MariaDB, so that the same gold and
-predictions can be evaluated on those engines.
+"""Copies of SQLite databases in DuckDB, PostgreSQL, MySQL/MariaDB and ClickHouse (chDB), so that the
+same gold and predictions can be evaluated on those engines. ClickHouse's copies are
+``copy_clickhouse``'s (one chDB folder, a database per SQLite file, names lower-cased, ``Int64``,
+``Float64``, ``String``, each ``Nullable`` but for a primary key without NULLs, which orders the table).
 
 **Where the copies go.** DuckDB: one ``.duckdb`` file per SQLite database in a cache folder
 (``--cache-dir``; default ``$XDG_CACHE_HOME/guarded_sqlite/duckdb``), with a small JSON file next to
@@ -168,6 +170,18 @@ def prepare_copies(
                     copies[db_id] = copy_to_mysql(path, db_id, con, spec.mysql_db_prefix, spec.mysql_collation)
                 except (pymysql.err.MySQLError, sqlite3.Error) as error:
                     raise InputError(f"cannot copy {db_id} into MySQL/MariaDB: {describe_error(error)}") from error
+        finally:
+            con.close()
+    elif engine == "clickhouse":
+        from .copy_clickhouse import connect_clickhouse, copy_to_clickhouse
+
+        con = connect_clickhouse(cache_dir)
+        try:
+            for db_id, path in paths.items():
+                try:
+                    copies[db_id] = copy_to_clickhouse(path, db_id, con, cache_dir)
+                except (RuntimeError, sqlite3.Error) as error:  # chDB raises ChdbError, a RuntimeError
+                    raise InputError(f"cannot copy {db_id} into ClickHouse: {describe_error(error)}") from error
         finally:
             con.close()
     elif engine == "duckdb":

@@ -21,7 +21,7 @@ left:
 6. ``division``: the query divides with ``/``, which is integer division of integers on SQLite.
 7. ``text_comparison``: the query compares with a string literal or matches with ``LIKE``: the
    engine's collation or ``LIKE`` decides case and trailing spaces differently (on MySQL/MariaDB's
-   default collation both are ignored; on PostgreSQL and DuckDB ``LIKE`` is case-sensitive).
+   default collation both are ignored; on PostgreSQL, DuckDB and ClickHouse ``LIKE`` is case-sensitive).
 8. ``number_comparison``: the query compares a column with a number: SQLite compares a text
    column's values as text (``'95' > 150``), MySQL as numbers.
 9. ``other``: none of the above; read the query.

@@ -52,13 +52,14 @@ class EngineSpec:
     """The engine an evaluation runs on and how to reach it."""
 
     name: str = "sqlite"
-    """``"sqlite"``, ``"duckdb"``, ``"postgres"`` or ``"mysql"`` (MySQL or MariaDB)."""
+    """``"sqlite"``, ``"duckdb"``, ``"postgres"``, ``"mysql"`` (MySQL or MariaDB) or ``"clickhouse"`` (chDB)."""
 
     pg_dsn: str | None = None
     """PostgreSQL: the libpq connection string or URI of the server holding the copies."""
 
     cache_dir: str | None = None
-    """DuckDB: the folder of the ``.duckdb`` copies (None: ``copy.default_cache_dir()``)."""
+    """DuckDB: the folder of the ``.duckdb`` copies (None: ``copy.default_cache_dir()``); ClickHouse: the
+    folder holding the chDB folder of the copies and their records (``copy_clickhouse.clickhouse_folder``)."""
 
     pg_schema_prefix: str = DEFAULT_PG_SCHEMA_PREFIX
     """PostgreSQL: a database's copy lives in schema ``<prefix><db_id>``."""
@@ -151,8 +152,13 @@ def resolve_engine(
         raise InputError(
             "--mysql-url and --mysql-collation (mysql_url=, mysql_collation=) are only used with engine 'mysql'"
         )
-    if name != "duckdb" and cache_dir is not None:
-        raise InputError("--cache-dir / cache_dir= is only used with engine 'duckdb'")
+    if name not in ("duckdb", "clickhouse") and cache_dir is not None:
+        raise InputError("--cache-dir / cache_dir= is only used with engines 'duckdb' and 'clickhouse'")
+    if name == "clickhouse":
+        try:
+            import chdb  # noqa: F401
+        except ImportError:
+            raise InputError("engine 'clickhouse' needs chdb: pip install 'guarded-sqlite[clickhouse]'") from None
     return EngineSpec(
         name,
         pg_dsn or None,

@@ -59,7 +59,9 @@ def _score_row(name: str, scores: Scores, transpiled: bool = False) -> list[obje
 def _copies_text(report: EvalReport) -> list[str]:
     copied = [c for c in report.copies if c.action == "copied"]
     reused = len(report.copies) - len(copied)
-    where = {"duckdb": "DuckDB files", "postgres": "PostgreSQL schemas"}.get(report.engine, "MySQL/MariaDB databases")
+    where = {"duckdb": "DuckDB files", "postgres": "PostgreSQL schemas", "clickhouse": "chDB databases"}.get(
+        report.engine, "MySQL/MariaDB databases"
+    )
     out = [
         f"Copies in {where}: {len(report.copies)} database(s), {len(copied)} copied "
         f"({sum(c.rows for c in copied)} rows, {sum(c.seconds for c in copied):.2f} s), {reused} up to date; "

@@ -71,6 +71,8 @@ def run(
     policy = resolve_rescue_policy(policy, candidates, rescue)
     timeout = resolve_timeout(timeout)
     workers = resolve_workers(workers)
+    if engine.name == "clickhouse":
+        workers = 1  # chDB serves one folder per process and locks it: the copies are read in this one
     pairs = load_pairs(gold, pred, candidates)
     excluded = tuple(sorted(set(exclude_db)))
     pairs, excluded_pairs = exclude_databases(pairs, excluded)

@@ -12,6 +12,7 @@ Timeouts are enforced by the engine, never by abandoning a thread:
 - PostgreSQL: the session's ``statement_timeout``, which the server enforces on every statement.
 - MySQL/MariaDB: the session's ``max_statement_time`` (MariaDB, every statement) or
   ``max_execution_time`` (MySQL, SELECT only), which the server enforces.
+- ClickHouse (chDB): the session's ``max_execution_time``, which the server enforces.
 
 The guard's own re-executions (a patch's re-run, rescue candidates) are bounded by the policy's
 ``rerun_timeout`` on every engine. On SQLite they run on the same connection, so the evaluation's
@@ -335,6 +336,51 @@ class MySQLSession(Session):
         return run
 
 
+class ClickHouseSession(Session):
+    """The chDB folder of the copies (one per process: chDB serves one), moved between its databases.
+
+    ``readonly = 2`` (no write, settings still settable, so the timeout can change), ``join_use_nulls =
+    1`` (a LEFT JOIN's unmatched row holds NULL, as in SQLite, not the columns' defaults) and the
+    evaluation's time limit as ``max_execution_time``, which the server enforces on every statement.
+    """
+
+    def __init__(self, cache_dir: str | None) -> None:
+        from .copy_clickhouse import connect_clickhouse
+
+        super().__init__()
+        self.raw = connect_clickhouse(cache_dir)
+        cursor = self.raw.cursor()
+        cursor.execute("SET join_use_nulls = 1, readonly = 2")
+        cursor.close()
+        self._database: str | None = None
+        self._timeout: Any = object()
+
+    def enter(self, target: str | None, timeout: float | None) -> None:
+        cursor = self.raw.cursor()
+        try:
+            if timeout != self._timeout:
+                cursor.execute(f"SET max_execution_time = {0 if timeout is None else max(timeout, 0.001):.3f}")
+                self._timeout = timeout
+            if target != self._database:
+                assert target is not None
+                cursor.execute(f"USE `{target}`")
+                self._database = target
+                self._forget_catalogs()
+        finally:
+            cursor.close()
+
+    def run(self, con: Any, sql: str, timeout: float | None, rescue: dict[str, Any] | None = None) -> Run:
+        if not sql.strip():
+            return EMPTY_PREDICTION
+
+        def stopped(exc: Exception) -> str | None:
+            if timeout is not None and "TIMEOUT_EXCEEDED" in str(exc):
+                return f"stopped at the {timeout:g} s max_execution_time"
+            return None
+
+        return self._run_on_server(con, sql, rescue, RuntimeError, stopped)  # chDB's ChdbError is one
+
+
 # One session per database (SQLite, DuckDB) or per server (PostgreSQL, MySQL) in this process. Worker
 # processes keep theirs until they exit; an in-process run closes them when it ends.
 _SESSIONS: dict[tuple[str, str], Session] = {}
@@ -353,6 +399,8 @@ def open_session(engine: EngineSpec, db_path: str, target: str | None, timeout: 
         key = (name, str(target))
     elif name == "mysql":
         key = (name, str(engine.mysql_url))
+    elif name == "clickhouse":
+        key = (name, str(engine.cache_dir))
     else:
         key = (name, str(engine.pg_dsn))
     session = _SESSIONS.get(key)
@@ -363,6 +411,8 @@ def open_session(engine: EngineSpec, db_path: str, target: str | None, timeout: 
             session = DuckDBSession(str(target))
         elif name == "mysql":
             session = MySQLSession(str(engine.mysql_url))
+        elif name == "clickhouse":
+            session = ClickHouseSession(engine.cache_dir)
         else:
             session = PostgresSession(str(engine.pg_dsn))
         _SESSIONS[key] = session

@@ -95,7 +95,14 @@ def skip_reason(block: Block) -> str | None:
         )
     if "shared/data" in block.code:
         return "needs the Spider/BIRD data in shared/data, which is not part of the repository"
+    if needs_chdb(block):
+        # chDB is the [clickhouse] extra, not in [test]: CI's ClickHouse step runs it (test_clickhouse.py).
+        return "needs chdb (the [clickhouse] extra); tests/engines/test_clickhouse.py runs it"
     return None
+
+
+def needs_chdb(block: Block) -> bool:
+    return "from chdb" in block.code
 
 
 def needs_postgres(block: Block) -> bool:

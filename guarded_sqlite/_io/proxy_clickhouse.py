@@ -1,0 +1,100 @@
+"""``wrap()``'s cursors for chDB's ``dbapi`` (ClickHouse in the process), shaped as chDB's own.
+
+chDB binds parameters (``%s``, ``?``) on the client (``Cursor.mogrify``) and the server reads the bound
+text, so the guard binds them the same way before it reads the statement: reports show what ran, with
+its values. Further, as chDB's cursor: ``execute`` returns the number of rows (after a patch, the rows
+served; -1 for none), ``fetchall``/``fetchmany`` return tuples of tuples, ``fetchmany()`` without a size
+reads one row (chDB ignores ``arraysize``), and ``with conn as cur`` gives a (guarded) cursor and closes
+the connection on leaving. ``executemany`` and the connection's own ``query()`` (chDB's formatted
+output: CSV, Arrow, ...) pass through unprobed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from .._engines import NO_PARAMETERS
+from .._guard.decide import run_unprobed
+from .proxy import ConnectionProxy, CursorProxy
+
+
+class ChDBCursor(CursorProxy):
+    """A guarded ``chdb.dbapi`` cursor."""
+
+    def execute(self, query: str, args: Any = None, /, **rescue_inputs: Any) -> int:  # type: ignore[override]
+        if args is not None:
+            raw = self.__wrapped__
+            query = raw.mogrify(query, args)
+            candidates = rescue_inputs.get("candidates")
+            if candidates is not None:
+                rescue_inputs["candidates"] = [_bound(raw, candidate, args) for candidate in candidates]
+        super().execute(query, NO_PARAMETERS, **rescue_inputs)
+        return self.rowcount
+
+    def executemany(self, query: str, args: Any, /, **kwargs: Any) -> int:  # type: ignore[override]
+        done: list[Any] = []
+        raw = self.__wrapped__
+        run_unprobed(self, self._self_guard.in_scope(), query, True, lambda: done.append(raw.executemany(query, args)))
+        result: int = done[0]
+        return result
+
+    def fetchmany(self, size: Any = 1) -> Any:
+        return tuple(super().fetchmany(1 if size is None else size))
+
+    def fetchall(self) -> Any:
+        return tuple(super().fetchall())
+
+    @property
+    def rowcount(self) -> int:
+        raw_count: int = self.__wrapped__.rowcount
+        state = self._self_state
+        if state is None or state.action == "none" or state.final_rows is None:
+            return raw_count
+        final_rows: int = state.final_rows
+        return final_rows if final_rows else -1  # chDB counts an empty result as -1
+
+    def __enter__(self) -> ChDBCursor:
+        self.__wrapped__.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self.__wrapped__.__exit__(*exc_info)
+
+
+def _bound(raw: Any, candidate: str, args: Any) -> str:
+    """A rescue candidate with the statement's parameters bound (chDB binds what fits and leaves the
+    rest): never the caller's statement."""
+    try:
+        bound: str = raw.mogrify(candidate, args)
+    except (TypeError, ValueError, KeyError, IndexError):
+        return candidate
+    return bound
+
+
+class ChDBConnectionProxy(ConnectionProxy):
+    """``wrap()``'s guarded chDB connection. Like chDB's own it has no ``execute``; ``with conn as cur``
+    gives a guarded cursor (chDB's gives a cursor, not the connection) and closes the connection after."""
+
+    def _cursor_proxy(self, raw_cursor: Any) -> type[CursorProxy]:
+        return ChDBCursor
+
+    def __enter__(self) -> ChDBCursor:  # type: ignore[override]
+        self.__wrapped__.__enter__().close()  # chDB's cursor for the block: ours replaces it
+        cursor = self.cursor()
+        assert isinstance(cursor, ChDBCursor)
+        return cursor
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self.__wrapped__.__exit__(*exc_info)
+
+    @property
+    def execute(self) -> NoReturn:
+        raise AttributeError("'Connection' object has no attribute 'execute'")
+
+    @property
+    def executemany(self) -> NoReturn:
+        raise AttributeError("'Connection' object has no attribute 'executemany'")
+
+    @property
+    def executescript(self) -> NoReturn:
+        raise AttributeError("'Connection' object has no attribute 'executescript'")

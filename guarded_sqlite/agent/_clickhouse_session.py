@@ -29,7 +29,8 @@ def open_chdb(dsn: str, policy: Any) -> Any:
     from chdb import dbapi
 
     try:
-        raw = dbapi.connect(str(folder))  # type: ignore[no-untyped-call]
+        connect: Any = dbapi.connect  # untyped in chdb; typed Any whether chdb is installed or not
+        raw = connect(str(folder))
     except Exception as failure:  # another process has the folder, or this one serves another folder
         raise ValueError(f"{dsn}: cannot be opened ({' '.join(str(failure).split())[:300]})") from None
     return wrap(raw, guard=policy)

@@ -37,10 +37,13 @@ MAX_ROUNDS = 16
 def flattened(tree: exp.Expression, view_body: Callable[[exp.Table], exp.Select | None]) -> exp.Expression | None:
     """A copy of ``tree`` with every transparent derived table, CTE reference and view (``view_body``
     gives a view's parsed body, or None for a table) read through; None where there is none."""
-    copy = tree.copy()
-    with_ = copy.args.get("with_") or copy.args.get("with")
+    with_ = tree.args.get("with_") or tree.args.get("with")
     if with_ is not None and with_.args.get("recursive"):
         return None
+    if not _candidates(tree, with_, view_body):
+        return None  # the common case: no copy made (a tree's copy costs about what its parse does)
+    copy = tree.copy()
+    with_ = copy.args.get("with_") or copy.args.get("with")
     ctes = {fold(cte.alias_or_name): cte.this for cte in with_.expressions} if with_ is not None else {}
     changed = False
     for _ in range(MAX_ROUNDS):
@@ -48,6 +51,22 @@ def flattened(tree: exp.Expression, view_body: Callable[[exp.Table], exp.Select 
             break
         changed = True
     return copy if changed else None
+
+
+def _candidates(
+    tree: exp.Expression, with_: exp.Expression | None, view_body: Callable[[exp.Table], exp.Select | None]
+) -> bool:
+    """Whether any SELECT of ``tree`` reads a source that may be transparent (checked on the original)."""
+    ctes = {fold(cte.alias_or_name): cte.this for cte in with_.expressions} if with_ is not None else {}
+    for select in tree.find_all(exp.Select):
+        from_ = select.args.get("from_")
+        if from_ is None:
+            continue
+        for source in (from_.this, *(join.this for join in select.args.get("joins") or ())):
+            body, alias = _body_of(source, ctes, view_body)
+            if body is not None and alias and _transparent(body):
+                return True
+    return False
 
 
 def _merge_one(

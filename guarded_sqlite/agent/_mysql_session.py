@@ -191,11 +191,11 @@ class MySQLSession:
         raw = connection.__wrapped__
         name = "max_statement_time" if is_mariadb(raw) else "max_execution_time"
         with raw.cursor() as cursor:
-            cursor.execute(f"SELECT @@SESSION.{name}")
+            cursor.execute(f"SELECT @@SESSION.{name}, @@SESSION.sql_mode")
             row = cursor.fetchone()
-        value = row[0] if not isinstance(row, dict) else next(iter(row.values()))
-        self._time_setting = f"SET SESSION {name} = {value}"
-        """What puts back a handed-in connection's own time limit after each call."""
+        value, mode = row if not isinstance(row, dict) else tuple(row.values())
+        self._time_setting = f"SET SESSION {name} = {value}, sql_mode = {raw.escape(str(mode))}"
+        """What puts back a handed-in connection's own time limit and ``sql_mode`` after each call."""
 
     @property
     def raw(self) -> Any:

@@ -220,8 +220,20 @@ def test_with_the_checks_off_the_read_only_transaction_refuses_writes(
     assert db.query("SELECT count(*) FROM order_items").rows == ((150,),)
 
 
-def test_shared_row_locks_end_with_the_call(open_my: OpenDb, my_shop: MyShop) -> None:
-    """``LOCK IN SHARE MODE`` reads in a read-only transaction; its locks end with the call's ROLLBACK."""
+@pytest.mark.parametrize(
+    "sql", ["SELECT * FROM customers LOCK IN SHARE MODE", "SELECT * FROM customers FOR SHARE", "SELECT 1 FOR SHARE"]
+)
+def test_shared_row_locks_are_refused_like_named_locks(open_my: OpenDb, my_shop: MyShop, sql: str) -> None:
+    """Issue 43 (a23's note): a shared row lock is allowed in a read-only transaction and holds an
+    application's ``UPDATE`` off for the whole call, as ``GET_LOCK`` would: refused before it runs."""
+    db = open_my()
+    assert refusal(db, sql).kind == "denied"
+    assert db.query("SELECT `lock`, share FROM (SELECT 1 AS `lock`, 2 AS share) AS t").rows == ((1, 2),)
+
+
+def test_shared_row_locks_end_with_the_call(open_my: OpenDb, my_shop: MyShop, no_checks: None) -> None:
+    """Past the check, ``LOCK IN SHARE MODE`` reads in a read-only transaction; its locks end with the
+    call's ROLLBACK."""
     db = open_my()
     assert len(db.query("SELECT * FROM customers LOCK IN SHARE MODE").rows) == 6
     with my_shop.admin() as cur:
@@ -395,8 +407,9 @@ def test_on_mysql_s_own_server_the_limit_is_max_execution_time() -> None:
     mysql, maria = Recorder("8.0.36"), Recorder("10.11.6-MariaDB-0+deb12u1")
     lockdown.start_mysql_call(mysql, allow_writes=False, time_limit=1.5)
     lockdown.start_mysql_call(maria, allow_writes=True, time_limit=float("inf"))
-    assert mysql.sent == ["SET SESSION max_execution_time = 1500", "START TRANSACTION READ ONLY"]
-    assert maria.sent == ["SET SESSION max_statement_time = 0.000", "START TRANSACTION"]
+    mode = f"sql_mode = '{lockdown.MYSQL_SQL_MODE}'"
+    assert mysql.sent == [f"SET SESSION max_execution_time = 1500, {mode}", "START TRANSACTION READ ONLY"]
+    assert maria.sent == [f"SET SESSION max_statement_time = 0.000, {mode}", "START TRANSACTION"]
 
 
 # --- the surfaces --------------------------------------------------------------------------------------

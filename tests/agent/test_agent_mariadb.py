@@ -223,8 +223,8 @@ def test_with_the_checks_off_the_read_only_transaction_refuses_writes(
 @pytest.mark.parametrize(
     "sql", ["SELECT * FROM customers LOCK IN SHARE MODE", "SELECT * FROM customers FOR SHARE", "SELECT 1 FOR SHARE"]
 )
-def test_shared_row_locks_are_refused_like_named_locks(open_my: OpenDb, my_shop: MyShop, sql: str) -> None:
-    """Issue 43 (a23's note): a shared row lock is allowed in a read-only transaction and holds an
+def test_a23_shared_row_locks_are_refused_like_named_locks(open_my: OpenDb, my_shop: MyShop, sql: str) -> None:
+    """a23's row lock (issue 43 item 4): a shared row lock is allowed in a read-only transaction and holds an
     application's ``UPDATE`` off for the whole call, as ``GET_LOCK`` would: refused before it runs."""
     db = open_my()
     assert refusal(db, sql).kind == "denied"

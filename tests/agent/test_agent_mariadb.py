@@ -270,6 +270,50 @@ def test_a_statement_past_the_time_limit_is_stopped_and_the_next_call_answers(op
     assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
 
 
+RUNAWAY = "SELECT LOCATE(CONCAT(REPEAT('a', 4000), 'b'), CONCAT(REPEAT('a', 1000000), '')) AS p"
+"""a23's statement, smaller: ~4·10^9 comparisons inside one function call, which neither
+``max_statement_time`` nor ``KILL QUERY`` nor ``KILL CONNECTION`` interrupts (seconds of a core here)."""
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["in-process", "worker"])
+def test_a23_a_statement_the_server_cannot_interrupt_holds_new_work_off_until_it_ends(
+    open_my: OpenDb, my_shop: MyShop, isolated: bool
+) -> None:
+    """a23: at the deadline the call's connection is killed (``KILL QUERY``, then ``KILL CONNECTION``) and
+    the call answered; while the server still runs the statement every new call is refused ``busy``, so
+    stopped statements never pile up past one; once the server has ended it, calls are served."""
+    db = open_my(timeout=1.0, isolated=isolated)
+
+    def running() -> int:
+        return int(
+            my_shop.value(
+                "SELECT COUNT(*) FROM information_schema.processlist WHERE db = %s AND info LIKE 'SELECT LOCATE%%'",
+                my_shop.database.name,
+            )
+        )
+
+    started = time.monotonic()
+    assert refusal(db, RUNAWAY).kind == "timeout"
+    assert time.monotonic() - started < 2.5
+    if running() == 0:
+        pytest.skip("the server ended the statement before the next call could see it (a fast machine)")
+    assert refusal(db, "SELECT count(*) FROM orders").kind == "busy"
+    assert refusal(db, RUNAWAY.replace("''", "'x'")).kind == "busy"
+    assert running() <= 1  # the second runaway never started (the first may just have ended)
+    until = time.monotonic() + 120
+    while time.monotonic() < until:
+        try:
+            assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
+            break
+        except QueryRefused as refused:
+            assert refused.kind == "busy"
+            assert running() <= 1
+            time.sleep(0.25)
+    else:
+        pytest.fail("the stopped statement did not end within 120 seconds")
+    assert running() == 0
+
+
 def test_session_state_does_not_outlive_a_call(open_my: OpenDb, my_shop: MyShop, no_checks: None) -> None:
     """User variables, named locks and HANDLERs end with the call (COM_RESET_CONNECTION), with the
     statement check off: nothing but the reset stands between one call and the next."""

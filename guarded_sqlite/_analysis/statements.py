@@ -17,10 +17,13 @@ from .trees import dialect_named
 __all__ = [
     "DUCKDB_PATH_FUNCTIONS",
     "MYSQL_DENIED_FUNCTIONS",
+    "MYSQL_PATH_VARIABLES",
+    "MYSQL_VARIABLE_TABLES",
     "POSTGRES_DENIED_FUNCTIONS",
     "POSTGRES_DENIED_SETTINGS",
     "denied_name",
     "mysql_denied_call",
+    "mysql_path_reading",
     "mysql_row_lock",
     "postgres_denied_call",
     "postgres_statements_problem",
@@ -177,6 +180,58 @@ def mysql_denied_call(sql: str) -> str | None:
     if "/*" in sql and _EXECUTABLE_COMMENT.search(sql):
         return "an executable comment (/*! ... */, /*M! ... */) or an optimizer hint (/*+ ... */)"
     return named_anywhere(sql, MYSQL_DENIED_FUNCTIONS)
+
+
+MYSQL_PATH_VARIABLES = frozenset(
+    {
+        "datadir",
+        "tmpdir",
+        "basedir",
+        "socket",
+        "pid_file",
+        "log_error",
+        "plugin_dir",
+        "character_sets_dir",
+        "slave_load_tmpdir",
+        "aria_log_dir_path",
+        "wsrep_data_home_dir",
+        "innodb_data_home_dir",
+        "innodb_log_group_home_dir",
+        "innodb_tmpdir",
+        "general_log_file",
+        "slow_query_log_file",
+        "log_bin_basename",
+        "log_bin_index",
+        "relay_log_basename",
+        "relay_log_index",
+        "secure_file_priv",
+        "lc_messages_dir",
+    }
+)
+"""MySQL/MariaDB system variables that hold absolute paths of the server's machine (any account reads
+them as ``@@datadir``, ``@@global . `tmpdir```), which the agent tools hide as they hide SQLite's and
+DuckDB's file paths."""
+
+MYSQL_VARIABLE_TABLES = frozenset(
+    {"global_variables", "session_variables", "variables_by_thread", "persisted_variables", "variables_info"}
+)
+"""The ``information_schema``/``performance_schema`` tables that list every system variable, paths too."""
+
+
+def mysql_path_reading(sql: str) -> str | None:
+    """The path variable or variable table ``sql`` reads, or None: a table of ``MYSQL_VARIABLE_TABLES``
+    named anywhere, or a name of ``MYSQL_PATH_VARIABLES`` anywhere in a text that reads a system variable
+    (``@@``; no other form reads one in a query). Looked for without a lexer, like the refused functions.
+
+    >>> mysql_path_reading("SELECT @@GLOBAL . `DataDir` AS d")
+    'datadir'
+    >>> mysql_path_reading("SELECT socket FROM connections")  # a column of the database's own
+    >>> mysql_path_reading("SELECT @@version AS v")
+    """
+    table = named_anywhere(sql, MYSQL_VARIABLE_TABLES)
+    if table is not None or "@@" not in sql:
+        return table
+    return named_anywhere(sql, MYSQL_PATH_VARIABLES)
 
 
 def mysql_row_lock(sql: str) -> str | None:

@@ -439,7 +439,8 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
     plan is read for the rest (``postgres_plan_problem``). On MySQL/MariaDB every other question about
     the statement is sqlglot's, so a text whose literals and comments sqlglot would place elsewhere than
     the server does is refused (``_analysis.lexing.mysql_reading_problem``), and so are executable
-    comments, hints and shared row locks. On DuckDB, the catalog functions that show absolute paths
+    comments, hints, shared row locks and the system variables that hold paths
+    (``statements.mysql_path_reading``). On DuckDB, the catalog functions that show absolute paths
     (``duckdb_settings()``, ``duckdb_databases()``, ...: ``statements.DUCKDB_PATH_FUNCTIONS``). SQLite's
     denials are its authorizer's (``pragma_database_list``'s file reads as NULL)."""
     from .._analysis.lexing import mysql_reading_problem
@@ -447,6 +448,7 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
         DUCKDB_PATH_FUNCTIONS,
         denied_name,
         mysql_denied_call,
+        mysql_path_reading,
         mysql_row_lock,
         postgres_denied_call,
     )
@@ -466,6 +468,12 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
                 f"Refused: {problem}. This tool serves only text it reads exactly as the server does: write "
                 "plain ASCII spaces between words, '-- ' with a space, no nested comments, and characters such "
                 "as U+00A0 inside strings as CHAR(160)."
+            )
+        path = mysql_path_reading(sql)
+        if path is not None:
+            return (
+                f"Refused: this tool does not read {path} (server settings that show the machine's file paths); "
+                "read the tables instead (the schema tool lists them)."
             )
         lock = mysql_row_lock(sql)
         if lock is not None:

@@ -270,6 +270,20 @@ def test_a_statement_past_the_time_limit_is_stopped_and_the_next_call_answers(op
     assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
 
 
+def test_the_server_s_paths_are_hidden_from_the_select_only_account(open_my: OpenDb, my_shop: MyShop) -> None:
+    """Issue 43 item 3's paths: any account reads ``@@datadir``, ``@@tmpdir``, ``@@socket`` and the
+    variable tables; the tool refuses them as it hides SQLite's and DuckDB's file paths."""
+    db = open_my(my_shop.reader())
+    for sql in (
+        "SELECT @@datadir AS d",
+        "SELECT @@GLOBAL . `TmpDir` AS t",
+        "SELECT @@global./**/socket AS s",
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'BASEDIR'",
+    ):
+        assert refusal(db, sql).kind == "denied", sql
+    assert db.query("SELECT @@version LIKE '%MariaDB%' AS m").rows == ((1,),)
+
+
 RUNAWAY = "SELECT LOCATE(CONCAT(REPEAT('a', 4000), 'b'), CONCAT(REPEAT('a', 1000000), '')) AS p"
 """a23's statement, smaller: ~4·10^9 comparisons inside one function call, which neither
 ``max_statement_time`` nor ``KILL QUERY`` nor ``KILL CONNECTION`` interrupts (seconds of a core here)."""

@@ -210,14 +210,22 @@ _QUOTED_TOKENS = frozenset(
 
 def _token_classes(sql: str, tokens: list[Token]) -> list[int]:
     """Each character's class as sqlglot's tokens read ``sql``: outside every token ``_COMMENT`` (white
-    space or a comment), inside a quoted token from its first quote on a literal, elsewhere code."""
+    space or a comment), inside a quoted token from its first quote on a literal, elsewhere code. A
+    string token without a quote is sqlglot's reading of a command's rest as one string (``SELECT begin
+    execute ...``), which the server reads as code: all of it a literal here, so it never agrees; hex
+    and bit numbers (``0x41``, ``0b101``) are code to both."""
     classes = [_COMMENT] * len(sql)
     for token in tokens:
         start, stop = token.start, token.end + 1
         kind = _CODE
         if token.token_type in _QUOTED_TOKENS:
-            quote = next((i for i in range(start, stop) if sql[i] in "'\"`"), stop)
+            quote = next((i for i in range(start, stop) if sql[i] in "'\"`"), None)
+            if quote is None:
+                quote = stop if token.token_type in _NUMBER_LIKE else start
             classes[start:quote] = [_CODE] * (quote - start)
             start, kind = quote, _LITERAL
         classes[start:stop] = [kind] * (stop - start)
     return classes
+
+
+_NUMBER_LIKE = frozenset({TokenType.HEX_STRING, TokenType.BIT_STRING})

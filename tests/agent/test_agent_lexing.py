@@ -78,6 +78,10 @@ def mysql_corpus() -> list[str]:
         "SELECT @'a\\' AS v, 7 AS marker -- '",
         "SELECT 1 AS v, 7 AS marker # 'unterminated",
         "SELECT begin, 7 AS marker FROM (SELECT 1 AS begin) s",
+        *(
+            f"SELECT begin {word}, 7 AS marker FROM (SELECT 1 AS begin) s"
+            for word in ("execute", "show", "lock", "rename", "fetch", "prepare", "call", "do", "explain")
+        ),
         "SELECT do, 7 AS marker FROM (SELECT 1 AS do) s",
         "SELECT `explain`, 7 AS marker FROM (SELECT 1 AS `explain`) s",
         "SELECT 1 AS v, 7 AS marker FROM DUAL WHERE 1 = 1 -- ' \\",

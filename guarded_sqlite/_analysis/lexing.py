@@ -20,6 +20,7 @@ issue's repros a22-a28). Two answers to that, both here:
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from sqlglot.errors import SqlglotError
@@ -98,44 +99,51 @@ def _mysql_reading_problem(sql: str) -> str | None:
         tokens = dialect_named("mysql").tokenize(sql)
     except SqlglotError:
         return "sqlglot cannot read it (an unterminated string or comment?)"
-    for position, pair in enumerate(zip(server, _token_classes(sql, tokens))):
-        if pair not in _AGREEING:
-            return f"sqlglot and the server would read it differently at character {position}"
-    return None
+    theirs = _token_classes(sql, tokens)
+    if server == theirs:
+        return None
+    position = next(i for i, (mine, its) in enumerate(zip(server, theirs)) if mine != its)
+    return f"sqlglot and the server would read it differently at character {position}"
 
 
 _SPACE, _COMMENT, _CODE, _LITERAL = 0, 1, 2, 3
-"""What one character of a text is to a reader: white space, part of a comment, code (a keyword, name,
-number, operator, or a literal's prefix such as ``N`` or ``X``), or part of a literal or quoted name.
-sqlglot's tokens tell code and literals apart, not white space from comments: outside every token a
-character is ``_COMMENT`` to them."""
+"""What one character of a text is to a reader: white space (outside a literal: in code or in a
+comment alike), part of a comment, code (a keyword, name, number, operator, or a literal's prefix such
+as ``N`` or ``X``), or part of a literal or quoted name. Both readings class every character so, and
+must give the same class to each."""
 
-_AGREEING = frozenset(
-    {
-        (_CODE, _CODE),
-        (_LITERAL, _LITERAL),
-        (_COMMENT, _COMMENT),
-        (_SPACE, _COMMENT),
-        (_SPACE, _CODE),  # white space inside one token: sqlglot's multi-word keywords (ORDER BY)
-    }
-)
-"""``(server, sqlglot)`` classes of one character that are the same reading."""
+_AS_SPACE = bytes([_SPACE, _SPACE, _SPACE, _LITERAL]) + bytes(252)
+"""``bytes.translate``'s table that makes a white-space character ``_SPACE`` unless it is in a literal."""
 
-_MYSQL_SPACE = frozenset(" \t\n\r\x0b\x0c")
-"""MariaDB's ``my_isspace`` for the single-byte characters (``unsafe_character`` refuses \\v and \\f)."""
+_WHITE_RUNS = re.compile(r"[ \t\n\r\x0b\x0c]+")
 
 
-def _mysql_classes(sql: str) -> list[int] | str:
+def _with_spaces(sql: str, classes: bytearray) -> bytearray:
+    """``classes`` with every white-space character outside a literal made ``_SPACE``: sqlglot's tokens
+    do not tell white space in a comment from white space between tokens, nor mind it inside one token
+    (its multi-word keywords, ``ORDER BY``)."""
+    for run in _WHITE_RUNS.finditer(sql):
+        start, stop = run.span()
+        classes[start:stop] = classes[start:stop].translate(_AS_SPACE)
+    return classes
+
+
+_MYSQL_SPECIAL = re.compile(r"[#'\"`/-]")
+"""The characters that can open a comment or a literal to MariaDB; white space is MariaDB's
+``my_isspace`` for single bytes (``_WHITE_RUNS``; ``unsafe_character`` refuses \\v and \\f)."""
+
+
+def _mysql_classes(sql: str) -> bytearray | str:
     """Each character's class as MariaDB's lexer reads ``sql``, or why it is refused outright
     (executable comments, an unterminated literal or comment, a quoted user variable name)."""
-    classes = [_CODE] * len(sql)
+    classes = bytearray([_CODE]) * len(sql)  # a byte a character: a long text's copy stays small
     position, end = 0, len(sql)
     while position < end:
+        special = _MYSQL_SPECIAL.search(sql, position)  # what can open a comment or a literal
+        if special is None:
+            break
+        position = special.start()
         character = sql[position]
-        if character in _MYSQL_SPACE:
-            classes[position] = _SPACE
-            position += 1
-            continue
         following = sql[position + 1 : position + 3]
         if character == "#" or (
             character == "-" and following[:1] == "-" and (len(following) < 2 or ord(following[1]) <= 0x20)
@@ -158,15 +166,15 @@ def _mysql_classes(sql: str) -> list[int] | str:
             stop = _literal_end(sql, position, escapes=character != "`" and not _is_hex_or_bit(sql, position))
             if stop < 0:
                 return "it holds an unterminated string or quoted name"
-            classes[position:stop] = [_LITERAL] * (stop - position)
+            classes[position:stop] = bytes([_LITERAL]) * (stop - position)
             position = stop
             continue
         else:
             position += 1
             continue
-        classes[position:stop] = [_COMMENT] * (stop - position)
+        classes[position:stop] = bytes([_COMMENT]) * (stop - position)
         position = stop
-    return classes
+    return _with_spaces(sql, classes)
 
 
 def _is_hex_or_bit(sql: str, quote: int) -> bool:
@@ -179,19 +187,22 @@ def _is_hex_or_bit(sql: str, quote: int) -> bool:
 def _literal_end(sql: str, start: int, *, escapes: bool) -> int:
     """The index just past the literal whose opening quote is at ``start`` (a doubled quote is one
     quote; with ``escapes`` a backslash takes the next character), or -1 when it does not end."""
-    quote, position, end = sql[start], start + 1, len(sql)
-    while position < end:
-        character = sql[position]
-        if escapes and character == "\\":
-            position += 2
-        elif character == quote:
-            if position + 1 < end and sql[position + 1] == quote:
-                position += 2
-            else:
-                return position + 1
+    quote = sql[start]
+    stops = (_ESCAPED_STOPS if escapes else _PLAIN_STOPS)[quote]
+    position = start + 1
+    while True:
+        found = stops.search(sql, position)
+        if found is None:
+            return -1
+        at = found.start()
+        if sql[at] == "\\" or sql.startswith(quote, at + 1):
+            position = at + 2  # an escaped character, or a doubled quote
         else:
-            position += 1
-    return -1
+            return at + 1
+
+
+_PLAIN_STOPS = {quote: re.compile(re.escape(quote)) for quote in "'\"`"}
+_ESCAPED_STOPS = {quote: re.compile("[" + re.escape(quote) + r"\\]") for quote in "'\"`"}
 
 
 _QUOTED_TOKENS = frozenset(
@@ -208,13 +219,13 @@ _QUOTED_TOKENS = frozenset(
 )
 
 
-def _token_classes(sql: str, tokens: list[Token]) -> list[int]:
+def _token_classes(sql: str, tokens: list[Token]) -> bytearray:
     """Each character's class as sqlglot's tokens read ``sql``: outside every token ``_COMMENT`` (white
-    space or a comment), inside a quoted token from its first quote on a literal, elsewhere code. A
+    space made ``_SPACE`` afterwards), inside a quoted token from its first quote on a literal, elsewhere code. A
     string token without a quote is sqlglot's reading of a command's rest as one string (``SELECT begin
     execute ...``), which the server reads as code: all of it a literal here, so it never agrees; hex
     and bit numbers (``0x41``, ``0b101``) are code to both."""
-    classes = [_COMMENT] * len(sql)
+    classes = bytearray([_COMMENT]) * len(sql)
     for token in tokens:
         start, stop = token.start, token.end + 1
         kind = _CODE
@@ -222,10 +233,10 @@ def _token_classes(sql: str, tokens: list[Token]) -> list[int]:
             quote = next((i for i in range(start, stop) if sql[i] in "'\"`"), None)
             if quote is None:
                 quote = stop if token.token_type in _NUMBER_LIKE else start
-            classes[start:quote] = [_CODE] * (quote - start)
+            classes[start:quote] = bytes([_CODE]) * (quote - start)
             start, kind = quote, _LITERAL
-        classes[start:stop] = [kind] * (stop - start)
-    return classes
+        classes[start:stop] = bytes([kind]) * (stop - start)
+    return _with_spaces(sql, classes)
 
 
 _NUMBER_LIKE = frozenset({TokenType.HEX_STRING, TokenType.BIT_STRING})

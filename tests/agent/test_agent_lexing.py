@@ -158,6 +158,17 @@ def test_a22_a_call_after_dash_dash_and_a_unicode_space_never_runs(maria_databas
         db.close()
 
 
+def test_a22_the_audit_log_does_not_show_a_text_read_two_ways() -> None:
+    """a22's audit line: the literal after ``--<NBSP>`` is code to the server and a comment to sqlglot, so
+    the line shows no text at all; a text both read alike keeps its shape, literals hidden."""
+    from guarded_sqlite.agent.audit import logged_sql
+
+    hidden = "SELECT 1 --\u00a0+ 0 AS v, (SELECT name FROM customers WHERE email = 'ana@example.com') AS n"
+    assert logged_sql(hidden, "mysql") == f"<SQL not shown: {len(hidden)} characters>"
+    plain = "SELECT name FROM customers WHERE email = 'ana@example.com' -- a comment"
+    assert logged_sql(plain, "mysql") == "SELECT name FROM customers WHERE email = ? -- a comment"
+
+
 def test_a24_a_handed_in_session_s_sql_mode_is_pinned_per_call_and_given_back(maria_database: Any) -> None:  # noqa: F811
     """a24: a connection carrying ``ANSI,NO_BACKSLASH_ESCAPES`` has the tool's mode during each call
     (``"..."`` a string, ``\\`` an escape, as the check reads them) and its own mode after it."""

@@ -11,16 +11,22 @@ from functools import lru_cache
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re-exports it
 
+from .lexing import named_anywhere
 from .trees import dialect_named
 
 __all__ = [
     "CLICKHOUSE_DENIED_FUNCTIONS",
     "DUCKDB_PATH_FUNCTIONS",
     "MYSQL_DENIED_FUNCTIONS",
+    "MYSQL_PATH_VARIABLES",
+    "MYSQL_VARIABLE_TABLES",
     "POSTGRES_DENIED_FUNCTIONS",
+    "POSTGRES_DENIED_SETTINGS",
     "clickhouse_denied_call",
     "denied_name",
     "mysql_denied_call",
+    "mysql_path_reading",
+    "mysql_row_lock",
     "postgres_denied_call",
     "postgres_statements_problem",
     "statements_problem",
@@ -91,6 +97,7 @@ POSTGRES_DENIED_FUNCTIONS = frozenset(
         "cursor_to_xml",
         "cursor_to_xmlschema",
         "ts_stat",
+        "ts_rewrite",  # its two-argument form runs the query its second argument gives as text
         "dblink",
         "dblink_exec",
         "dblink_connect",
@@ -107,18 +114,28 @@ runs."""
 
 
 def postgres_denied_call(sql: str) -> str | None:
-    """The first name in ``sql`` that ``POSTGRES_DENIED_FUNCTIONS`` holds, read from sqlglot's tokens
-    (quoted and schema-qualified names too, strings and comments not), or why the text cannot be read
-    that way; None when it names none. Fails closed: a text that does not tokenize, or that holds a
-    Unicode-escaped identifier (``U&"..."``, whose name only the server decodes), is refused.
+    """The first name in ``sql`` that ``POSTGRES_DENIED_FUNCTIONS`` or ``POSTGRES_DENIED_SETTINGS``
+    holds, looked for in the whole text (``lexing.named_anywhere``: literals and comments too, so no
+    reading of the text can hide one), or why the text may not run; None when it names none. A
+    Unicode-escaped identifier (``U&"..."``, whose name only the server decodes) is refused.
 
     >>> postgres_denied_call("SELECT pg_catalog.\\"PG_TERMINATE_BACKEND\\"(pg_backend_pid())")
     'pg_terminate_backend'
-    >>> postgres_denied_call("SELECT 'pg_advisory_lock(1)' AS text -- pg_advisory_lock(1)")
+    >>> postgres_denied_call("SELECT begin show, pg_advisory_lock(1) FROM (SELECT 1 AS begin) s")
+    'pg_advisory_lock'
+    >>> postgres_denied_call("SELECT 'pg_advisory_' || 'lock(1)' AS text")
     """
     if "&" in sql and _UNICODE_IDENTIFIER.search(sql):
         return 'U&"..." (a Unicode-escaped identifier)'
-    return denied_name(sql, "postgres", POSTGRES_DENIED_FUNCTIONS)
+    return named_anywhere(sql, _POSTGRES_DENIED_NAMES)
+
+
+POSTGRES_DENIED_SETTINGS = frozenset({"standard_conforming_strings", "backslash_quote"})
+"""Settings an agent tool's statement may not name on PostgreSQL: they change how the server reads
+string literals, so a statement that switched them (``set_config(..., true)``) would have the guard's
+later statements of the same call read differently from the text it checked."""
+
+_POSTGRES_DENIED_NAMES = POSTGRES_DENIED_FUNCTIONS | POSTGRES_DENIED_SETTINGS
 
 
 MYSQL_DENIED_FUNCTIONS = frozenset(
@@ -151,17 +168,96 @@ statement sees (they carried writes past keyword checks), and MySQL's optimizer 
 def mysql_denied_call(sql: str) -> str | None:
     """What in ``sql`` an agent tool does not run on MySQL/MariaDB, or None: an executable comment or
     an optimizer hint (looked for in the whole text, strings too: refused rather than read wrong), or
-    a name in ``MYSQL_DENIED_FUNCTIONS`` outside the literals. A text that does not tokenize is refused.
+    a name in ``MYSQL_DENIED_FUNCTIONS`` anywhere in the text (``lexing.named_anywhere``: literals and
+    comments too, so no reading of the text can hide one).
 
     >>> mysql_denied_call("SELECT 1 /*!50000 , (SELECT 2) */")
     'an executable comment (/*! ... */, /*M! ... */) or an optimizer hint (/*+ ... */)'
     >>> mysql_denied_call("SELECT `GET_LOCK`('x', 0)")
     'get_lock'
-    >>> mysql_denied_call("SELECT 'get_lock' AS word /* a plain comment */")
+    >>> mysql_denied_call("SELECT 1 --\\u00a0+ GET_LOCK('x', 0)")
+    'get_lock'
+    >>> mysql_denied_call("SELECT 'a plain' AS word /* a plain comment */")
     """
     if "/*" in sql and _EXECUTABLE_COMMENT.search(sql):
         return "an executable comment (/*! ... */, /*M! ... */) or an optimizer hint (/*+ ... */)"
-    return denied_name(sql, "mysql", MYSQL_DENIED_FUNCTIONS)
+    return named_anywhere(sql, MYSQL_DENIED_FUNCTIONS)
+
+
+MYSQL_PATH_VARIABLES = frozenset(
+    {
+        "datadir",
+        "tmpdir",
+        "basedir",
+        "socket",
+        "pid_file",
+        "log_error",
+        "plugin_dir",
+        "character_sets_dir",
+        "slave_load_tmpdir",
+        "aria_log_dir_path",
+        "wsrep_data_home_dir",
+        "innodb_data_home_dir",
+        "innodb_log_group_home_dir",
+        "innodb_tmpdir",
+        "general_log_file",
+        "slow_query_log_file",
+        "log_bin_basename",
+        "log_bin_index",
+        "relay_log_basename",
+        "relay_log_index",
+        "secure_file_priv",
+        "lc_messages_dir",
+    }
+)
+"""MySQL/MariaDB system variables that hold absolute paths of the server's machine (any account reads
+them as ``@@datadir``, ``@@global . `tmpdir```), which the agent tools hide as they hide SQLite's and
+DuckDB's file paths."""
+
+MYSQL_VARIABLE_TABLES = frozenset(
+    {"global_variables", "session_variables", "variables_by_thread", "persisted_variables", "variables_info"}
+)
+"""The ``information_schema``/``performance_schema`` tables that list every system variable, paths too."""
+
+
+def mysql_path_reading(sql: str) -> str | None:
+    """The path variable or variable table ``sql`` reads, or None: a table of ``MYSQL_VARIABLE_TABLES``
+    named anywhere, or a name of ``MYSQL_PATH_VARIABLES`` anywhere in a text that reads a system variable
+    (``@@``; no other form reads one in a query). Looked for without a lexer, like the refused functions.
+
+    >>> mysql_path_reading("SELECT @@GLOBAL . `DataDir` AS d")
+    'datadir'
+    >>> mysql_path_reading("SELECT socket FROM connections")  # a column of the database's own
+    >>> mysql_path_reading("SELECT @@version AS v")
+    """
+    table = named_anywhere(sql, MYSQL_VARIABLE_TABLES)
+    if table is not None or "@@" not in sql:
+        return table
+    return named_anywhere(sql, MYSQL_PATH_VARIABLES)
+
+
+def mysql_row_lock(sql: str) -> str | None:
+    """``LOCK IN SHARE MODE`` or ``FOR SHARE`` when ``sql``'s tokens hold it (read once the text has
+    passed ``lexing.mysql_reading_problem``, so the tokens are the server's), else None. A shared row
+    lock is allowed in a read-only transaction and holds an application's ``UPDATE`` off for the whole
+    call, as ``GET_LOCK`` would.
+
+    >>> mysql_row_lock("SELECT * FROM t WHERE id = 1 LOCK IN SHARE MODE")
+    'LOCK IN SHARE MODE'
+    >>> mysql_row_lock("SELECT `lock`, share FROM t")
+    """
+    try:
+        tokens = dialect_named("mysql").tokenize(sql)
+    except SqlglotError:
+        return None  # refused by the reading check already
+    words = [token.text.upper() if token.token_type not in _LITERALS else "" for token in tokens]
+    for index, word in enumerate(words):
+        following = words[index + 1 : index + 4]
+        if word == "LOCK" and tokens[index].token_type == TokenType.LOCK and following == ["IN", "SHARE", "MODE"]:
+            return "LOCK IN SHARE MODE"
+        if word == "FOR" and tokens[index].token_type == TokenType.FOR and following[:1] == ["SHARE"]:
+            return "FOR SHARE"
+    return None
 
 
 DUCKDB_PATH_FUNCTIONS = frozenset(

@@ -413,6 +413,7 @@ class GuardedDatabase:
         from .._analysis.rewrite import is_read_only_query
         from .._core.deadlines import call_deadline, interrupt_after
         from .._io.proxy_psycopg import probed_server_cursor
+        from ._postgres_plan import postgres_plan_problem
         from .lockdown import start_postgres_call
 
         raw = self._raw
@@ -430,6 +431,11 @@ class GuardedDatabase:
                     with deadline, call_deadline(limit):
                         start_postgres_call(raw, allow_writes=self.allow_writes, time_limit=limit)
                         sent = True
+                        # The server's reading of the statement, before it runs: its plan names no
+                        # refused function (a view's or an inlined function's included).
+                        denied = postgres_plan_problem(raw, sql, parameters, allow_writes=self.allow_writes)
+                        if denied is not None:
+                            raise QueryRefused("denied", denied)
                         if is_read_only_query(sql, "postgres"):
                             cur = server_cursor = probed_server_cursor(self.connection, CURSOR_NAME)
                             options: dict[str, Any] = {}

@@ -1,7 +1,8 @@
 """The MySQL/MariaDB connection behind an agent tool (PyMySQL), for ``GuardedDatabase``: opened from a
 ``mysql://`` or ``mariadb://`` URI, each call run in a transaction of its own under the server's time
 limit, the session reset after it, a lost connection replaced (with ``_postgres_session.Reconnector``'s
-back-off), and ``KILL QUERY`` from a second connection at the deadline.
+back-off), and ``KILL QUERY`` from a second connection at the deadline, then ``KILL CONNECTION`` for a
+statement the server cannot interrupt, whose end the next calls wait for (refused ``busy``).
 
 What the server is told for each call is ``lockdown``'s (``start_mysql_call``, ``reset_mysql_session``);
 the limits while fetching and the refusals are ``_database``'s, passed in as ``fetch`` and ``refuse``.
@@ -113,16 +114,29 @@ def _leaves_stream_unknown(failure: BaseException) -> bool:
     return isinstance(failure, pymysql.MySQLError) and (code is None or 2000 <= code < 3000)
 
 
+ESCALATE_AFTER = 0.1
+"""Seconds a statement may take to end after ``KILL QUERY`` before ``KILL CONNECTION`` is sent, on the
+same kill connection: well within the worker's grace (``isolation.KILL_GRACE``), so the worker answers
+before its parent would kill it, and still knows the statement it stopped."""
+
+
 class QueryKiller:
     """Sends ``KILL QUERY`` for ``raw``'s session from a connection of its own (the same account may
     end its own statements without any privilege), on a thread of its own, one at a time; ``wait``
-    returns once no request is on its way."""
+    returns once no request is on its way. With ``escalate`` (a connection the tool opened, which it can
+    open again), a statement that has not ended (``ended``) ``ESCALATE_AFTER`` seconds after the request
+    gets ``KILL CONNECTION`` (``escalated``): MariaDB checks either only between rows, so a statement
+    inside one long function call (``LOCATE`` over megabytes) runs on regardless, but the server then
+    closes the connection and the call can answer at its deadline."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, *, escalate: bool) -> None:
         self._raw = raw
-        self._thread_id = raw.thread_id()
+        self._escalate = escalate
+        self.thread_id = int(raw.thread_id())
         self._thread: threading.Thread | None = None
+        self._ended = threading.Event()
         self.sent = False
+        self.escalated = False
 
     def __call__(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -131,10 +145,18 @@ class QueryKiller:
         self._thread = threading.Thread(target=self._send, name="guarded-sqlite-mysql-kill", daemon=True)
         self._thread.start()
 
+    def ended(self) -> None:
+        """The call's statement has returned: no ``KILL CONNECTION`` follows."""
+        self._ended.set()
+
     def _send(self) -> None:
         import pymysql
 
         raw = self._raw
+        # PyMySQL 1.2 tries TLS on every connection and sets ``ssl`` even when the server declined it;
+        # only ``_ssl_required`` says TLS was asked for. Handing over its context would require TLS, and a
+        # server without it refused every kill request (the server's own time limit stopped the call).
+        required = getattr(raw, "_ssl_required", raw.ssl)
         try:
             killer = pymysql.connect(
                 host=raw.host,
@@ -142,7 +164,7 @@ class QueryKiller:
                 user=raw.user,
                 password=raw.password,
                 unix_socket=raw.unix_socket,
-                ssl=raw.ctx if raw.ssl else None,
+                ssl=raw.ctx if required else None,
                 connect_timeout=CANCEL_TIMEOUT,
                 read_timeout=CANCEL_TIMEOUT,
             )
@@ -150,7 +172,10 @@ class QueryKiller:
             return
         try:
             with killer.cursor() as cursor:
-                cursor.execute(f"KILL QUERY {int(self._thread_id)}")
+                cursor.execute(f"KILL QUERY {self.thread_id}")
+                if self._escalate and not self._ended.wait(ESCALATE_AFTER):
+                    self.escalated = True
+                    cursor.execute(f"KILL CONNECTION {self.thread_id}")
         except Exception:  # the statement had ended; nothing to stop
             pass
         finally:
@@ -188,14 +213,16 @@ class MySQLSession:
         self._refuse = refuse
         self._unreset = False
         self._broken = False
+        self._stopped: int | None = None
+        """The server thread of a call stopped with ``KILL CONNECTION``, until the server says it ended."""
         raw = connection.__wrapped__
         name = "max_statement_time" if is_mariadb(raw) else "max_execution_time"
         with raw.cursor() as cursor:
-            cursor.execute(f"SELECT @@SESSION.{name}")
+            cursor.execute(f"SELECT @@SESSION.{name}, @@SESSION.sql_mode")
             row = cursor.fetchone()
-        value = row[0] if not isinstance(row, dict) else next(iter(row.values()))
-        self._time_setting = f"SET SESSION {name} = {value}"
-        """What puts back a handed-in connection's own time limit after each call."""
+        value, mode = row if not isinstance(row, dict) else tuple(row.values())
+        self._time_setting = f"SET SESSION {name} = {value}, sql_mode = {raw.escape(str(mode))}"
+        """What puts back a handed-in connection's own time limit and ``sql_mode`` after each call."""
 
     @property
     def raw(self) -> Any:
@@ -218,6 +245,7 @@ class MySQLSession:
         model's statement was sent is replaced and the call run again, once."""
         for attempt in (1, 2):
             self._make_usable(limit)
+            self._refuse_while_stopped_runs()
             try:
                 return run()
             except _LostBeforeCall as lost:
@@ -226,6 +254,31 @@ class MySQLSession:
             finally:
                 self._after_call()
         raise AssertionError("not reached")
+
+    def _refuse_while_stopped_runs(self) -> None:
+        """``QueryRefused("busy")`` while the statement of a call stopped at its deadline still runs on the
+        server (the account sees its own threads in the process list without any privilege): the tool
+        counts it against its own work, so stopped statements never pile up past one, each with a
+        connection of the account's and a core of the server's."""
+        if self._stopped is None:
+            return
+        try:
+            with self.raw.cursor() as cursor:
+                cursor.execute("SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s", (self._stopped,))
+                row = cursor.fetchone()
+        except Exception:  # the connection failed here: the next call finds it lost and replaces it
+            self._broken = True
+            raise QueryRefused(
+                "unavailable", "Refused: the database connection failed before this call; nothing was run. Try again."
+            ) from None
+        if row and row[0]:
+            raise QueryRefused(
+                "busy",
+                "Refused: a statement this tool stopped at its time limit is still running on the server (one long "
+                "function call over very long values cannot be interrupted there); nothing new runs until the "
+                "server has ended it. Try again later, with smaller values.",
+            )
+        self._stopped = None
 
     def _make_usable(self, limit: float) -> None:
         why = ""
@@ -284,7 +337,7 @@ class MySQLSession:
         report: Any = None
         sent = False
         try:
-            killer = QueryKiller(raw)
+            killer = QueryKiller(raw, escalate=self.reconnector is not None)
         except Exception as failure:  # thread_id() of a connection that is already closed
             raise _LostBeforeCall(" ".join(str(failure).split())[:300]) from None
         deadline = interrupt_after(limit, killer, every=RECANCEL_EVERY)
@@ -306,6 +359,7 @@ class MySQLSession:
                         count = cur.rowcount
                     report = cur.guard_report
             finally:
+                killer.ended()
                 deadline.cancel()
                 killer.wait()  # no KILL may arrive after the call
             if self.allow_writes:
@@ -316,6 +370,17 @@ class MySQLSession:
                 raise TimeoutError("time limit passed")
         except Exception as failure:
             self._end_after_failure(raw, failure)
+            if killer.escalated:
+                # KILL CONNECTION ended the session; the server may still be running the statement.
+                self._stopped = killer.thread_id
+                self._broken = self._broken or raw.open
+                raise QueryRefused(
+                    "timeout",
+                    f"Refused: the query ran longer than {limit:.3g} seconds and was stopped: its connection was "
+                    "ended. A statement inside one long function call (over very long values) runs on in the server "
+                    "until that call returns, and this tool runs nothing new until it has. Use smaller values or a "
+                    "LIMIT.",
+                ) from None
             if not raw.open:
                 why = " ".join(str(failure).split())[:300]
                 if not sent:  # nothing of the model's ran: the call may run again on a new connection
@@ -350,7 +415,7 @@ class MySQLSession:
         raw = self.raw
         started = False
         try:
-            killer = QueryKiller(raw)
+            killer = QueryKiller(raw, escalate=False)
             deadline = interrupt_after(limit, killer, every=RECANCEL_EVERY)
             try:
                 with deadline, call_deadline(limit):

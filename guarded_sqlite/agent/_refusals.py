@@ -13,6 +13,7 @@ __all__ = [
     "CURSOR_NAME",
     "DUCKDB_READ_WORDS",
     "ERROR_CHARS",
+    "EXPLAIN_PREFIX",
     "NOT_QUERY_WORDS",
     "QUERY_WORDS",
     "clipped",
@@ -29,6 +30,13 @@ transaction)."""
 _DECLARED = re.compile(r'(?:\.\.\.)?[A-Za-z]*\s*"' + CURSOR_NAME + r'" CURSOR FOR ')
 """The ``DECLARE`` in PostgreSQL's excerpt of a failed query (``LINE 1: DECLARE "..." CURSOR FOR SELECT
 nme``, or ``...ECLARE`` when cut): removed from what the model reads."""
+
+EXPLAIN_PREFIX = "EXPLAIN (VERBOSE, FORMAT JSON) "
+"""What ``lockdown.postgres_plan_problem`` puts before a model's statement to read the server's plan of it."""
+
+_EXPLAINED = re.compile(r"(?:\.\.\.)?(?:EXPLAIN \(VERBOSE, )?[A-Z]*\s?JSON\) ")
+"""The EXPLAIN in PostgreSQL's excerpt of a statement that failed while it was planned (``LINE 1:
+EXPLAIN (VERBOSE, FORMAT JSON) SELECT nme``, or ``...MAT JSON) SELECT`` when cut): removed as well."""
 
 
 def failure_refusal(
@@ -51,6 +59,7 @@ def failure_refusal(
     message = clipped(describe_error(failure))
     if dialect == "postgres":  # the model wrote the query, not the DECLARE around it
         feedback, message = _DECLARED.sub("", feedback), _DECLARED.sub("", message)
+        feedback, message = _EXPLAINED.sub("", feedback), _EXPLAINED.sub("", message)
     if timed_out:
         return QueryRefused(
             "timeout",

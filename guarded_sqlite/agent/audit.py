@@ -94,9 +94,19 @@ def _without_literals(sql: str, dialect: str, quoted: bool) -> str:
 
     >>> _without_literals("SELECT 1 /*!50000 INTO OUTFILE '/tmp/x' */", "mysql", False)
     'SELECT ? /*!50000 INTO OUTFILE ? */'
+
+    A MySQL/MariaDB text that sqlglot and the server would read differently (``lexing``: a non-ASCII
+    space after ``--``, a quoted user variable name) is not shown at all: sqlglot's reading of where its
+    literals are is the one in question (repro a22's audit line kept a literal the server read).
+
+    >>> _without_literals("SELECT 1 --\u00a0+ (SELECT 'ana@example.com')", "mysql", False)
+    '<SQL not shown: 40 characters>'
     """
+    from .._analysis.lexing import mysql_reading_problem
     from .._analysis.rewrite import normalise_literals
 
+    if dialect == "mysql" and not _EXECUTABLE.search(sql) and mysql_reading_problem(sql) is not None:
+        return f"<SQL not shown: {len(sql)} characters>"
     text = normalise_literals(sql, dialect, double_quoted=quoted)
     if dialect != "mysql" or "/*" not in text:
         return text

@@ -55,6 +55,8 @@ from typing import Any
 __all__ = [
     "DUCKDB_AGENT_CONFIG",
     "DUCKDB_SPILL_LIMIT",
+    "MYSQL_SQL_MODE",
+    "POSTGRES_TEXT_SETTINGS",
     "SQLITE_DENIED_FUNCTIONS",
     "cap_sqlite_heap",
     "connect_duckdb",
@@ -62,6 +64,7 @@ __all__ = [
     "duckdb_lockdown_problem",
     "lock_down_sqlite",
     "mysql_session_problem",
+    "postgres_denial",
     "postgres_session_problem",
     "prepare_mysql_session",
     "reseed_duckdb",
@@ -432,8 +435,19 @@ def start_postgres_call(raw: Any, *, allow_writes: bool, time_limit: float | Non
             # ("transaction read-write mode must be set before any query"), set_config included.
             cursor.execute("SET TRANSACTION READ ONLY")
         timeout = pg_statement_timeout(time_limit)
+        pinned = ", ".join(f"set_config('{name}', '{value}', true)" for name, value in POSTGRES_TEXT_SETTINGS.items())
         if timeout is not None:
-            cursor.execute("SELECT set_config('statement_timeout', %s, true)", (timeout,))
+            cursor.execute(f"SELECT set_config('statement_timeout', %s, true), {pinned}", (timeout,))
+        else:
+            cursor.execute(f"SELECT {pinned}")
+
+
+POSTGRES_TEXT_SETTINGS = {"standard_conforming_strings": "on", "backslash_quote": "off"}
+"""The settings that change how PostgreSQL reads a string literal, as every call's transaction pins
+them (``SET LOCAL``; a session the tool opened gets them after every reset too): ``'\\'`` is one
+backslash, and ``\\'`` inside ``E'...'`` is refused rather than read as a quote. A database, role or
+server default of ``standard_conforming_strings = off`` would otherwise make a backslash end a string
+early or late (repro a28)."""
 
 
 def reset_postgres_session(raw: Any, *, owned: bool, allow_writes: bool) -> None:
@@ -458,30 +472,69 @@ def reset_postgres_session(raw: Any, *, owned: bool, allow_writes: bool) -> None
         # Its own statement, outside a transaction block; never prepared: psycopg would prepare it after a
         # few calls, and the statement deallocates itself while psycopg keeps its name.
         cursor.execute("DISCARD ALL", prepare=False)
+        pinned = "".join(f", set_config('{name}', '{value}', false)" for name, value in POSTGRES_TEXT_SETTINGS.items())
         if allow_writes:
-            cursor.execute("SELECT setseed(%s)", (seed,))
+            cursor.execute(f"SELECT setseed(%s){pinned}", (seed,))
         else:
-            cursor.execute("SELECT setseed(%s), set_config('default_transaction_read_only', 'on', false)", (seed,))
+            cursor.execute(
+                f"SELECT setseed(%s), set_config('default_transaction_read_only', 'on', false){pinned}", (seed,)
+            )
 
 
 def denied_call_problem(sql: str, dialect: str) -> str | None:
     """Why ``sql`` may not run as a model's statement although a read-only transaction would let it,
-    or None: on PostgreSQL, a name in ``statements.POSTGRES_DENIED_FUNCTIONS`` (advisory locks, signals
-    to backends, SQL given as text), read from sqlglot's tokens and refused when the text cannot be
-    read. On DuckDB, the catalog functions that show absolute paths (``duckdb_settings()``,
-    ``duckdb_databases()``, ...: ``statements.DUCKDB_PATH_FUNCTIONS``). SQLite's denials are its
-    authorizer's (``pragma_database_list``'s file reads as NULL)."""
-    from .._analysis.statements import DUCKDB_PATH_FUNCTIONS, denied_name, mysql_denied_call, postgres_denied_call
+    or None.
+
+    On PostgreSQL and MySQL/MariaDB a name the tools refuse (``statements.POSTGRES_DENIED_FUNCTIONS``:
+    advisory locks, signals to backends, SQL given as text; ``statements.MYSQL_DENIED_FUNCTIONS``: named
+    locks, files, replication waits) is looked for in the whole text, literals and comments included,
+    so that no lexer's reading of it can hide one (``_analysis.lexing.named_anywhere``); PostgreSQL's
+    plan is read for the rest (``postgres_plan_problem``). On MySQL/MariaDB every other question about
+    the statement is sqlglot's, so a text whose literals and comments sqlglot would place elsewhere than
+    the server does is refused (``_analysis.lexing.mysql_reading_problem``), and so are executable
+    comments, hints, shared row locks and the system variables that hold paths
+    (``statements.mysql_path_reading``). On DuckDB, the catalog functions that show absolute paths
+    (``duckdb_settings()``, ``duckdb_databases()``, ...: ``statements.DUCKDB_PATH_FUNCTIONS``). SQLite's
+    denials are its authorizer's (``pragma_database_list``'s file reads as NULL)."""
+    from .._analysis.lexing import mysql_reading_problem
+    from .._analysis.statements import (
+        DUCKDB_PATH_FUNCTIONS,
+        denied_name,
+        mysql_denied_call,
+        mysql_path_reading,
+        mysql_row_lock,
+        postgres_denied_call,
+    )
 
     if dialect == "mysql":
         name = mysql_denied_call(sql)
-        if name is None:
-            return None
-        return (
-            f"Refused: this tool does not run {name} (executable comments and hints run SQL or settings no "
-            "reading of the statement sees; named locks outlive the call; files are not the database's "
-            "tables); write the query without it."
-        )
+        if name is not None:
+            return (
+                f"Refused: this tool does not run {name}, and refuses a text that holds the name anywhere, in a "
+                "string or comment too (executable comments and hints run SQL or settings no reading of the "
+                "statement sees; named locks outlive the call; files are not the database's tables); write "
+                "the query without it."
+            )
+        problem = mysql_reading_problem(sql)
+        if problem is not None:
+            return (
+                f"Refused: {problem}. This tool serves only text it reads exactly as the server does: write "
+                "plain ASCII spaces between words, '-- ' with a space, no nested comments, and characters such "
+                "as U+00A0 inside strings as CHAR(160)."
+            )
+        path = mysql_path_reading(sql)
+        if path is not None:
+            return (
+                f"Refused: this tool does not read {path} (server settings that show the machine's file paths); "
+                "read the tables instead (the schema tool lists them)."
+            )
+        lock = mysql_row_lock(sql)
+        if lock is not None:
+            return (
+                f"Refused: this tool does not run {lock} (a shared row lock holds other clients' writes off "
+                "for the whole call); query without it."
+            )
+        return None
     if dialect == "clickhouse":
         from .._analysis.statements import clickhouse_denied_call
 
@@ -506,9 +559,15 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
     name = postgres_denied_call(sql)
     if name is None:
         return None
+    return postgres_denial(name)
+
+
+def postgres_denial(name: str) -> str:
+    """The refusal's text for a statement that names (or whose plan names) the refused ``name``."""
     return (
-        f"Refused: this tool does not run {name} (advisory locks, signals to server sessions, and functions "
-        "that run SQL given as text reach past one call); write the query without it."
+        f"Refused: this tool does not run {name} (advisory locks, signals to server sessions, functions that "
+        "run SQL given as text, and the settings that change how strings are read reach past one call), and "
+        "refuses a text that names one anywhere, in a string or comment too; write the query without it."
     )
 
 
@@ -542,33 +601,44 @@ def mysql_session_problem(raw: Any) -> str | None:
     return None
 
 
+MYSQL_SQL_MODE = "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
+"""The ``sql_mode`` every call runs under (MySQL's and MariaDB's defaults without the flags they do not
+share): none of the flags that change how the server reads a text (``ANSI_QUOTES``: ``"..."`` a name;
+``NO_BACKSLASH_ESCAPES``: ``\\`` a plain character; ``PIPES_AS_CONCAT``, ``IGNORE_SPACE``, and
+MariaDB's ``ORACLE``/``MSSQL`` parsers), so that the server reads strings, names and comments as the
+statement check does (``_analysis.lexing.mysql_reading_problem``). A server whose global mode has them
+(``--sql-mode=ANSI``) would otherwise turn a string the check skipped into a call (repro a24)."""
+
+
 def prepare_mysql_session(raw: Any, *, allow_writes: bool) -> None:
     """A session the tool opened, at login and after every reset: the connection's character set
-    again (a reset returns it to the server's default), autocommit on, and without writes every
-    transaction ``READ ONLY`` by default as well as each call's own."""
+    again (a reset returns it to the server's default), ``MYSQL_SQL_MODE`` (likewise), autocommit on,
+    and without writes every transaction ``READ ONLY`` by default as well as each call's own."""
     raw.set_character_set(raw.charset, raw.collation)
-    if not allow_writes:
-        with raw.cursor() as cursor:
+    with raw.cursor() as cursor:
+        cursor.execute(f"SET SESSION sql_mode = '{MYSQL_SQL_MODE}'")
+        if not allow_writes:
             cursor.execute("SET SESSION TRANSACTION READ ONLY")
     raw.autocommit(True)  # sent only when the server's status says it is off
 
 
 def start_mysql_call(raw: Any, *, allow_writes: bool, time_limit: float | None) -> None:
     """The first statements of a call: the session's time limit (MariaDB's ``max_statement_time`` in
-    seconds; MySQL's ``max_execution_time`` in milliseconds, which covers SELECT only; 0 for no limit),
-    then ``START TRANSACTION READ ONLY`` unless writes are allowed. The model cannot change either
-    (``SET`` is not a query; executable comments and hints are refused), and the reset after the call
-    undoes both."""
+    seconds; MySQL's ``max_execution_time`` in milliseconds, which covers SELECT only; 0 for no limit)
+    and ``MYSQL_SQL_MODE`` (again: a call with writes allowed may have changed it, and a handed-in
+    connection has the caller's), then ``START TRANSACTION READ ONLY`` unless writes are allowed. The
+    model cannot change any of these (``SET`` is not a query; executable comments and hints are
+    refused), and the reset after the call undoes them."""
     from .._engines.mysql import is_mariadb
 
     unlimited = time_limit is None or time_limit == float("inf")
     with raw.cursor() as cursor:
         if is_mariadb(raw):
             seconds = 0.0 if unlimited else max(0.001, float(time_limit or 0))
-            cursor.execute(f"SET SESSION max_statement_time = {seconds:.3f}")
+            cursor.execute(f"SET SESSION max_statement_time = {seconds:.3f}, sql_mode = '{MYSQL_SQL_MODE}'")
         else:
             milliseconds = 0 if unlimited else max(1, int(float(time_limit or 0) * 1000))
-            cursor.execute(f"SET SESSION max_execution_time = {milliseconds}")
+            cursor.execute(f"SET SESSION max_execution_time = {milliseconds}, sql_mode = '{MYSQL_SQL_MODE}'")
         cursor.execute("START TRANSACTION" if allow_writes else "START TRANSACTION READ ONLY")
 
 
@@ -584,7 +654,8 @@ def reset_mysql_session(raw: Any, *, owned: bool, allow_writes: bool, time_setti
     MariaDB 10.2.4) makes this raise, and the tool then replaces the connection instead.
 
     A connection the caller handed in keeps its session (it is the caller's): its named locks are
-    released, and its time limit put back (``time_setting``: the ``SET SESSION ...`` that restores it)."""
+    released, and its time limit and ``sql_mode`` put back (``time_setting``: the ``SET SESSION ...``
+    that restores them)."""
     if owned:
         raw._execute_command(_COM_RESET_CONNECTION, b"")
         raw._read_ok_packet()

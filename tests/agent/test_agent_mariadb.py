@@ -220,8 +220,27 @@ def test_with_the_checks_off_the_read_only_transaction_refuses_writes(
     assert db.query("SELECT count(*) FROM order_items").rows == ((150,),)
 
 
-def test_shared_row_locks_end_with_the_call(open_my: OpenDb, my_shop: MyShop) -> None:
-    """``LOCK IN SHARE MODE`` reads in a read-only transaction; its locks end with the call's ROLLBACK."""
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM customers LOCK IN SHARE MODE",
+        "SELECT * FROM customers FOR SHARE",
+        "SELECT 1 FOR SHARE",
+        # sqlglot reads the rest after `begin execute` as one string; the server, a column and its alias.
+        "SELECT begin execute FROM (SELECT id AS begin FROM customers) AS s LOCK IN SHARE MODE",
+    ],
+)
+def test_a23_shared_row_locks_are_refused_like_named_locks(open_my: OpenDb, my_shop: MyShop, sql: str) -> None:
+    """a23's row lock (issue 43 item 4): a shared row lock is allowed in a read-only transaction and holds an
+    application's ``UPDATE`` off for the whole call, as ``GET_LOCK`` would: refused before it runs."""
+    db = open_my()
+    assert refusal(db, sql).kind == "denied"
+    assert db.query("SELECT `lock`, share FROM (SELECT 1 AS `lock`, 2 AS share) AS t").rows == ((1, 2),)
+
+
+def test_shared_row_locks_end_with_the_call(open_my: OpenDb, my_shop: MyShop, no_checks: None) -> None:
+    """Past the check, ``LOCK IN SHARE MODE`` reads in a read-only transaction; its locks end with the
+    call's ROLLBACK."""
     db = open_my()
     assert len(db.query("SELECT * FROM customers LOCK IN SHARE MODE").rows) == 6
     with my_shop.admin() as cur:
@@ -256,6 +275,64 @@ def test_a_statement_past_the_time_limit_is_stopped_and_the_next_call_answers(op
     assert refusal(db, sql).kind == "timeout"
     assert time.monotonic() - started < 2.0
     assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
+
+
+def test_the_server_s_paths_are_hidden_from_the_select_only_account(open_my: OpenDb, my_shop: MyShop) -> None:
+    """Issue 43 item 3's paths: any account reads ``@@datadir``, ``@@tmpdir``, ``@@socket`` and the
+    variable tables; the tool refuses them as it hides SQLite's and DuckDB's file paths."""
+    db = open_my(my_shop.reader())
+    for sql in (
+        "SELECT @@datadir AS d",
+        "SELECT @@GLOBAL . `TmpDir` AS t",
+        "SELECT @@global./**/socket AS s",
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'BASEDIR'",
+    ):
+        assert refusal(db, sql).kind == "denied", sql
+    assert db.query("SELECT @@version LIKE '%MariaDB%' AS m").rows == ((1,),)
+
+
+RUNAWAY = "SELECT LOCATE(CONCAT(REPEAT('a', 4000), 'b'), CONCAT(REPEAT('a', 1000000), '')) AS p"
+"""a23's statement, smaller: ~4·10^9 comparisons inside one function call, which neither
+``max_statement_time`` nor ``KILL QUERY`` nor ``KILL CONNECTION`` interrupts (seconds of a core here)."""
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["in-process", "worker"])
+def test_a23_a_statement_the_server_cannot_interrupt_holds_new_work_off_until_it_ends(
+    open_my: OpenDb, my_shop: MyShop, isolated: bool
+) -> None:
+    """a23: at the deadline the call's connection is killed (``KILL QUERY``, then ``KILL CONNECTION``) and
+    the call answered; while the server still runs the statement every new call is refused ``busy``, so
+    stopped statements never pile up past one; once the server has ended it, calls are served."""
+    db = open_my(timeout=1.0, isolated=isolated)
+
+    def running() -> int:
+        return int(
+            my_shop.value(
+                "SELECT COUNT(*) FROM information_schema.processlist WHERE db = %s AND info LIKE 'SELECT LOCATE%%'",
+                my_shop.database.name,
+            )
+        )
+
+    started = time.monotonic()
+    assert refusal(db, RUNAWAY).kind == "timeout"
+    assert time.monotonic() - started < 2.5
+    if running() == 0:
+        pytest.skip("the server ended the statement before the next call could see it (a fast machine)")
+    assert refusal(db, "SELECT count(*) FROM orders").kind == "busy"
+    assert refusal(db, RUNAWAY.replace("''", "'x'")).kind == "busy"
+    assert running() <= 1  # the second runaway never started (the first may just have ended)
+    until = time.monotonic() + 120
+    while time.monotonic() < until:
+        try:
+            assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
+            break
+        except QueryRefused as refused:
+            assert refused.kind == "busy"
+            assert running() <= 1
+            time.sleep(0.25)
+    else:
+        pytest.fail("the stopped statement did not end within 120 seconds")
+    assert running() == 0
 
 
 def test_session_state_does_not_outlive_a_call(open_my: OpenDb, my_shop: MyShop, no_checks: None) -> None:
@@ -395,8 +472,9 @@ def test_on_mysql_s_own_server_the_limit_is_max_execution_time() -> None:
     mysql, maria = Recorder("8.0.36"), Recorder("10.11.6-MariaDB-0+deb12u1")
     lockdown.start_mysql_call(mysql, allow_writes=False, time_limit=1.5)
     lockdown.start_mysql_call(maria, allow_writes=True, time_limit=float("inf"))
-    assert mysql.sent == ["SET SESSION max_execution_time = 1500", "START TRANSACTION READ ONLY"]
-    assert maria.sent == ["SET SESSION max_statement_time = 0.000", "START TRANSACTION"]
+    mode = f"sql_mode = '{lockdown.MYSQL_SQL_MODE}'"
+    assert mysql.sent == [f"SET SESSION max_execution_time = 1500, {mode}", "START TRANSACTION READ ONLY"]
+    assert maria.sent == [f"SET SESSION max_statement_time = 0.000, {mode}", "START TRANSACTION"]
 
 
 # --- the surfaces --------------------------------------------------------------------------------------

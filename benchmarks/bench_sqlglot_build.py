@@ -15,8 +15,9 @@ Each child measures, as medians of short batches:
   bound each call: planned, checked, corrected) and not at risk (one join on a key, a new literal each
   call), on ``guarded_sqlite.connect()`` against plain sqlite3 on the same data.
 
-Times are this thread's CPU time (``time.thread_time_ns``). Reported: per phase the median over rounds of each child's figure, and pure / compiled (how many times
-faster the compiled build is; > 1 is a gain). Needs sqlglotc installed (it says so otherwise).
+Times are this thread's CPU time (``time.thread_time_ns``). Reported: per phase the median over rounds
+of each child's figure, and pure / compiled (how many times faster the compiled build is; > 1 is a
+gain). Needs sqlglotc installed (it says so otherwise).
 """
 
 from __future__ import annotations
@@ -89,6 +90,28 @@ def child(build: str) -> dict[str, Any]:
     return out
 
 
+# bench_aggregates.py in a child interpreter, on the pure-Python modules when asked (the finder goes in
+# before anything imports sqlglot; importing the analysis package first only settles the build's check).
+_AGGREGATES = """
+import runpy, sys
+if {pure!r}:
+    from guarded_sqlite._analysis import sqlglot_build
+    sys.meta_path.insert(0, sqlglot_build._SourceOnly())
+sys.argv = [{script!r}, *{args!r}]
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+def aggregates(args: list[str]) -> int:
+    """bench_aggregates.py on the compiled build, then on pure-Python sqlglot, back to back."""
+    script = str(HERE / "bench_aggregates.py")
+    for build in ("compiled", "pure"):
+        code = _AGGREGATES.format(pure=build == "pure", script=script, args=args)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        print(f"### bench_aggregates.py {' '.join(args)}: {build} sqlglot\n\n{done.stdout}")
+    return 0
+
+
 def _cpu() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -103,11 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", metavar="OUT")
+    parser.add_argument(
+        "--aggregates",
+        nargs=argparse.REMAINDER,
+        metavar="ARGS",
+        help="instead: run bench_aggregates.py (with ARGS) once on each build, back to back, and print both",
+    )
     parser.add_argument("--child", choices=("compiled", "pure"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child)))
         return 0
+    if args.aggregates is not None:
+        return aggregates(args.aggregates)
     from guarded_sqlite._analysis import sqlglot_build
 
     if sqlglot_build.build() != "compiled":

@@ -339,6 +339,11 @@ class CursorProxy(_Proxy, GuardedCursor):
 
     def fetchone(self) -> Any:
         raw = self.__wrapped__
+        rows = self._self_rows
+        if type(rows) is list and len(rows) == 1:  # a point query's untouched buffer (as sqlite_fast's fetchone)
+            raw.fetchone()  # raises as sqlite3 would: closed cursor or connection, wrong thread
+            self._self_rows = NOTHING  # its one row, and nothing left to serve or to release
+            return rows[0]
         rows = serving(self, raw, _fetchone)
         if rows is raw:
             return rows.fetchone()  # not buffered: the driver's own fetch (and its own errors)

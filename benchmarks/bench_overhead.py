@@ -59,6 +59,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_hotpath, beside this file
+if "--guarded-sqlite" in sys.argv:  # another checkout's package (before/after runs): before the import below
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--guarded-sqlite") + 1]).resolve()))
+
 import guarded_sqlite
 from guarded_sqlite import GuardPolicy
 
@@ -1038,6 +1042,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also run each memory case under tracemalloc (exact Python-heap peak; ~10x slower)",
     )
     parser.add_argument("--skip-memory", action="store_true", help="skip workload 5")
+    parser.add_argument(
+        "--hot-path",
+        action="store_true",
+        help="only the hot-path section (bench_hotpath.py: raw, inline floor, bare subclass, connect(), wrap())",
+    )
+    parser.add_argument(
+        "--guarded-sqlite", metavar="PATH", help="import guarded_sqlite from this checkout (before/after runs)"
+    )
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -1045,6 +1057,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(memory_child(json.loads(args.memory_child))))
         return 0
 
+    if args.hot_path:  # issue 44 item 4's figures alone: one run, before/after-able ratios
+        import bench_hotpath
+
+        hot = bench_hotpath.run(args.quick, False, [])
+        print(bench_hotpath.render(hot))
+        if args.json:
+            Path(args.json).write_text(json.dumps(hot, indent=1, default=str) + "\n")
+        return 0
     cfg = CONFIGS["quick" if args.quick else "full"]
     started = time.perf_counter()
     result: dict[str, Any] = {"machine": machine(), "quick": args.quick, "config": cfg, "loadavg_start": loadavg()}
@@ -1066,10 +1086,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result["memory"] = run_memory(cfg, args.tracemalloc)
         result["memory_verdict"] = memory_verdict(result["memory"])
+    import bench_hotpath
+
+    result["hot_path"] = bench_hotpath.run(args.quick, False, [])
     result["loadavg_end"] = loadavg()
     result["runtime_s"] = time.perf_counter() - started
 
     print(render(result))
+    print(bench_hotpath.render(result["hot_path"]))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)

@@ -70,6 +70,7 @@ class ConnectionState:
         "listed_functions",
         "lock",
         "mode",
+        "one_row",
         "p2_rows",
         "policy",
         "preset",
@@ -164,6 +165,8 @@ class ConnectionState:
         self.serial = self.lock if policy.mode != "off" else None
         # perf_counter_ns() when the current statement started (0: not known), for the confirmation's budget.
         self.started = 0
+        # The state of the last healthy single-row result (decide.after_fetch), reused while the SQL repeats.
+        self.one_row: ReportState | None = None
 
     @property
     def proxy(self) -> Any:

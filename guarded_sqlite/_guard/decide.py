@@ -240,10 +240,15 @@ def after_fetch(
         try:
             if count == 1:
                 hash(rows[0])
-                return rows, _new_state(
-                    ReportState,
-                    (guard.preset, sql, sql, None, "none", 1, 1, 1, None, None, (), 0, None, None, None, ()),
-                )
+                # Its state holds nothing but the preset and the SQL: a statement repeated (a point query
+                # by key) gets its last one again (states are immutable), not 16 fields built anew.
+                state = guard.one_row
+                if state is None or state[1] != sql:
+                    state = guard.one_row = _new_state(
+                        ReportState,
+                        (guard.preset, sql, sql, None, "none", 1, 1, 1, None, None, (), 0, None, None, None, ()),
+                    )
+                return rows, state
             started = _perf_ns()
             if len(set(rows)) == count:
                 return rows, _new_state(

@@ -31,7 +31,7 @@ import wrapt
 
 from .._core.probe import PartialCount
 from .._engines import NO_PARAMETERS, SQLITE, Engine, execute_with
-from .._guard.connection_state import note_blob, note_change, note_function
+from .._guard.connection_state import SMALL_RESULT, note_blob, note_change, note_function
 from .._guard.decide import (
     DRIVER,
     GUARD_OFF,
@@ -54,11 +54,11 @@ from .._guard.decide import (
     report_of,
     run_unprobed,
     serving,
-    settle,
     settle_query_only,
     unprobed,
 )
 from ..policy import GuardPolicy, GuardSpec, resolve_policy
+from ..sinks import deliver
 from .factories import reshape, shaped, with_plain_rows
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 
 _NO_PARAMETERS = NO_PARAMETERS
 _fetchone = operator.methodcaller("fetchone")
+_connection_cursor = sqlite3.Connection.cursor
+_perf_counter_ns = time.perf_counter_ns
 _Row = sqlite3.Row
 
 
@@ -147,8 +149,30 @@ class ConnectionProxy(_Proxy, GuardedConnection):
         """The proxy class for one of the driver's cursors (``proxy_psycopg`` has its own)."""
         return CursorProxy
 
-    def execute(self, sql: str, parameters: Any = _NO_PARAMETERS, /, **rescue_inputs: Any) -> CursorProxy:
-        return self.cursor().execute(sql, parameters, **rescue_inputs)
+    def execute(
+        self,
+        sql: str,
+        parameters: Any = _NO_PARAMETERS,
+        /,
+        *,
+        candidates: Sequence[str] | None = None,
+        question: str | None = None,
+        hint: str | None = None,
+    ) -> CursorProxy:
+        # cursor() and CursorProxy.execute inlined: every read of a proxy attribute goes through wrapt's
+        # lookup (several times a plain attribute's), so each fact is read once and handed on. SQLite
+        # only: the other drivers' connection proxies have their own execute (PsycopgConnectionProxy's
+        # takes psycopg's keywords).
+        raw_connection = self.__wrapped__
+        if isinstance(raw_connection, GuardedConnection):  # connect()'s own connection: see cursor()
+            raw = _connection_cursor(raw_connection)  # type: ignore[call-overload]
+        else:
+            raw = raw_connection.cursor()
+        cursor = CursorProxy(raw)
+        cursor._self_guard = guard = self._self_guard
+        cursor._self_connection = self
+        rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
+        return _statement(cursor, raw, guard, sql, parameters, rescue_inputs, True)
 
     def executemany(self, sql: str, parameters: Any, /, **kwargs: Any) -> CursorProxy:
         return self.cursor().executemany(sql, parameters, **kwargs)
@@ -304,29 +328,8 @@ class CursorProxy(_Proxy, GuardedCursor):
     ) -> CursorProxy:
         """``sqlite3.Cursor.execute``; with ``candidates`` (alternative SQLs for the same question) a
         flagged statement may be rescued by the policy's rescuer."""
-        guard = self._self_guard
-        if guard.scopes:
-            guard = guard.in_scope()
-        raw = self.__wrapped__
-        self._self_report = None
         rescue_inputs = None if candidates is None else RescueInputs(candidates, question, hint)
-        try:
-            lock = guard.serial
-            if lock is not None:
-                with lock:
-                    rows, state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
-            else:
-                rows, state = _execute_and_probe(self, raw, sql, parameters, guard, rescue_inputs)
-        except BaseException:
-            if self._self_buffer is not None:
-                redirect_outstanding(self, DRIVER)
-            # As after a failed sqlite3 execute: nothing of the previous statement is served any more.
-            self._self_rows = DRIVER
-            raise
-        self._self_state = state
-        self._self_rows = rows if self._self_buffer is None else redirect_outstanding(self, rows)
-        settle(guard, state, self)
-        return self
+        return _statement(self, self.__wrapped__, self._self_guard, sql, parameters, rescue_inputs)
 
     def executemany(self, sql: str, parameters: Any, /, **kwargs: Any) -> CursorProxy:
         return self._run_unprobed(self.__wrapped__.executemany, sql, parameters, **kwargs)
@@ -336,6 +339,11 @@ class CursorProxy(_Proxy, GuardedCursor):
 
     def fetchone(self) -> Any:
         raw = self.__wrapped__
+        rows = self._self_rows
+        if type(rows) is list and len(rows) == 1:  # a point query's untouched buffer (as sqlite_fast's fetchone)
+            raw.fetchone()  # raises as sqlite3 would: closed cursor or connection, wrong thread
+            self._self_rows = NOTHING  # its one row, and nothing left to serve or to release
+            return rows[0]
         rows = serving(self, raw, _fetchone)
         if rows is raw:
             return rows.fetchone()  # not buffered: the driver's own fetch (and its own errors)
@@ -364,9 +372,10 @@ class CursorProxy(_Proxy, GuardedCursor):
             raw.fetchone()  # raises as sqlite3 would: closed cursor or connection, wrong thread
             # Untouched buffer: hand over the list itself instead of copying it, and keep nothing.
             self._self_rows = NOTHING
-            state = self._self_state
-            if state is not None and type(state.unique_rows) is PartialCount:
-                state.unique_rows.release()
+            if len(rows) >= SMALL_RESULT:  # smaller results are counted exactly: no pending count
+                state = self._self_state
+                if state is not None and type(state.unique_rows) is PartialCount:
+                    state.unique_rows.release()
             return rows
         rows = serving(self, raw, _fetchone)
         if rows is raw:
@@ -409,6 +418,42 @@ class CursorProxy(_Proxy, GuardedCursor):
         return self
 
 
+def _statement(
+    cursor: CursorProxy,
+    raw: Any,
+    guard: ConnectionState,
+    sql: str,
+    parameters: Any,
+    rescue_inputs: RescueInputs | None,
+    fresh: bool = False,
+) -> CursorProxy:
+    """``execute`` on a guarded cursor proxy, its guard and driver cursor already read: the statement
+    (``_execute_and_probe``) under the connection's lock, then the cursor's and the connection's state.
+    ``fresh``: the cursor was just made, so no iterator over an earlier result is outstanding."""
+    if guard.scopes:
+        guard = guard.in_scope()
+    try:
+        lock = guard.serial
+        if lock is not None:
+            with lock:
+                rows, state = _execute_and_probe(cursor, raw, sql, parameters, guard, rescue_inputs)
+        else:
+            rows, state = _execute_and_probe(cursor, raw, sql, parameters, guard, rescue_inputs)
+    except BaseException:
+        if cursor._self_buffer is not None:
+            redirect_outstanding(cursor, DRIVER)
+        # As after a failed sqlite3 execute: nothing of the previous statement is served any more.
+        cursor._self_rows = DRIVER
+        raise
+    cursor._self_state = state
+    cursor._self_rows = rows if fresh or cursor._self_buffer is None else redirect_outstanding(cursor, rows)
+    guard.last = state  # connection_state.settle, inline
+    sink = guard.sink
+    if sink is not None:
+        deliver(sink, state, cursor)
+    return cursor
+
+
 def _execute_and_probe(
     cursor: CursorProxy,
     raw: Any,
@@ -424,8 +469,8 @@ def _execute_and_probe(
     On an execution error the state is stored on ``cursor`` before the error propagates unchanged
     (unless a rescue replaced the failed statement with a candidate).
     """
-    mode = guard.policy.mode
-    guard.started = time.perf_counter_ns()  # the statement's own time: what a confirmation's budget scales
+    mode = guard.mode
+    guard.started = _perf_counter_ns()  # the statement's own time: what a confirmation's budget scales
     if guard.query_only_due:  # whatever the mode: the guard's own setting, not the caller's
         settle_query_only(guard)
     if mode == "off":

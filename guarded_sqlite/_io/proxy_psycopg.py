@@ -120,6 +120,10 @@ class PsycopgConnectionProxy(ConnectionProxy):
     def _cursor_proxy(self, raw_cursor: Any) -> type[CursorProxy]:
         return cursor_class(raw_cursor)
 
+    def execute(self, sql: Any, parameters: Any = NO_PARAMETERS, /, **kwargs: Any) -> CursorProxy:
+        # psycopg's own keywords (prepare, binary) besides the rescue's: through this module's cursors.
+        return self.cursor().execute(sql, parameters, **kwargs)
+
 
 def probed_server_cursor(connection: Any, name: str) -> ContextCursor:
     """A cursor of the guarded ``connection`` over a new psycopg server-side cursor ``name`` that the

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from .._core.probe import PartialCount
 from .._engines import NO_PARAMETERS, SQLITE
-from .._guard.connection_state import note_change, note_function
+from .._guard.connection_state import SMALL_RESULT, note_change, note_function
 from .._guard.decide import (
     DRIVER,
     GUARD_OFF,
@@ -247,9 +247,10 @@ class CursorMethods(sqlite3.Cursor, GuardedCursor):
             _fetchone(self)  # raises as sqlite3 would: closed cursor or connection, wrong thread
             # Untouched buffer: hand over the list itself instead of copying it, and keep nothing.
             self._self_rows = NOTHING
-            current = self._self_state
-            if current is not None and type(current.unique_rows) is PartialCount:
-                current.unique_rows.release()
+            if len(rows) >= SMALL_RESULT:  # smaller results are counted exactly: no pending count
+                current = self._self_state
+                if current is not None and type(current.unique_rows) is PartialCount:
+                    current.unique_rows.release()
             return rows
         rows = serving(self, self, _fetchone)
         if rows is self:

@@ -375,3 +375,30 @@ def test_states_built_by_position_equal_the_same_states_built_by_name() -> None:
         detect_ns=None, **same,
     )  # fmt: skip
     assert unprobed._asdict() == by_name._asdict()
+
+
+@pytest.mark.parametrize("opened", ["connect", "wrap"])
+def test_a_repeated_single_row_shares_its_state_and_each_statement_reports_its_own(opened: str) -> None:
+    # decide.after_fetch keeps the last healthy single row's state per connection (and per guard_scope
+    # policy) and gives it again while the SQL repeats: what each cursor reports must not change.
+    con: Any = (
+        guarded_sqlite.connect(":memory:") if opened == "connect" else guarded_sqlite.wrap(sqlite3.connect(":memory:"))
+    )
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(1, "a"), (2, "b")])
+    sql = "SELECT name FROM t WHERE id = ?"
+    con.execute(sql, (2,)).fetchall()  # the first time, the aggregate rule's pre-screen reads the SQL
+    first, second = con.execute(sql, (1,)), con.execute(sql, (2,))
+    assert (first.fetchall(), second.fetchall()) == ([("a",)], [("b",)])
+    assert first._self_state is second._self_state  # one state for both: built once
+    other = con.execute("SELECT name FROM t WHERE id = 2")
+    assert other.guard_report.sql == "SELECT name FROM t WHERE id = 2" and first.guard_report.sql == sql
+    assert con.guard_report.sql == other.guard_report.sql
+    with con.guard_scope("observe"):
+        scoped = con.execute(sql, (1,))
+        assert scoped._self_state is not first._self_state
+        assert (scoped.guard_report.mode, scoped.guard_report.preset) == ("observe", "observe")
+    again = con.execute(sql, (1,))
+    assert again.guard_report.preset == "patch" and again.guard_report.rows == again.guard_report.unique_rows == 1
+    report = again.guard_report
+    assert (report.trigger, report.action, report.final_sql, report.detect_us) == (None, "none", sql, 0)

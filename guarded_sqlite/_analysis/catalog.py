@@ -119,6 +119,7 @@ class Guarded(Protocol):
     engine: Engine
     dialect: str
     catalog: Any
+    epoch: int
 
 
 VERDICTS = 256
@@ -144,14 +145,14 @@ def explain(guard: Guarded, sql: str) -> Provenance:
 def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     """``aggregates.plan_aggregates`` of ``sql`` on the guarded connection: kept and reused as the
     provenance verdicts are, except that on SQLite a plan that puts no aggregate at risk is served
-    again while the schemas' versions are unchanged (a statement per schema, not the lookups). Those
-    numbers can repeat after other DDL (see above), which can make the guard miss a fan-out, never
+    again while main's schema version and the connection's own changes stand still (one statement, not
+    the lookups). Those numbers can repeat after other DDL (see above), which can make the guard miss a fan-out, never
     invent one: a plan at risk, which leads to serving corrected values under ``"text_to_sql"``, is
     always checked.
 
-    The stamp (``schema_stamp``) is every schema's ``PRAGMA schema_version`` with the list of schemas and
-    their files, not only main's: a TEMP table that shadows a table, or another file attached under the
-    same name, moves no number of main's (c27).
+    The stamp (``_safe_stamp``) is main's schema version with the guarded connection's count of its own
+    changes: a TEMP table that shadows a table, or another file attached under the same name, moves no
+    number of main's, but is made through the connection (c27).
 
     On SQLite, where one table can be pre-grouped (``pregroup``), the plan's check is the pre-grouped
     one if the statement's query plan (with ``parameters``, the first execution's) reads that table by a
@@ -161,7 +162,7 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     if not isinstance(view, SqliteSchemaView):
         return view.explain(sql, _AGGREGATES)
     try:
-        version = schema_stamp(view.own_cursor())
+        version = _safe_stamp(view, guard)
     except sqlite3.Error as error:
         return AggregatePlan(note=f"catalog unreadable: {describe_error(error)}", unanalysed=True)
     if view.safe_aggregates.get(sql) == version:
@@ -194,9 +195,16 @@ def known_safe(guard: Guarded, sql: str) -> bool:
     if not isinstance(view, SqliteSchemaView) or sql not in view.safe_aggregates:
         return False
     try:
-        return bool(view.safe_aggregates.get(sql) == schema_stamp(view.own_cursor()))
+        return bool(view.safe_aggregates.get(sql) == _safe_stamp(view, guard))
     except sqlite3.Error:
         return False
+
+
+def _safe_stamp(view: SqliteSchemaView, guard: Guarded) -> tuple[int, int]:
+    """What a kept "nothing at risk" plan is kept with: main's ``PRAGMA schema_version`` (one statement)
+    and the guarded connection's own count of changes (``epoch``), which a TEMP table created or a file
+    attached through it moves (c27); DDL by another connection moves main's version."""
+    return (view.own_cursor().execute("PRAGMA schema_version").fetchone()[0], guard.epoch)
 
 
 def schema_stamp(cur: sqlite3.Cursor) -> tuple[Any, ...]:
@@ -353,8 +361,8 @@ class SqliteSchemaView:
         self.places: dict[tuple[tuple[str, ...], Name], tuple[int | None, tuple[int, ...]]] = {}
         # (schema, declarations without rowids, index list) -> facts
         self.tables: dict[tuple[Any, ...], TableFacts] = {}
-        # SQL text -> ``schema_stamp`` when its aggregate plan put nothing at risk (see ``plan``)
-        self.safe_aggregates: dict[str, tuple[Any, ...]] = {}
+        # SQL text -> ``_safe_stamp`` when its aggregate plan put nothing at risk (see ``plan``)
+        self.safe_aggregates: dict[str, tuple[int, int]] = {}
         # SQL text -> (schemas and their versions when read, the functions its program calls; ``program_functions``)
         self.calls: dict[str, tuple[Any, frozenset[str]]] = {}
         # (question, SQL text) -> (check statements, their rows when the answer was reached, answer)

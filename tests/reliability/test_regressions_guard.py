@@ -18,6 +18,7 @@ import pytest
 import guarded_sqlite
 from guarded_sqlite import DupRatioSelector, GuardPolicy
 from guarded_sqlite.rescue import RescueChoice
+from tests.pace import within
 from tests.reliability.shared import ALL_NAMES, RESCUE_SELECTION, writable
 from tests.reliability_helpers import (
     EXPLODE,
@@ -181,7 +182,7 @@ def test_r32_interrupted_guard_statement_keeps_the_transaction(tmp_path: Path, h
     finally:
         if timer:
             timer.join()
-    assert time.monotonic() - started < 3
+    assert within(time.monotonic() - started, 0.3, 2.7)
     assert con.in_transaction and query_only(con) == 0
     con.commit()
     assert sqlite3.connect(path).execute("SELECT count(*) FROM audit").fetchone()[0] == 1

@@ -601,7 +601,7 @@ def test_plot_without_matplotlib_says_how_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes "import matplotlib" raise ImportError
     gold, pred = write_crafted(tmp_path)
-    with pytest.raises(PlotUnavailable, match=r"pip install 'guarded-sqlite\[plot\]'"):
+    with pytest.raises(PlotUnavailable, match=r"pip install 'matplotlib>=3.8' \(the \[plot\] extra\)"):
         sweep(shop, gold, pred, workers=1, plot=tmp_path / "x.png")
     code = main(
         [

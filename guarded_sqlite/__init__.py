@@ -6,8 +6,8 @@ classes, ``Row``, adapters, converters and constants of :mod:`sqlite3` are re-ex
 ``connect`` returns a guarded connection.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` and no plain ``typing`` names here: each would be an attribute
+# of the package (``guarded_sqlite.Any`` was one), beside sqlite3's names and ``__all__``.
 import sqlite3 as _sqlite3
 from sqlite3 import (
     PARSE_COLNAMES,
@@ -45,7 +45,7 @@ from sqlite3 import (
     sqlite_version_info,
     threadsafety,
 )
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._api import connect, install, uninstall, unwrap, wrap
 from ._core.lazy import lazy_exports as _lazy_exports
@@ -56,7 +56,7 @@ from .errors import TransactionLost
 from .policy import GuardPolicy
 from .report import GuardReport, RuleDecision
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from .evaluation import evaluate
     from .findings import AggregateFinding
     from .rescue import DupRatioSelector, LLMRescue, RescueChoice, RescueReport, RescueRequest

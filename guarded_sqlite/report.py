@@ -271,9 +271,12 @@ class GuardReport:
         what was found, rows before and after, the evidence, what the guard did, and a next step. The
         empty string for a statement nothing was found or done about.
 
+        ```pycon
         >>> GuardReport.from_state(("patch", "SELECT 1", "SELECT 1", None, "none", 1, 1, 1, None, None, (),
         ...                         0, None, None, None, ())).feedback()
         ''
+
+        ```
         """
         lines: list[str] = []
         trigger = self.trigger

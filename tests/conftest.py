@@ -22,8 +22,8 @@ from .helpers import EXPLODING_SQL, FANOUT_SCHEMA, MODES, fill_fanout, fill_item
 __all__ = ["EXPLODING_SQL", "FANOUT_SCHEMA", "fill_fanout"]  # still importable from here, as they used to be
 
 # Scripts that tests/package/test_typing.py type-checks and runs; misuse.py is wrong on purpose, so the doctest
-# collector must not import them.
-collect_ignore = ["typing"]
+# collector must not import them. Nor the repro scripts tests run in a child process (they run on import).
+collect_ignore = ["typing", "reliability/scripts"]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

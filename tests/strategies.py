@@ -667,6 +667,13 @@ P1_CASE = explicit_case(
     "SELECT x0.a FROM t0 AS x0 JOIN t1 AS x1 ON 1",
     expect_rule="P1",
 )
+# P1 under the key-based presets: t0 holds two equal rows, which ``x0.*`` does not tell apart (no key, and a
+# star does not read the rowid): removing the join copies serves both, SELECT DISTINCT would serve one.
+P1_EQUAL_ROWS_CASE = explicit_case(
+    {"t0": [(1, "a", 2), (1, "a", 2), (2, "b", 3)], "t1": [(k, "x", None) for k in range(5)]},
+    "SELECT x0.* FROM t0 AS x0 JOIN t1 AS x1 ON 1",
+    expect_rule="P1",
+)
 # P2 at the default thresholds: 10 distinct rows, 11 without DISTINCT (dup_ratio 1/11 <= 0.1).
 P2_CASE = explicit_case(
     {"t0": [(k, "a", k) for k in range(10)] + [(0, "a", 0)]},

@@ -445,8 +445,11 @@ class JoinGraph:
         bare: set[Col] = set()
         for k, instance in enumerate(self.instances):
             if star is True or (isinstance(star, set) and instance.alias in star):
-                bare |= {(k, c) for c in instance.columns or ()}
-                bare |= {(k, c) for key in instance.keys for c in key}
+                # A star reads a table's declared columns, not SQLite's row id (``t.*`` of a keyless table
+                # does not tell two equal rows apart), unless a column takes one of its names.
+                hidden = ROWID_NAMES - set(instance.original) if instance.kind == "table" else frozenset()
+                bare |= {(k, c) for c in instance.columns or () if c not in hidden}
+                bare |= {(k, c) for key in instance.keys if not key & hidden for c in key}
         for item in select.expressions:
             body = item.unalias()
             if isinstance(body, exp.Column) and not isinstance(body.this, exp.Star) and not is_parameter(body):

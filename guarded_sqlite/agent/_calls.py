@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .._extras import install_hint
 from ..report import GuardReport
 from .presenting import format_table, json_safe, report_dict
 
@@ -57,7 +58,7 @@ ENGINE_MEMORY = {
     "clickhouse": 512 * 2**20,
 }
 """Bytes the engine itself may take for one statement in the worker: for chDB the session's
-``max_memory_usage`` (``lockdown.CLICKHOUSE_MEMORY``, 256 MiB) and as much again for the embedded server's
+``max_memory_usage`` (``_clickhouse_session.CLICKHOUSE_MEMORY``, 256 MiB) and as much again for the embedded server's
 thread pools and caches; DuckDB's ``memory_limit``
 (``lockdown.DUCKDB_MEMORY_LIMIT``, 512 MB); for SQLite (2 MB page cache, values capped at
 ``lockdown.value_length_limit``, sorts and temporary tables in memory, ``temp_store``) the worker's
@@ -176,10 +177,10 @@ def framework_missing(tools_module: str, distribution: str, extra: str) -> Impor
     which distribution ``tools_module`` (the importing module's ``__name__``) needs, and the extra that
     installs it. Here, not with the tools' texts, because this module imports no framework or pydantic.
 
-    >>> framework_missing("guarded_sqlite.agent.x_tools", "x-core", "x")
-    ImportError("guarded_sqlite.agent.x_tools needs x-core: pip install 'guarded-sqlite[x]'")
+    >>> print(framework_missing("x_tools", "langchain-core", "langchain"))
+    x_tools needs langchain-core: pip install 'langchain-core>=1.0,<2' (the [langchain] extra)
     """
-    return ImportError(f"{tools_module} needs {distribution}: pip install 'guarded-sqlite[{extra}]'")
+    return ImportError(f"{tools_module} needs {distribution}: {install_hint(extra)}")
 
 
 class QueryRefused(Exception):

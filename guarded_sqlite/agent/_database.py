@@ -105,10 +105,8 @@ class GuardedDatabase:
         self._lock = threading.Lock()
         self._reconnector: Reconnector | None = None
         """Set when this object opened the PostgreSQL connection itself (from a URI): it may open it again."""
-        self._unreset = False
-        """The session could not be reset after the last call: the next one must not run on it as it is."""
-        self._mysql: Any = None
-        """MySQL/MariaDB: the ``_mysql_session.MySQLSession`` that runs the calls."""
+        self._unreset = False  # the session could not be reset after the last call: not run on as it is
+        self._mysql: Any = None  # MySQL/MariaDB: the ``_mysql_session.MySQLSession`` that runs the calls
         if self.dialect == "mysql":
             from ._mysql_session import MySQLSession
             from .lockdown import mysql_session_problem
@@ -125,7 +123,7 @@ class GuardedDatabase:
                 raw, allow_writes=allow_writes, value_bytes=value_length_limit(max_chars)
             )
         elif self.dialect == "clickhouse":
-            from .lockdown import lock_down_clickhouse
+            from ._clickhouse_session import lock_down_clickhouse
 
             self.value_limit = lock_down_clickhouse(connection, allow_writes=allow_writes, timeout=timeout)
         elif self.dialect == "postgres":

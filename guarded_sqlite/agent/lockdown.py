@@ -31,14 +31,7 @@ setup:
   ``HANDLER``s, prepared statements and session settings all end with the call). Executable comments,
   optimizer hints, named locks and ``LOAD_FILE`` are refused by reading the statement
   (``_analysis.statements.mysql_denied_call``).
-- ClickHouse through chDB (``lock_down_clickhouse``): the session's limits set first
-  (``max_execution_time``, ``max_result_rows``/``max_result_bytes`` with ``result_overflow_mode =
-  'throw'``, ``max_memory_usage``), then ``readonly = 1`` unless writes are allowed: from then on the
-  server refuses every write, most table functions and any change of a setting, ``readonly`` itself
-  included, by ``SET`` or by a query's ``SETTINGS``. What reaches outside the database regardless
-  (``INTO OUTFILE``, which chDB writes even so; ``s3()`` and its kin; dictionaries, which load their source)
-  is refused by reading the statement (``_analysis.statements.clickhouse_denied_call``), and so are the
-  ``system`` tables and, with writes allowed, ``SET`` and ``SETTINGS``.
+- ClickHouse through chDB: ``agent._clickhouse_session.lock_down_clickhouse``.
 - ``single_statement_problem``: more than one statement is refused (DuckDB's ``execute`` and psycopg's
   simple query protocol run them all); DuckDB's own parser also names each statement's type.
 """
@@ -327,37 +320,6 @@ def duckdb_lockdown_problem(raw: Any, *, allow_writes: bool) -> str | None:
         + "): open the file with GuardedDatabase.open(path), or with duckdb.connect(path, read_only=True, "
         "config=guarded_sqlite.agent.lockdown.DUCKDB_AGENT_CONFIG) and wrap() that"
     )
-
-
-CLICKHOUSE_MEMORY = 256 * 2**20
-"""Bytes of memory one ClickHouse statement of an agent tool may take (the session's ``max_memory_usage``)."""
-
-
-def lock_down_clickhouse(connection: Any, *, allow_writes: bool, timeout: float) -> str:
-    """Set the agent session's limits on a guarded chDB connection, then (unless ``allow_writes``) make
-    the session read-only, which no later statement can undo; returns the value limit the refusals
-    quote. A result may have one row more than the guard buffers (``row_cap``; the tool refuses past
-    ``max_rows``, which is smaller). Raises ``ValueError`` for a session already read-only, whose limits
-    can no longer be set."""
-    max_result_rows = connection.guard_policy.row_cap + 1
-    cur = connection.__wrapped__.cursor()
-    try:
-        cur.execute("SELECT getSetting('readonly')")
-        if int(cur.fetchall()[0][0]):
-            raise ValueError(
-                "the chDB session is read-only already, so the tool's limits cannot be set on it; "
-                "hand the tool a connection of its own"
-            )
-        cur.execute(
-            f"SET max_execution_time = {max(timeout, 0.001):.3f}, timeout_overflow_mode = 'throw', "
-            f"max_result_rows = {max_result_rows}, max_result_bytes = {4 * CLICKHOUSE_MEMORY}, "
-            f"result_overflow_mode = 'throw', max_memory_usage = {CLICKHOUSE_MEMORY}"
-        )
-        if not allow_writes:
-            cur.execute("SET readonly = 1")
-    finally:
-        cur.close()
-    return f"the session's max_memory_usage ({CLICKHOUSE_MEMORY // 2**20} MiB)"
 
 
 def single_statement_problem(sql: str, dialect: str, raw: Any, *, allow_writes: bool) -> str | None:

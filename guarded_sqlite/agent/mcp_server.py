@@ -34,6 +34,7 @@ try:
 except ImportError:  # without the extra no server is built and these shapes are only documentation
     from typing import TypedDict
 
+from .._extras import install_hint
 from ._calls import QueryRefused
 from ._database import GuardedDatabase
 
@@ -49,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 SERVER_NAME = "guarded-sqlite"
 
-INSTALL_HINT = "the MCP server needs the mcp package: pip install 'guarded-sqlite[mcp]'"
+INSTALL_HINT = f"the MCP server needs the mcp package: {install_hint('mcp')}"
 
 INSTRUCTIONS = (
     "This server answers questions from a SQL database through guarded_sqlite, a guard that checks "

@@ -257,5 +257,9 @@ def run(
         out("Next, keep the database (--db) and try a query of your own on it:")
         out("  guarded-sqlite demo --db shop.db")
         out(f"  guarded-sqlite query shop.db {shlex.quote(NEXT_SQL)}")
-    out("In Python: guarded_sqlite.connect() takes sqlite3.connect()'s arguments; see README's Quick start.")
+    # A wheel carries no README: the pointer is to what every install has.
+    out(
+        "In Python: guarded_sqlite.connect() takes sqlite3.connect()'s arguments; "
+        "`python -m pydoc guarded_sqlite` has the rest."
+    )
     return 0 if report.action == "distinct_injected" and len(rows) < len(raw_rows) else 1

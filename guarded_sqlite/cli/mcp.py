@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._extras import install_hint
 from ..agent._calls import (
     AGENT_GUARD,
     DEFAULT_MAX_CHARS,
@@ -36,7 +37,7 @@ def add_mcp_parser(commands: Any) -> None:
         description="Run an MCP server over stdio with two tools: schema (tables, keys, foreign keys with "
         "their cardinality, row counts) and query (one statement through the guard; rows plus the guard's "
         "feedback on repeated rows and aggregate fan-out). Writes are refused unless --allow-writes is given. "
-        "Needs the mcp extra: pip install 'guarded-sqlite[mcp]'. Exit status: 0 when the client "
+        f"Needs the mcp extra: {install_hint('mcp')}. Exit status: 0 when the client "
         "disconnects, 2 for an unusable DB path or server, bad options, or the mcp package missing.",
     )
     command.add_argument(
@@ -129,13 +130,13 @@ def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
         return 2
     except ImportError:  # a .duckdb path without duckdb installed, a URI without psycopg or pymysql
         if is_chdb_dsn(args.db):
-            error(f"{args.db}: ClickHouse needs chdb: pip install 'guarded-sqlite[clickhouse]'")
+            error(f"{args.db}: ClickHouse needs chdb: {install_hint('clickhouse')}")
         elif is_mysql_dsn(args.db):
-            error(f"{redact_dsn(args.db)}: MySQL/MariaDB needs PyMySQL: pip install 'guarded-sqlite[mysql]'")
+            error(f"{redact_dsn(args.db)}: MySQL/MariaDB needs PyMySQL: {install_hint('mysql')}")
         elif is_postgres_dsn(args.db):
-            error(f"{redact_dsn(args.db)}: PostgreSQL needs psycopg 3: pip install 'guarded-sqlite[postgres]'")
+            error(f"{redact_dsn(args.db)}: PostgreSQL needs psycopg 3: {install_hint('postgres')}")
         else:
-            error(f"{args.db}: a DuckDB file needs the duckdb package: pip install 'guarded-sqlite[duckdb]'")
+            error(f"{args.db}: a DuckDB file needs the duckdb package: {install_hint('duckdb')}")
         return 2
     audit = None
     if args.audit_log is not None:

@@ -87,6 +87,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 
+from .._extras import install_hint
 from ..errors import describe_error
 from .copy_duckdb import copy_to_duckdb, default_cache_dir, duckdb_copy_path
 from .copy_mysql import (
@@ -188,7 +189,7 @@ def prepare_copies(
         try:
             import duckdb
         except ImportError:
-            raise InputError("--engine duckdb needs duckdb: pip install 'guarded-sqlite[duckdb]'") from None
+            raise InputError(f"--engine duckdb needs duckdb: {install_hint('duckdb')}") from None
         for db_id, path in paths.items():
             try:
                 copies[db_id] = copy_to_duckdb(path, db_id, cache_dir)

@@ -20,6 +20,7 @@ import urllib.parse
 from typing import Any
 
 from .._analysis.transpile import fold, transpile
+from .._extras import install_hint
 from ..errors import describe_error
 from .copy_source import Decoder, TablePlan, plan_notes, plan_sqlite, quote, read_batches, schema_names, source_key
 from .loaders import InputError, PathLike, open_read_only
@@ -89,7 +90,7 @@ def connect_mysql(url: str) -> Any:
     try:
         import pymysql
     except ImportError:
-        raise InputError("--engine mysql needs PyMySQL: pip install 'guarded-sqlite[mysql]'") from None
+        raise InputError(f"--engine mysql needs PyMySQL: {install_hint('mysql')}") from None
     try:
         return pymysql.connect(**params, autocommit=True)
     except pymysql.err.MySQLError as error:

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from .._analysis.transpile import fold, transpile
+from .._extras import install_hint
 from ..errors import describe_error
 from .copy_source import Decoder, plan_notes, plan_sqlite, quote, read_batches, schema_names, source_key
 from .loaders import InputError, PathLike, open_read_only
@@ -41,7 +42,7 @@ def connect_postgres(dsn: str) -> Any:
     try:
         import psycopg
     except ImportError:
-        raise InputError("--engine postgres needs psycopg 3: pip install 'guarded-sqlite[postgres]'") from None
+        raise InputError(f"--engine postgres needs psycopg 3: {install_hint('postgres')}") from None
     try:
         return psycopg.connect(dsn, autocommit=True)
     except psycopg.Error as error:

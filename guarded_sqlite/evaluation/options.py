@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._engines import ENGINE_ALIASES, ENGINE_NAMES
+from .._extras import install_hint
 from ..policy import GuardPolicy, GuardSpec, resolve_policy
 from .copy_postgres import DEFAULT_PG_SCHEMA_PREFIX
 from .loaders import InputError, PathLike
@@ -158,7 +159,7 @@ def resolve_engine(
         try:
             import chdb  # noqa: F401
         except ImportError:
-            raise InputError("engine 'clickhouse' needs chdb: pip install 'guarded-sqlite[clickhouse]'") from None
+            raise InputError(f"engine 'clickhouse' needs chdb: {install_hint('clickhouse')}") from None
     return EngineSpec(
         name,
         pg_dsn or None,

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._extras import install_hint
 from ..policy import DEFAULT_POLICY, GuardSpec
 from . import metrics
 from .loaders import InputError, PathLike, check_output_file
@@ -40,7 +41,7 @@ DEFAULT_AMPLIFIED_TAUS: tuple[float, ...] = tuple(round(0.05 * step, 2) for step
 """0.05, 0.10, ..., 0.80 (``"text_to_sql"`` only). At ``tau_inject`` (0.80) the rule below it is off, so
 the grid's strictest point is the ``"patch"`` preset's P1."""
 
-PLOT_HINT = "plotting needs matplotlib: pip install 'guarded-sqlite[plot]'"
+PLOT_HINT = f"plotting needs matplotlib: {install_hint('plot')}"
 
 
 class PlotUnavailable(ImportError):

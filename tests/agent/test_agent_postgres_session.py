@@ -24,6 +24,7 @@ from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 from guarded_sqlite._core.deadlines import _WATCHDOG  # noqa: E402
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused, _postgres_plan, lockdown  # noqa: E402
 from tests.agent_cases import OpenDb, opened_databases  # noqa: E402
+from tests.pace import within  # noqa: E402
 
 SETUP = """
 CREATE TABLE customers (id INTEGER PRIMARY KEY, email TEXT NOT NULL);
@@ -115,7 +116,7 @@ def assert_healthy(db: GuardedDatabase, reader: Reader) -> None:
     assert reader.value("SELECT 1") == 1
     started = time.monotonic()
     assert db.query(BENIGN).rows == ((50,),)
-    assert time.monotonic() - started < TIMEOUT + 0.5
+    assert within(time.monotonic() - started, TIMEOUT, 0.5)
     # No call left a time limit behind, to interrupt whatever this process runs next (a call on a
     # connection the server had ended never began its transaction, and kept its deadline scheduled).
     assert not [deadline for _, _, deadline in _WATCHDOG._heap if deadline._pending]

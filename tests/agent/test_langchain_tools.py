@@ -206,5 +206,5 @@ def test_without_langchain_the_import_names_the_extra(monkeypatch: pytest.Monkey
     # None in sys.modules makes an import of that name fail; submodules already loaded count too.
     for name in [name for name in sys.modules if name.partition(".")[0] == "langchain_core"]:
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(ImportError, match=r"pip install 'guarded-sqlite\[langchain\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'langchain-core>=1.0,<2' \(the \[langchain\] extra\)"):
         import guarded_sqlite.agent.langchain_tools  # noqa: F401

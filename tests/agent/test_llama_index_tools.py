@@ -193,5 +193,5 @@ def test_without_llama_index_the_import_names_the_extra(monkeypatch: pytest.Monk
     # None in sys.modules makes an import of that name fail; submodules already loaded count too.
     for name in [name for name in sys.modules if name.partition(".")[0] == "llama_index"]:
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(ImportError, match=r"pip install 'guarded-sqlite\[llama-index\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'llama-index-core>=0.14,<0.15' \(the \[llama-index\] extra\)"):
         import guarded_sqlite.agent.llama_index_tools  # noqa: F401

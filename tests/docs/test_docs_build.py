@@ -26,6 +26,13 @@ def test_docs_build_with_warnings_as_errors(tmp_path: Path) -> None:
     api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
     # The reference is generated from the docstrings, not left empty.
     assert "guarded_sqlite.connect" in api and "Open a SQLite database" in api
+    # No private type names (connect's overloads named _ConnectionT), one connect signature, and doctests
+    # shown as highlighted code, not as nested quotes (issue 46 item 2).
+    text = re.sub(r"<[^>]+>", "", api)
+    assert not re.findall(r"\b_[A-Z]\w*", text), sorted(set(re.findall(r"\b_[A-Z]\w*", text)))
+    assert text.count("connect(database") == 1
+    assert "<blockquote>" not in api
+    assert '<span class="gp">&gt;&gt;&gt; </span><span class="n">GuardReport</span>' in api
 
 
 def test_readme_is_short_and_its_links_resolve() -> None:

@@ -14,6 +14,16 @@ synopses) are not run.
 Blocks that are not run are listed in ``skip_reason`` with the reason. The PostgreSQL block gets the
 session's throwaway server through ``PG_DSN`` and skips like the other PostgreSQL tests without one;
 the MariaDB block, its server through ``MARIADB_HOST`` and ``MARIADB_PORT``, likewise.
+
+What a reader gets (issue 46 item 1): the blocks run with only the optional packages their page names
+importable, in Python blocks and in the commands shell blocks start alike (a ``sitecustomize`` on
+``PYTHONPATH`` installs a meta-path finder that refuses the others, as a venv without them would). A
+page names an extra by writing it in brackets (``[llm]``, ``'guarded-sqlite[duckdb]'``) and a plain
+package on a ``pip install`` line (``pip install pandas sqlalchemy``); README.md does so per ``##``
+section, a docs page for the whole page. And a ``print(...)`` line's comment is a promise: what the line
+prints must start with the comment's text up to the first ": " or " ..." (what follows is the comment's
+explanation), so ``print(x)  # 1 1`` fails where it prints ``None None``; a comment in parentheses only
+explains.
 """
 
 from __future__ import annotations
@@ -105,6 +115,68 @@ def needs_chdb(block: Block) -> bool:
     return "from chdb" in block.code
 
 
+EXTRA_MODULES = {
+    "llm": ("litellm",),
+    "plot": ("matplotlib",),
+    "duckdb": ("duckdb",),
+    "postgres": ("psycopg", "psycopg_binary", "psycopg_c", "psycopg_pool"),
+    "mysql": ("pymysql",),
+    "mcp": ("mcp",),
+    "langchain": ("langchain_core", "langchain"),
+    "llama-index": ("llama_index", "sqlalchemy"),  # llama-index-core requires SQLAlchemy and imports it
+    "clickhouse": ("chdb",),
+}
+"""The top-level modules each optional extra of pyproject.toml brings, its own and those of its
+dependencies that are optional here too (``[docs]`` brings none a block imports); a test below keeps the
+keys in step with pyproject's extras."""
+PLAIN_PACKAGES = {"pandas": ("pandas",), "sqlalchemy": ("sqlalchemy",)}
+"""Packages no extra brings that a page may need (the test extras have them): named on a ``pip install``
+line, by their distribution name in any case."""
+OPTIONAL_MODULES = frozenset(m for modules in (*EXTRA_MODULES.values(), *PLAIN_PACKAGES.values()) for m in modules)
+_BRACKETS = re.compile(r"\[([a-z][a-z-]*(?:\s*,\s*[a-z][a-z-]*)*)\]")
+_PIP_INSTALL = re.compile(r"pip install ([^\n`]*)")
+
+
+def named_modules(text: str) -> frozenset[str]:
+    """The optional modules ``text`` (a page, or a README section) names: an extra in brackets, a plain
+    package on a ``pip install`` line; ``[test]`` brings them all."""
+    extras = {name.strip() for match in _BRACKETS.finditer(text) for name in match[1].split(",")}
+    if "test" in extras:
+        return OPTIONAL_MODULES
+    modules = {m for extra in extras & EXTRA_MODULES.keys() for m in EXTRA_MODULES[extra]}
+    for line in _PIP_INSTALL.findall(text):
+        words = {word.strip("'\"").lower() for word in line.split()}
+        modules |= {m for package, found in PLAIN_PACKAGES.items() if package in words for m in found}
+    return frozenset(modules)
+
+
+def page_text(block: Block) -> str:
+    """The text whose names count for ``block``: its README section, or its whole docs page."""
+    text = (ROOT / block.page).read_text(encoding="utf-8")
+    if block.page != "README.md":
+        return text
+    sections = re.split(r"(?m)^(?=## )", text)
+    return next(part for part in sections if part.startswith(f"## {block.section}\n") or block.section == "")
+
+
+# Put first on a child's PYTHONPATH: refuses the optional modules GUARDED_DOCS_HIDDEN lists, as a venv
+# without them would (ModuleNotFoundError, which is what the library's own "install the extra" hints catch).
+HIDING_SITECUSTOMIZE = r"""
+import importlib.abc, os, sys
+_HIDDEN = frozenset(filter(None, os.environ.get("GUARDED_DOCS_HIDDEN", "").split(",")))
+
+
+class _NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in _HIDDEN:
+            raise ModuleNotFoundError(f"No module named {name!r} (not named on this page)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
 def needs_postgres(block: Block) -> bool:
     return "psycopg.connect" in block.code
 
@@ -121,11 +193,40 @@ BLOCKS = [
 RUNNABLE = [block for block in BLOCKS if block.lang in RUN_LANGUAGES]
 
 # Runs a JSON list of blocks in order: python ones in one namespace, compiled as README.md's lines;
-# shell ones with bash -e. Stops at the first failure, naming its README line, with exit status 1.
+# shell ones with bash -e. Stops at the first failure, naming its README line, with exit status 1. A line
+# ``print(ARGS)  # PROMISE`` runs as ``__promised__(LINE, "PROMISE", ARGS)``: it prints as print() does and
+# fails the block when the text printed does not start with the promise (up to ": " or " ...").
 DRIVER = r"""
-import json, subprocess, sys, traceback
+import io, json, re, subprocess, sys, traceback
 readme, shown, blocks = sys.argv[1], sys.argv[2], json.load(sys.stdin)
-namespace = {"__name__": "__main__"}
+PROMISE = re.compile(r"^(?P<indent>\s*)print\((?P<args>.*)\)\s*#\s*(?P<promise>.+?)\s*$")
+
+
+def promised_value(comment):
+    for end in (": ", " ..."):
+        comment = comment.split(end, 1)[0]
+    return comment.strip()
+
+
+def __promised__(line, promise, *args, **options):
+    printed = io.StringIO()
+    print(*args, **options, file=printed)
+    sys.stdout.write(printed.getvalue())
+    value = promised_value(promise)
+    if not printed.getvalue().strip().startswith(value):
+        raise AssertionError(f"line {line} promises {value!r} (# {promise}) and printed {printed.getvalue()!r}")
+
+
+def with_promises(code, first):
+    lines = code.split("\n")
+    for index, text in enumerate(lines):
+        match = PROMISE.match(text)
+        if match and "#" not in match["args"] and not match["promise"].startswith("("):
+            lines[index] = f"{match['indent']}__promised__({first + index}, {match['promise']!r}, {match['args']})"
+    return "\n".join(lines)
+
+
+namespace = {"__name__": "__main__", "__promised__": __promised__}
 for block in blocks:
     where = f"{shown}:{block['line']} ({block['lang']} block)"
     sys.stdout.flush()
@@ -136,7 +237,8 @@ for block in blocks:
             sys.exit(1)
         continue
     try:
-        exec(compile("\n" * (block["line"] - 1) + block["code"], readme, "exec"), namespace)
+        code = with_promises(block["code"], block["line"])
+        exec(compile("\n" * (block["line"] - 1) + code, readme, "exec"), namespace)
     except BaseException:
         traceback.print_exc()
         print(f"{where} raised", file=sys.stderr)
@@ -144,11 +246,23 @@ for block in blocks:
 """
 
 
-def run_blocks(blocks: list[Block], readme: Path, cwd: Path, env: dict[str, str] | None = None) -> None:
-    """Run ``blocks`` (of the file ``readme``) in one fresh interpreter in ``cwd``; fail naming the line
-    that failed."""
+def run_blocks(
+    blocks: list[Block],
+    readme: Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    hidden: frozenset[str] = frozenset(),
+) -> None:
+    """Run ``blocks`` (of the file ``readme``) in one fresh interpreter in ``cwd``, with the optional
+    modules ``hidden`` not importable there nor in the commands it starts; fail naming the line that
+    failed."""
     child_env = {**os.environ, **(env or {})}
     child_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), child_env.get("PATH", "")])
+    hook = cwd / ".hide-optional"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(HIDING_SITECUSTOMIZE, encoding="utf-8")
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), child_env.get("PYTHONPATH", "")]))
+    child_env["GUARDED_DOCS_HIDDEN"] = ",".join(sorted(hidden))
     payload = json.dumps(
         [{"lang": b.lang, "line": b.line, "code": b.code, "shell": b.lang in SHELL_LANGUAGES} for b in blocks]
     )
@@ -185,7 +299,41 @@ def test_readme_block_runs_as_written(block: Block, tmp_path: Path, request: pyt
     if any(needs_mariadb(each) for each in sequence):
         server = request.getfixturevalue("mariadb_params")  # likewise
         env["MARIADB_HOST"], env["MARIADB_PORT"] = str(server["host"]), str(server["port"])
-    run_blocks(sequence, ROOT / block.page, tmp_path, env)
+    run_blocks(sequence, ROOT / block.page, tmp_path, env, hidden=OPTIONAL_MODULES - named_modules(page_text(block)))
+
+
+def test_the_extras_map_follows_pyproject() -> None:
+    """Every optional extra of pyproject.toml but [test] and [docs] is in EXTRA_MODULES, and no other."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    table = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = set(re.findall(r"(?m)^([a-z][a-z-]*) = \[", table))
+    assert extras - {"test", "docs"} == EXTRA_MODULES.keys()
+
+
+def test_a_page_that_does_not_name_an_extra_cannot_import_it(tmp_path: Path) -> None:
+    """The hiding hook refuses what the page does not name, in the blocks and in the commands they start."""
+    fake = tmp_path / "page.md"
+    fake.write_text("## S\n\n```python\nimport duckdb\n```\n")
+    blocks = readme_blocks(fake.read_text(), "docs/page.md")
+    assert named_modules(fake.read_text()) == frozenset()
+    with pytest.raises(pytest.fail.Exception, match="not named on this page"):
+        run_blocks(blocks, fake, tmp_path, hidden=OPTIONAL_MODULES)
+    assert named_modules("pip install 'guarded-sqlite[duckdb]'") == {"duckdb"}
+    assert named_modules("pip install pandas SQLAlchemy") == {"pandas", "sqlalchemy"}
+    shell = readme_blocks("```sh\npython -c 'import litellm'\n```\n", "docs/page.md")
+    with pytest.raises(pytest.fail.Exception, match="exit status 1"):
+        run_blocks(shell, fake, tmp_path, hidden=frozenset({"litellm"}))
+
+
+def test_a_print_that_breaks_its_comment_s_promise_fails(tmp_path: Path) -> None:
+    fake = tmp_path / "README.md"
+    fake.write_text(
+        "## S\n\n```python\nprint(1, 1)  # 1 1\nprint('SELECT x FROM t')  # SELECT x ...\n"
+        "print(24)  # 24: the copies\nprint(None, None)  # 1 1\n```\n"
+    )
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_blocks(readme_blocks(fake.read_text()), fake, tmp_path)
+    assert "line 7 promises '1 1' (# 1 1) and printed 'None None\\n'" in str(failed.value)
 
 
 def test_readme_has_the_blocks_this_file_expects() -> None:

@@ -24,6 +24,7 @@ from guarded_sqlite.evaluation.options import (
     resolve_rescue_policy,
 )
 from guarded_sqlite.evaluation.sessions import DuckDBSession, Session, SQLiteSession
+from tests.pace import within
 
 SLOW = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 500000000) SELECT count(*) FROM c"
 """Counts to 5e8 inside the engine: many seconds unless interrupted."""
@@ -59,7 +60,7 @@ def test_the_watchdog_interrupts_a_running_statement_and_the_next_query_runs(
         for con in (session.raw, session.guarded(GuardPolicy())):
             started = time.perf_counter()
             slow = session.run(con, SLOW, 0.2)
-            assert time.perf_counter() - started < 3.0
+            assert within(time.perf_counter() - started, 0.2, 2.8)  # not a count to 5e8
             assert (slow.rows, slow.status, slow.error) == (None, "timeout", "interrupted at the 0.2 s timeout")
             after = session.run(con, "SELECT count(*) FROM t", 0.2)
             assert (after.rows, after.status, after.error) == ([(3,)], "ok", None)

@@ -16,7 +16,7 @@ CLI = {"guarded_sqlite.cli", "guarded_sqlite.__main__"}
 """The command line's modules (``cli`` is a package: its modules count as it)."""
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "_version", "_core"),
+    ("errors", "_version", "_extras", "_core"),
     ("_engines",),
     ("_analysis",),
     ("findings", "rescue", "report", "sinks", "policy"),

@@ -15,7 +15,7 @@ import sqlite3
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, event, example, given, note, settings
+from hypothesis import event, example, given, note, settings
 from hypothesis import strategies as st
 
 import guarded_sqlite
@@ -30,19 +30,30 @@ VALUES = st.sampled_from(["Ana", "Ben", None, "ana"])
 
 
 @st.composite
-def shops(draw: Any) -> dict[str, Any]:
-    key = draw(st.sampled_from(sorted(KEYS)))
+def shops(draw: Any, copies: bool = False) -> dict[str, Any]:
+    """A parent table ``p`` with one of ``KEYS``, children ``c`` and others ``d`` referring to it, and a
+    statement's shape. ``copies``: every parent has two or three children at least (the join repeats
+    it and ``d`` refers to one at least), every statement reads a table, ``p`` has a key (a nullable text
+    one, no row identity on MariaDB, in one shop of five), and names that differ only in case (which a
+    collation's DISTINCT merges: the guard then keeps the rows) come in one shop of four, so that P1 has
+    copies to remove in most examples."""
+    key = draw(st.sampled_from(sorted(KEYS) if not copies else ["integer", "unique"] * 2 + ["text"]))
     count = draw(st.integers(1, 6))
     keys: list[Any] = list(range(1, count + 1))
     if key == "text":
         keys = [str(k) for k in keys] + ([None] if draw(st.booleans()) else [])
     if key == "none" and draw(st.booleans()):
         keys = keys + keys[:1]  # a keyless table may repeat a "key"
-    parents = [(k, draw(VALUES)) for k in keys]
+    values = VALUES if not copies or draw(st.integers(0, 3)) == 0 else st.sampled_from(["Ana", "Ben", None])
+    parents = [(k, draw(values)) for k in keys]
     refs = st.sampled_from([*keys, 99])
     children = draw(st.lists(st.tuples(refs, st.sampled_from(["x", "y"])), max_size=12))
-    others = draw(st.lists(refs, max_size=6))
-    shape = draw(st.sampled_from(["parent", "both", "left", "constant", "pinned"]))
+    if copies:
+        children += [(k, "x") for k in keys for _ in range(draw(st.integers(2, 3)))]
+        children = draw(st.permutations(children))
+    others = draw(st.lists(refs, max_size=6)) + (keys[:1] if copies else [])
+    shapes = ["parent", "both", "left", "constant", "pinned"]
+    shape = draw(st.sampled_from(shapes if not copies else ["parent", "both", "left", "pinned"]))
     return {"key": key, "parents": parents, "children": children, "others": others, "shape": shape}
 
 
@@ -159,56 +170,69 @@ def build_mariadb(raw: Any, shop: dict[str, Any]) -> None:
     cur.executemany("INSERT INTO d VALUES (%s, %s)", [(next(uid), r) for r in shop["others"]])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(shops())
-def test_mariadb_patch_serves_the_rows_or_the_rows_without_join_copies(
-    mariadb_params: dict[str, Any], shop: dict[str, Any]
-) -> None:
+ACTING_FLOOR = 0.6
+"""The share of the MariaDB property's examples in which the guard must act: its data has join copies
+to remove in each (``shops(copies=True)``), so a guard that never acts fails, where it passed with the
+guard acting in 5-32% of examples (issue 46 item 5)."""
+
+
+def test_mariadb_patch_serves_the_rows_or_the_rows_without_join_copies(mariadb_params: dict[str, Any]) -> None:
     """The property on MariaDB, where the names 'Ana' and 'ana' are one value to SQL's DISTINCT (the
-    default collation) and two to the oracle, and where a keyless table has no row identity."""
+    default collation) and two to the oracle, and where a keyless table has no row identity; the guard
+    acts in at least ``ACTING_FLOOR`` of the examples."""
     import uuid
 
     import pymysql
 
-    sql, uids = MARIADB_STATEMENTS[shop["shape"]]
-    if shop["key"] == "text":
-        shop = {**shop, "parents": [(None if k is None else f"k{k}", v) for k, v in shop["parents"]]}
-        shop["children"] = [(None if r is None else f"k{r}", w) for r, w in shop["children"]]
-        shop["others"] = [None if r is None else f"k{r}" for r in shop["others"]]
-    name = f"jc_{uuid.uuid4().hex[:12]}"
-    admin = pymysql.connect(**mariadb_params, autocommit=True)
-    admin.cursor().execute(f"CREATE DATABASE {name}")
-    raw = pymysql.connect(**mariadb_params, database=name, autocommit=True)
-    try:
-        build_mariadb(raw, shop)
-        cur = raw.cursor()
-        cur.execute(sql)
-        rows = list(cur.fetchall())
-        if uids:
-            width = len(cur.description)
-            cur.execute(sql.replace(" FROM", f", {uids} FROM", 1))
-            expected: Counter[tuple[Any, ...]] = Counter()
-            seen: set[tuple[Any, ...]] = set()
-            for row in cur.fetchall():
-                if all(part is None for part in row[width:]) or row not in seen:
-                    expected[row[:width]] += 1
-                seen.add(row)
-        else:
-            expected = Counter(rows)
-        guarded = guarded_sqlite.wrap(raw, guard=guarded_sqlite.GuardPolicy(tau_inject=0.05)).cursor()
-        guarded.execute(sql)
-        served = list(guarded.fetchall())
-        report = guarded.guard_report
-        note(f"{sql}: {report.action}, {report.provenance}, {[d.reason for d in report.decisions]}")
-        event(f"action {report.action}")
-        if report.action == "none":
-            assert Counter(served) == Counter(rows)
-        else:
-            assert report.action in ("join_copies_removed", "distinct_injected")
-            assert Counter(served) == expected
-        counted = Counter(served)
-        assert all(counted[value] >= n for value, n in expected.items())
-    finally:
-        raw.close()
-        admin.cursor().execute(f"DROP DATABASE {name}")
-        admin.close()
+    actions: list[str] = []
+
+    @settings(max_examples=40, deadline=None)
+    @given(shops(copies=True))
+    def check(shop: dict[str, Any]) -> None:
+        sql, uids = MARIADB_STATEMENTS[shop["shape"]]
+        if shop["key"] == "text":
+            shop = {**shop, "parents": [(None if k is None else f"k{k}", v) for k, v in shop["parents"]]}
+            shop["children"] = [(None if r is None else f"k{r}", w) for r, w in shop["children"]]
+            shop["others"] = [None if r is None else f"k{r}" for r in shop["others"]]
+        name = f"jc_{uuid.uuid4().hex[:12]}"
+        admin = pymysql.connect(**mariadb_params, autocommit=True)
+        admin.cursor().execute(f"CREATE DATABASE {name}")
+        raw = pymysql.connect(**mariadb_params, database=name, autocommit=True)
+        try:
+            build_mariadb(raw, shop)
+            cur = raw.cursor()
+            cur.execute(sql)
+            rows = list(cur.fetchall())
+            if uids:
+                width = len(cur.description)
+                cur.execute(sql.replace(" FROM", f", {uids} FROM", 1))
+                expected: Counter[tuple[Any, ...]] = Counter()
+                seen: set[tuple[Any, ...]] = set()
+                for row in cur.fetchall():
+                    if all(part is None for part in row[width:]) or row not in seen:
+                        expected[row[:width]] += 1
+                    seen.add(row)
+            else:
+                expected = Counter(rows)
+            guarded = guarded_sqlite.wrap(raw, guard=guarded_sqlite.GuardPolicy(tau_inject=0.05)).cursor()
+            guarded.execute(sql)
+            served = list(guarded.fetchall())
+            report = guarded.guard_report
+            note(f"{sql}: {report.action}, {report.provenance}, {[d.reason for d in report.decisions]}")
+            event(f"action {report.action}")
+            actions.append(report.action)
+            if report.action == "none":
+                assert Counter(served) == Counter(rows)
+            else:
+                assert report.action in ("join_copies_removed", "distinct_injected")
+                assert Counter(served) == expected
+            counted = Counter(served)
+            assert all(counted[value] >= n for value, n in expected.items())
+        finally:
+            raw.close()
+            admin.cursor().execute(f"DROP DATABASE {name}")
+            admin.close()
+
+    check()
+    acted = sum(action != "none" for action in actions)
+    assert acted >= ACTING_FLOOR * len(actions), Counter(actions)

@@ -19,6 +19,7 @@ import pytest
 import guarded_sqlite
 from guarded_sqlite import GuardPolicy
 from guarded_sqlite.rescue import RescueChoice
+from tests.pace import within
 from tests.reliability.shared import P2_NAMES, P2_SQL, P2_TABLE, _p2
 from tests.reliability_helpers import (
     EXPLODE,
@@ -100,13 +101,14 @@ def test_r15_llm_rescue_timeout_is_a_wall_clock_bound(kind: str) -> None:
             outcome["reason"] = cur.guard_report.rescue.fallback_reason
         thread = threading.Thread(target=go, daemon=True)
         thread.start()
-        thread.join(1 + 2 + 3)
+        thread.join(30)  # generous: a blocked call never returns, a slow machine's may take seconds
         outcome["blocked"] = thread.is_alive()
     report(**outcome)
     """
-    result = run_child(code, timeout=60)
-    assert not result["blocked"], "execute() still blocked on the LLM call 6 s after a 1 s timeout"
-    assert result["elapsed"] < 1 + 2, result
+    # Generous: the child imports litellm, which took over a minute on a machine at load 13.
+    result = run_child(code, timeout=300)
+    assert not result["blocked"], "execute() still blocked on the LLM call 30 s after a 1 s timeout"
+    assert within(result["elapsed"], 1, 2), result
     assert result["rows"] == [] and result["chosen"] is None
     assert re.search(r"(?i)time[ds]? ?out", result["reason"] or ""), result["reason"]
 
@@ -125,7 +127,7 @@ def test_r21b_megabyte_sql_is_not_parsed_past_a_size_bound() -> None:
     cur = con.execute(sql)
     rows = cur.fetchall()
     elapsed = time.monotonic() - started
-    assert elapsed < raw_time + 1.0, f"{elapsed:.2f}s vs sqlite3 {raw_time:.2f}s"
+    assert within(elapsed, raw_time, 1.0), f"{elapsed:.2f}s vs sqlite3 {raw_time:.2f}s"
     report = cur.guard_report
     assert rows in (expected, first_occurrence(expected))
     assert report.decisions and all(d.reason for d in report.decisions)

@@ -16,6 +16,7 @@ import pytest
 
 import guarded_sqlite
 from guarded_sqlite import DupRatioSelector, GuardPolicy
+from tests.pace import within
 from tests.reliability.shared import P2_NAMES, P2_SQL, P2_TABLE, _p2, _p2_db, writable
 from tests.reliability_helpers import (
     EXPLODE,
@@ -109,7 +110,7 @@ def test_r25_candidates_on_a_locked_database_fail_fast(tmp_path: Path) -> None:
         locker.execute("ROLLBACK")
     assert type(guarded_error.value) is type(raw_error.value)
     assert str(guarded_error.value) == str(raw_error.value) == "database is locked"
-    assert elapsed < raw_time + 0.7, f"guarded {elapsed:.2f}s vs sqlite3 {raw_time:.2f}s"
+    assert within(elapsed, raw_time, 0.7), f"guarded {elapsed:.2f}s vs sqlite3 {raw_time:.2f}s"
 
 
 def test_r25_guard_statement_gives_up_at_once_the_callers_next_statement_still_waits(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 import guarded_sqlite
 from guarded_sqlite import DupRatioSelector, GuardPolicy
+from tests.pace import within
 from tests.reliability.shared import P2_NAMES, P2_SQL, P2_TABLE, RESCUE_SELECTION, _p2_db
 from tests.reliability_helpers import (
     ENDLESS,
@@ -124,7 +125,8 @@ def test_r08_interrupt_from_another_thread_never_leaves_the_connection_read_only
     raw = guarded_sqlite.unwrap(con)
     runs = 0
     deadline = time.monotonic() + 1.5
-    while time.monotonic() < deadline:
+    # At least 60 interrupts, however long they take on a busy machine; more while 1.5 s have not passed.
+    while runs < 60 or time.monotonic() < deadline:
         timer = threading.Timer(rnd.uniform(0, one * 1.5), raw.interrupt)
         timer.start()
         try:
@@ -136,7 +138,6 @@ def test_r08_interrupt_from_another_thread_never_leaves_the_connection_read_only
             timer.join()
         check_intact(con, in_tx, runs)
         runs += 1
-    assert runs > 50
     time.sleep(0.1)  # past rerun_timeout: a guard deadline left behind would now interrupt LONG
     assert con.execute(LONG).fetchone() == (100000,)
 
@@ -242,7 +243,9 @@ def fire_after(seconds):
     timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT)); timer.start(); return timer
 out = dict(one=one)
 # plain sqlite3: Ctrl-C during the statement raises KeyboardInterrupt
-timer = fire_after(one * 0.4)
+# A tenth of the time measured: the signal must land while the statement runs, even when a burst of load
+# slowed the measurement and the statement now runs faster (issue 46 item 4).
+timer = fire_after(one * 0.1)
 try:
     ref.execute(SLOW).fetchall(); out["raw"] = "returned"
 except KeyboardInterrupt:
@@ -258,7 +261,7 @@ for case in ("file_autocommit", "file_transaction", "memory"):
     if in_tx:
         con.execute("INSERT INTO audit VALUES ('precious')")
     con.execute("SELECT name FROM t WHERE 0", candidates=["SELECT 1"]).fetchall()  # warm
-    timer = fire_after(one * 0.4)
+    timer = fire_after(one * 0.1)
     t0 = time.monotonic()
     try:
         cur = con.execute("SELECT name FROM t WHERE 0", candidates=[SLOW, "SELECT name FROM t"])
@@ -294,7 +297,7 @@ def test_r04_ctrl_c_during_a_rescue_candidate_propagates(tmp_path: Path) -> None
     for case in ("file_autocommit", "file_transaction", "memory"):
         res = result[case]
         assert res["outcome"] == "KeyboardInterrupt", (case, res)
-        assert res["elapsed"] < 2 * result["one"] + 1.0, (case, res)
+        assert within(res["elapsed"], 2 * result["one"], 1.0), (case, res)
         assert res.get("after") is None and res["query_only"] == 0 and res["in_tx_kept"], (case, res)
         assert res["precious"] == (1 if case == "file_transaction" else 0)
 
@@ -310,9 +313,14 @@ def test_rerun_timeout_is_an_interrupt_deadline_and_the_callers_progress_handler
     ref = setup(sqlite3.connect(":memory:"))
     raw_ticks = [0]
     ref.set_progress_handler(lambda: raw_ticks.__setitem__(0, raw_ticks[0] + 1) or 0, 100)
+    started = time.monotonic()
     ref.execute(bounded).fetchall()
+    # The bounded candidate must end within rerun_timeout: four times what it took sqlite3 just now (0.2 s at
+    # least), so that a busy machine does not interrupt it.
+    rerun_timeout = max(0.2, 4 * (time.monotonic() - started))
 
-    con = setup(guarded_sqlite.connect(":memory:", guard=GuardPolicy(rescue=DupRatioSelector(), rerun_timeout=0.2)))
+    policy = GuardPolicy(rescue=DupRatioSelector(), rerun_timeout=rerun_timeout)
+    con = setup(guarded_sqlite.connect(":memory:", guard=policy))
     ticks = [0]
     con.set_progress_handler(lambda: ticks.__setitem__(0, ticks[0] + 1) or 0, 100)
     cur = con.execute(RESCUE_SELECTION, candidates=[bounded])
@@ -325,10 +333,10 @@ def test_rerun_timeout_is_an_interrupt_deadline_and_the_callers_progress_handler
     assert cur.fetchall() == sorted(NAME_SET, key=lambda r: int(r[0][4:]))
     rescue = cur.guard_report.rescue
     assert rescue.chosen_index == 1 and "interrupt" in (rescue.candidates[0].error or "")
-    assert 0.15 < elapsed < 1.2
+    assert 0.75 * rerun_timeout < elapsed and within(elapsed, rerun_timeout, 1.0), (elapsed, rerun_timeout)
     before = ticks[0]
     assert con.execute(LONG).fetchone() == (100000,)
-    time.sleep(0.25)
+    time.sleep(rerun_timeout + 0.05)
     assert con.execute(LONG).fetchone() == (100000,)
     assert ticks[0] > before
     assert raw_query_only(con) == 0

@@ -18,6 +18,7 @@ import pytest
 import guarded_sqlite
 from guarded_sqlite import DupRatioSelector, GuardPolicy
 from guarded_sqlite.rescue import RescueChoice
+from tests.pace import within
 from tests.reliability.shared import ALL_NAMES, RESCUE_SELECTION, writable
 from tests.reliability_helpers import (
     EXPLODE,
@@ -181,7 +182,7 @@ def test_r32_interrupted_guard_statement_keeps_the_transaction(tmp_path: Path, h
     finally:
         if timer:
             timer.join()
-    assert time.monotonic() - started < 3
+    assert within(time.monotonic() - started, 0.3, 2.7)
     assert con.in_transaction and query_only(con) == 0
     con.commit()
     assert sqlite3.connect(path).execute("SELECT count(*) FROM audit").fetchone()[0] == 1
@@ -210,7 +211,8 @@ def test_r34_llm_rescue_has_no_process_wide_side_effects() -> None:
     report(rows=rows, chosen=cur.guard_report.rescue.chosen_index, events=events,
            root_same=logging.getLogger().handlers == root0 and logging.getLogger().level == lv0)
     """
-    result = run_child(code, timeout=60)
+    # Generous: the child imports litellm, which took over a minute on a machine at load 13.
+    result = run_child(code, timeout=300)
     assert result["rows"] == [[2]] and result["chosen"] == 1
     assert result["events"] == [] and result["root_same"]
 

@@ -30,6 +30,7 @@ from guarded_sqlite.evaluation import loaders, thresholds
 from guarded_sqlite.evaluation.loaders import InputError, output_file_problem
 from guarded_sqlite.evaluation.options import RescueOptions, resolve_rescue_policy, resolve_timeout
 from tests.helpers import EXPLODING_SQL, fill_fanout
+from tests.pace import within
 
 
 def make_eval_inputs(root: Path) -> tuple[Path, Path, Path]:
@@ -59,7 +60,7 @@ def _watchdog_not_dead() -> bool:
     return thread is None or thread.is_alive()
 
 
-def _seconds_until_interrupted(limit: float, backstop: float = 3.0) -> float:
+def _seconds_until_interrupted(limit: float, backstop: float = 30.0) -> float:
     """How long ENDLESS ran under ``interrupt_after(limit)``; a timer interrupts it at ``backstop``
     seconds, so a watchdog that no longer fires makes the test fail instead of hang."""
     raw = sqlite3.connect(":memory:")
@@ -97,7 +98,7 @@ def test_p09_infinite_rerun_timeout_keeps_other_deadlines_firing() -> None:
     time.sleep(0.05)  # give a dying watchdog the time to die
     thread = _WATCHDOG._thread
     assert thread is not None and thread.is_alive()
-    assert _seconds_until_interrupted(0.3) < 2.0
+    assert within(_seconds_until_interrupted(0.3), 0.3, 1.7)
     con.close()
 
 
@@ -118,7 +119,7 @@ def test_p09_a_far_deadline_does_not_stop_the_watchdog() -> None:
     with interrupt_after(1e300, lambda: None):
         time.sleep(0.05)
         assert _watchdog_not_dead()
-        assert _seconds_until_interrupted(0.3) < 2.0
+        assert within(_seconds_until_interrupted(0.3), 0.3, 1.7)
     assert wait_seconds(1e300) <= 3600.0 and wait_seconds(0.25) == 0.25
 
 
@@ -168,7 +169,7 @@ def test_p09_cli_timeout_inf_runs_without_a_timeout(tmp_path: Path, capsys: pyte
     assert main([*argv, "--timeout", "inf", "--json", str(out)]) == 0
     assert "timeout none" in capsys.readouterr().out
     assert json.loads(out.read_text(encoding="utf-8"))["timeout_s"] is None
-    assert _watchdog_not_dead() and _seconds_until_interrupted(0.3) < 2.0
+    assert _watchdog_not_dead() and within(_seconds_until_interrupted(0.3), 0.3, 1.7)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from guarded_sqlite._analysis.provenance import MAX_SQL_CHARS, Provenance, analyse, analyse_tree
 from guarded_sqlite._analysis.schema import SchemaFacts, TableFacts, read_sqlite_schema
+from tests.pace import within
 
 FIXTURES = Path(__file__).parent / "fixtures" / "provenance" / "cases.sql"
 
@@ -130,7 +131,7 @@ def test_huge_sql_is_bounded() -> None:
     assert result.verdict == "unknown" and "longer than" in result.evidence
     many_nodes = "SELECT c.name FROM customers c WHERE " + " OR ".join(f"c.id = {k}" for k in range(1500))
     assert analyse(many_nodes, facts).verdict == "unknown"
-    assert time.perf_counter() - start < 5
+    assert within(time.perf_counter() - start, 0, 5)
 
 
 def test_tables_facts_without_catalog() -> None:

@@ -38,7 +38,7 @@ from sqlglot import exp
 from .aggregate_sql import aggregate_function, is_aggregate, outer_parts
 from .aggregates import AggregatePlan, AggregateRisk, ScopeCheck, grouped_only, plan_aggregates, served_sql
 from .schema import SchemaFacts, fold
-from .sqltree import outer_reference, outer_scope
+from .sqltree import outer_reference, outer_scope, within
 from .trees import keep, text_of
 
 __all__ = ["InnerScopes", "inner_scopes", "plan_whole", "reads_aggregate", "substituted"]
@@ -140,7 +140,7 @@ def inner_scopes(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Inne
         check = ScopeCheck(label, found.risks, text_of(whole, dialect), (0, inside - tail), found.width)
         planned.append((index, corrected, check, inner))
     for _, _, check, inner in planned:
-        outer = next((other for _, _, other, node in planned if node is not inner and _within(inner, node)), None)
+        outer = next((other for _, _, other, node in planned if node is not inner and within(inner, node)), None)
         if outer is not None:
             refusals.append(f"{check.label}: inside {outer.label}, also at risk: not corrected")
     return InnerScopes(
@@ -160,15 +160,6 @@ def substituted(tree: exp.Expression, scopes: InnerScopes) -> exp.Expression:
     for index, corrected, _ in scopes.planned:
         keep(places[index]).replace(corrected.copy())
     return statement
-
-
-def _within(node: exp.Expression, outer: exp.Expression) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if parent is outer:
-            return True
-        parent = parent.parent
-    return False
 
 
 def _label(select: exp.Select, index: int) -> str:

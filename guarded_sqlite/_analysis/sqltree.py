@@ -38,6 +38,7 @@ __all__ = [
     "select_list",
     "source_count",
     "too_big",
+    "within",
 ]
 
 ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
@@ -517,3 +518,13 @@ def plain_column(node: exp.Expression) -> str:
 def is_one(limit: exp.Expression) -> bool:
     value = limit.expression if isinstance(limit, exp.Limit) else limit
     return isinstance(value, exp.Literal) and value.this == "1"
+
+
+def within(node: exp.Expression, outer: exp.Expression) -> bool:
+    """Whether ``node`` sits inside ``outer`` (identity, not equality: the same place in the tree)."""
+    parent = node.parent
+    while parent is not None:
+        if parent is outer:
+            return True
+        parent = parent.parent
+    return False

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from .schema import fold
+from .sqltree import within
 
 __all__ = ["flattened"]
 
@@ -147,7 +148,7 @@ def _merge(
     for inner in select.find_all(exp.Select):
         if (
             inner is not select
-            and not _within(inner, source)
+            and not within(inner, source)
             and any(fold(node.alias_or_name) == key for node in inner.find_all(exp.Table, exp.Subquery))
         ):
             return False
@@ -158,7 +159,7 @@ def _merge(
     own = [
         column
         for column in select.find_all(exp.Column)
-        if not isinstance(column.this, exp.Star) and not _within(column, source)
+        if not isinstance(column.this, exp.Star) and not within(column, source)
     ]
     references = [column for column in own if fold(column.table) == key and not column.args.get("db")]
     unqualified = [
@@ -218,12 +219,3 @@ def _merge(
     for condition in conditions:
         select.where(condition.copy(), copy=False)
     return True
-
-
-def _within(node: exp.Expression, outer: exp.Expression) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if parent is outer:
-            return True
-        parent = parent.parent
-    return False

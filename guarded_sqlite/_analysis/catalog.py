@@ -304,11 +304,12 @@ def _statement_plan(
     if found.unanalysed and isinstance(tree, exp.Select):
         # The statement's own SELECT is not read: whether a corrected subquery changes its answer is unknown.
         refused = (f"the outer query: {found.note}", *refused)
-    if refused or (inner.unanalysed and not risks):
+    if refused or inner.unanalysed:
         notes = "; ".join((*refused, *inner.unanalysed))
         if not risks:
             return AggregatePlan(note=notes, unanalysed=True, hazard=hazard)
-        # Several SELECTs at risk and one cannot be corrected: none is (never a statement corrected in part).
+        # Several SELECTs at risk and one cannot be corrected, or not read (a RIGHT JOIN or ROLLUP in a
+        # subquery, whose inflated value may choose the rows): none is (never a statement corrected in part).
         return AggregatePlan(risks, None, notes, hazard=hazard)
     if not inner.planned:
         if not found.risks:

@@ -799,6 +799,30 @@ def test_d4_d5_postgres(pg_dsn: str, sql: str, params: Any, truth: list[Row], wr
         _served_or_refused(served, sql, truth, written)
 
 
+# D6 (issue 42, found by the composite shapes): the outer SUM at risk was corrected while the IN subquery
+# that chooses the customers, a RIGHT JOIN the analysis does not read, was kept as written: its inflated
+# SUM (300 > 100) chose bo, whose corrected 100 was served with cy's 150, neither the statement's rows nor
+# the truth. Fixed in catalog._statement_plan: a SELECT not analysed leaves the whole statement as written,
+# with a decision that names it, as one that cannot be checked does.
+D6_SQL = (
+    f"SELECT c.id, c.name, SUM(o.total) AS s {JOIN} WHERE c.id IN (SELECT c.id FROM items i RIGHT JOIN orders o "
+    "ON i.order_id = o.id JOIN customers c ON c.id = o.customer_id GROUP BY c.id HAVING SUM(o.total) > 100) "
+    "GROUP BY c.id, c.name ORDER BY c.id"
+)
+D6_SHOP = [*SHOP[:3], "INSERT INTO customers VALUES (1, 'bo'), (2, 'cy')", *SHOP[4:]]
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
+def test_d6_a_subquery_not_analysed_leaves_the_outer_query_uncorrected(dialect: str) -> None:
+    served = _embedded(dialect, D6_SHOP, D6_SQL, None)
+    for preset in PRESETS:
+        rows, report = served(preset)
+        assert rows == [(1, "bo", 300.0), (2, "cy", 150.0)], (preset, rows)  # as written; the truth: cy 150 alone
+        (decision,) = [d for d in report.decisions if d.rule == "aggregate"]
+        assert not decision.applied
+        assert "RIGHT JOIN: not analysed" in decision.reason, decision.reason
+
+
 def test_outcomes_seen() -> None:
     """Not a property: prints which generated shapes were flagged, or only got a decision, when the
     statement's rows (differing from the truth) were served (run with ``-s``)."""

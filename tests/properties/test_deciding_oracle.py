@@ -302,7 +302,9 @@ class Case:
             return self._grouped(truth, items, f" ORDER BY {key}"), True
         if self.shape == "label":
             items = [*keys, f"CASE WHEN {agg} > {thr} THEN 'big' ELSE 'small' END AS size"]
-            return self._grouped(truth, items, f" ORDER BY {key}", rollup=rollup), not rollup
+            # MariaDB has no ORDER BY with ROLLUP (its rows are compared as a multiset anyway)
+            order = "" if rollup == "mariadb" else f" ORDER BY {key}"
+            return self._grouped(truth, items, order, rollup=rollup), not rollup
         if self.shape == "exists":
             ck, ok = self.key("c"), self.key("o")
             joined = "orders o" if truth else f"orders o JOIN items i ON i.order_id = o.{ok}"
@@ -317,7 +319,7 @@ class Case:
             alias = self.order_by == "alias" and self.show and dialect != "postgres"
             alias = alias and not (dialect == "sqlite" and self.alias == "total")
             tail = f" HAVING {self.alias if alias else agg} > {thr}"
-            if self.sorted_having:
+            if self.sorted_having and rollup != "mariadb":
                 tail += f" ORDER BY {key}" + self._limit(self.limit, self.offset)
             return self._grouped(truth, items, tail, rollup=rollup), self.sorted_having and not rollup
         outer_name = "pin" if self.reuse and self.pin is not None else "q"

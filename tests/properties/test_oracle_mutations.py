@@ -7,8 +7,8 @@
 2. **With one shape's check switched off, the oracle fails, in every run.** Each mutation patches the
    aggregate rule so that one shape's check is gone (the inner SELECTs never planned, their checks
    skipped, or the rule returning None for a CASE label, an ``IN`` chosen by ranking, a window), and the
-   oracle's SQLite property over that shape, at each of ``SEEDS`` with at most ``MUTANT_EXAMPLES``
-   examples, must raise its AssertionError.
+   oracle's SQLite property over that shape, at each of ``SEEDS`` (one seed for the shapes with a single
+   inner SELECT, ``ONE_SEED``) with at most ``MUTANT_EXAMPLES`` examples, must raise its AssertionError.
 """
 
 from __future__ import annotations
@@ -154,22 +154,35 @@ def rule_off_for(pattern: str) -> Callable[[pytest.MonkeyPatch], Any]:
 MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], Any], list[tuple[str, str | None]]]] = {
     "inner SELECTs not planned": (
         inner_selects_not_planned,
-        [("minus", None), ("scalars", None), ("union", None), ("outer_in", None), ("joinback", None)],
+        [
+            ("minus", None),
+            ("scalars", None),
+            ("union", None),
+            ("outer_in", None),
+            ("joinback", None),
+            ("derived", None),
+            ("cte", None),
+            ("scalar", None),
+            ("in", "having"),
+            ("exists", None),
+        ],
     ),
     "inner SELECTs' checks skipped": (inner_checks_skipped, [("minus", None), ("scalars", None), ("union", None)]),
     "CASE label not checked": (rule_off_for(r"CASE WHEN"), [("label", None)]),
     "IN by ranking not checked": (rule_off_for(r" IN \(SELECT .* LIMIT "), [("in", "top")]),
     "window not checked": (rule_off_for(r" OVER \("), [("window", None)]),
 }
+# Shapes with one inner SELECT, which the suite's other tests cover too: one seed each (time in CI).
+ONE_SEED = {("derived", None), ("cte", None), ("scalar", None), ("in", "having"), ("exists", None)}
 MUTANTS = [
-    pytest.param(name, shape, outer, id=f"{name}-{shape}{'-' + outer if outer else ''}")
+    pytest.param(name, shape, outer, at, id=f"{name}-{shape}{'-' + outer if outer else ''}-seed{at}")
     for name, (_, shapes) in MUTATIONS.items()
     for shape, outer in shapes
+    for at in (SEEDS[:1] if (shape, outer) in ONE_SEED else SEEDS)
 ]
 
 
-@pytest.mark.parametrize("at", SEEDS)
-@pytest.mark.parametrize(("mutation", "shape", "outer"), MUTANTS)
+@pytest.mark.parametrize(("mutation", "shape", "outer", "at"), MUTANTS)
 def test_the_oracle_fails_when_a_shape_is_not_checked(
     monkeypatch: pytest.MonkeyPatch, mutation: str, shape: str, outer: str | None, at: int
 ) -> None:

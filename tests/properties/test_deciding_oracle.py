@@ -719,6 +719,26 @@ def label(case: Case) -> str:
 def check(
     case: Case, dialect: str, raw_rows: Callable[[str, Any], list[Row]], serve: Callable[[Preset, str, Any], Any]
 ) -> None:
+    progress = os.environ.get("GUARDED_SQLITE_ORACLE_PROGRESS")
+    if not progress:
+        _check(case, dialect, raw_rows, serve)
+        return
+    # A long run's record, one line per example (readable while it runs, or after it is stopped).
+    outcome = "rejected or error"
+    try:
+        outcome = "passed, " + ("inflated" if _check(case, dialect, raw_rows, serve) else "as true")
+    except AssertionError as failure:
+        outcome = "FAILED " + " | ".join(str(failure).splitlines()[:3])
+        raise
+    finally:
+        with open(progress, "a") as out:
+            out.write(f"{dialect}\t{label(case)}\t{outcome}\n")
+
+
+def _check(
+    case: Case, dialect: str, raw_rows: Callable[[str, Any], list[Row]], serve: Callable[[Preset, str, Any], Any]
+) -> bool:
+    """The properties for one case; whether its statement's rows differ from the truth."""
     sql, params, ordered = case.render(dialect, truth=False)
     truth_sql, truth_params, _ = case.render(dialect, truth=True)
     try:
@@ -780,6 +800,7 @@ def check(
         # 4. text_to_sql serves the truth once it flags
         if preset == "text_to_sql" and flagged:
             assert is_truth, "flagged under text_to_sql, but not the truth served\n" + story
+    return differ
 
 
 # Refusals ``plan_aggregates`` documents: an alias that is also a column name (``SUM(total) AS total``), a

@@ -1166,6 +1166,23 @@ def test_d6_a_subquery_not_analysed_leaves_the_outer_query_uncorrected(dialect: 
         assert "RIGHT JOIN: not analysed" in decision.reason, decision.reason
 
 
+# D7 (issue 42, found by the oracle's long run): DuckDB's ``$1``/``$2`` bound from a list, two scalar
+# subqueries at risk; the second one's check holds ``$2`` alone, and DuckDB refused the list [1, 2] ("excess
+# parameters: 1"), so ``text_to_sql`` served the statement's -72.5 flagged instead of the truth's -95. Fixed
+# in aggregate_check._binding: on DuckDB a check binds the numbers it holds by name ({"2": 2}).
+D7_SHOP = [
+    *SHOP[:3],
+    "INSERT INTO customers VALUES (1, 'ana'), (2, 'bo')",
+    "INSERT INTO orders VALUES (1, 1, 100), (2, 1, 10), (3, 2, 150)",
+    "INSERT INTO items VALUES (1, 1), (2, 1), (3, 1), (4, 2), (5, 3)",
+]
+D7_SQL = f"SELECT (SELECT AVG(o.total) {JOIN} WHERE c.id = $1) - (SELECT SUM(o.total) {JOIN} WHERE c.id = $2) AS d"
+
+
+def test_d7_duckdb_a_subquery_check_binds_the_numbers_it_holds() -> None:
+    _served_as_corrected(_embedded("duckdb", D7_SHOP, D7_SQL, [1, 2]), [(55.0 - 150.0,)], [(77.5 - 150.0,)])
+
+
 def test_outcomes_seen() -> None:
     """Not a property: prints which generated shapes were flagged, or only got a decision, when the
     statement's rows (differing from the truth) were served (run with ``-s``)."""

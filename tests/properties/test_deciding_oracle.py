@@ -779,10 +779,14 @@ def _check(
         # 2. the default leaves the rows as written
         if preset == "patch":
             assert is_written, "patch changed the rows\n" + story
-        # RIGHT/FULL JOIN and ROLLUP: not analysed, said so, the rows as written
+        # RIGHT/FULL JOIN and ROLLUP: not analysed, said so ("aggregate not analysed: ...", or "... not analysed"
+        # among the reasons a SELECT at risk is not checked), the rows as written
+        d8 = case.rollup and preset == "text_to_sql" and len(set(written)) < len(written)
+        if d8:  # known defect D8 (test_d8_...: strict xfail): no aggregate decision at all
+            event(f"{dialect}: known defect D8 (ROLLUP, repeated rows, text_to_sql)")
         if case.unread():
             assert is_written, "a shape the analysis does not read, served otherwise\n" + story
-            assert any(d.reason.startswith(UNREAD) and not d.applied for d in decisions), (
+            assert d8 or any("not analysed" in d.reason and not d.applied for d in decisions), (
                 "a shape the analysis does not read, without its decision\n" + story
             )
         # 3. an inflated answer is never served in silence (refusals the library documents may only explain)
@@ -793,8 +797,10 @@ def _check(
             outcome = "flagged" if flagged else "decision only" if decisions else "silent"
             SEEN[(dialect, preset, label(case), outcome)] += 1
             event(f"{dialect} {preset}: inflated rows served, {outcome}")
-            if not flagged and not (
-                decisions and (case.mixed_positional(dialect) or case.shape == "exists" or refused)
+            if (
+                not d8
+                and not flagged
+                and not (decisions and (case.mixed_positional(dialect) or case.shape == "exists" or refused))
             ):
                 raise AssertionError(f"inflated rows served, {outcome}\n" + story)
         # 4. text_to_sql serves the truth once it flags
@@ -1181,6 +1187,36 @@ D7_SQL = f"SELECT (SELECT AVG(o.total) {JOIN} WHERE c.id = $1) - (SELECT SUM(o.t
 
 def test_d7_duckdb_a_subquery_check_binds_the_numbers_it_holds() -> None:
     _served_as_corrected(_embedded("duckdb", D7_SHOP, D7_SQL, [1, 2]), [(55.0 - 150.0,)], [(77.5 - 150.0,)])
+
+
+# D8 (issue 42, found by the oracle's long run on PostgreSQL; open): under ``text_to_sql`` a ROLLUP result whose
+# rows repeat goes to the row rule P1 ("has GROUP BY: each output row is a separate group") and leaves with no
+# aggregate decision, though under ``"patch"`` the same statement has "aggregate not analysed: ... ROLLUP".
+# Here the SUM is inflated (300 for 100) and served in silence. c34 sends repeated rows of an aggregate result
+# to the aggregate rule first, but only where its plan has risks, not where the analysis cannot read it.
+D8_SHOP = [
+    "CREATE TABLE cities (id INTEGER PRIMARY KEY, city TEXT)",
+    "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city_id INTEGER)",
+    "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, total INTEGER)",
+    "CREATE TABLE items (id INTEGER PRIMARY KEY, order_id INTEGER)",
+    "INSERT INTO customers VALUES (1, 'bo', NULL)",
+    "INSERT INTO orders VALUES (1, 1, 100)",
+    "INSERT INTO items VALUES (1, 1), (2, 1), (3, 1)",
+]
+D8_SQL = (
+    "SELECT l.id, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id "
+    "JOIN items i ON i.order_id = o.id LEFT JOIN cities l ON l.id = c.city_id GROUP BY ROLLUP (l.id)"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D8: a ROLLUP result with repeated rows goes to P1 under text_to_sql, no aggregate decision (open)",
+)
+def test_d8_duckdb_rollup_with_repeated_rows_has_its_decision_under_text_to_sql() -> None:
+    rows, report = _embedded("duckdb", D8_SHOP, D8_SQL, None)("text_to_sql")
+    assert rows == [(None, 300), (None, 300)]  # as written (the truth: 100 twice)
+    assert any(d.rule == "aggregate" and "not analysed" in d.reason for d in report.decisions), report.decisions
 
 
 def test_outcomes_seen() -> None:

@@ -235,12 +235,12 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
 
         whole: Callable[[str, int], list[Any] | None] | None = None
         if found.whole_sql is not None:
-            kept_parameters = _binding(parameters, found.whole_binds, found.whole_sql, sql)
+            kept_parameters = _binding(parameters, found.whole_binds, found.whole_sql, sql, guard.dialect)
             if kept_parameters is not _CANNOT:
                 whole = functools.partial(rerun, bound=kept_parameters)
 
         def scope_run(scope: ScopeCheck, scope_sql: str, max_rows: int) -> list[Any] | None:
-            bound = _binding(parameters, scope.whole_binds, scope_sql, sql)
+            bound = _binding(parameters, scope.whole_binds, scope_sql, sql, guard.dialect)
             if bound is _CANNOT:
                 raise RerunRefused("its positional parameters cannot be told apart")
             return rerun(scope_sql, max_rows, bound)
@@ -300,18 +300,22 @@ _CANNOT = object()
 _NUMBERED = re.compile(r"[?$](\d+)\b")
 
 
-def _binding(parameters: Any, binds: tuple[int, int] | None, sql: str, statement: str) -> Any:
+def _binding(parameters: Any, binds: tuple[int, int] | None, sql: str, statement: str, dialect: str = "") -> Any:
     """What ``sql`` (a check that left out clauses of the statement) binds of the caller's ``parameters``:
     where ``statement`` (the caller's) numbers them, the values up to the largest number ``sql`` still
-    holds; else the slice ``binds`` of positional ones (all where None), the names ``sql`` still holds of a mapping
-    (DuckDB refuses a name its statement lacks, D1), none for none; ``_CANNOT`` where positional ones
-    are not a sequence that long."""
+    holds (on DuckDB, ``dialect``, the numbers it holds as names); else the slice ``binds`` of positional
+    ones (all where None), the names ``sql`` still holds of a mapping (DuckDB refuses a name its statement
+    lacks, D1), none for none; ``_CANNOT`` where positional ones are not a sequence that long."""
     if parameters is NO_PARAMETERS or parameters is None:  # None: the drivers' own default (D2)
         return parameters
     if isinstance(parameters, (list, tuple)) and _NUMBERED.search(statement):
         # Numbered parameters (SQLite's ?N, DuckDB's $N): the check binds up to the largest it still
-        # holds, each value at its number (c29, c39).
-        return parameters[: max((int(number) for number in _NUMBERED.findall(sql)), default=0)]
+        # holds, each value at its number (c29, c39). DuckDB refuses a list with a value whose $N the
+        # check does not hold (a subquery's check with $2 alone, D7): there, each number it holds by name.
+        numbers = sorted({int(number) for number in _NUMBERED.findall(sql)})
+        if dialect == "duckdb":
+            return {str(number): parameters[number - 1] for number in numbers if number <= len(parameters)}
+        return parameters[: max(numbers, default=0)]
     if isinstance(parameters, Mapping):
         return {name: value for name, value in parameters.items() if _holds_name(sql, str(name))}
     if binds is None:

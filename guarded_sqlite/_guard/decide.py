@@ -295,13 +295,18 @@ def after_fetch(
     except Exception as error:  # a value whose __hash__ raises something else: same
         return rows, unprobed(guard.preset, sql, f"rows cannot be compared ({describe_error(error)}): not probed")
     detect_ns = _perf_ns() - started
+    unread: RuleDecision | None = None  # the aggregate rule's refusal, for the row rules' report
+    looked: FanoutOutcome | None = None  # the aggregate rule's outcome, where it already ran
     if patch and screen is not None and rescue_inputs is None and unique != count and count and _screened(guard, sql):
         # Repeated rows of an aggregate over a join (totals that coincide, a label per group) are the
         # aggregate rule's before the row repair's: P1 leaves a grouped result as it is, and the
         # inflated values would go unchecked (c34).
-        fanned = check_aggregates(guard, raw, sql, parameters, rows)
+        fanned = looked = check_aggregates(guard, raw, sql, parameters, rows)
         if fanned.findings:
             return fanned.rows, _aggregate_state(guard, sql, AGGREGATE_FANOUT, fanned, count, unique, detect_ns)
+        if not (fanned.decision.applied or routine_aggregate(fanned.decision)):
+            # A refusal (ROLLUP, a correlated subquery ...) goes on the report whatever the row rules do (D8).
+            unread = fanned.decision
     if patch and (
         trigger == CARTESIAN_EXPLOSION
         or (trigger is not None and rescue_inputs is not None)
@@ -318,6 +323,8 @@ def after_fetch(
         outcome = repair_statement(
             guard, guard.engine.row_factory(raw), sql, parameters, rows, exact_unique, trigger, rescue_inputs
         )
+        if unread is not None:
+            outcome = outcome._replace(decisions=(*outcome.decisions, unread))
         return _served_repair(
             cursor, guard, sql, trigger, outcome,
             rows=count, unique_rows=unique, detect_ns=detect_ns, error=None, provenance=outcome.provenance,
@@ -329,7 +336,7 @@ def after_fetch(
     ):
         # An empty result too: an inflated HAVING (or an outer filter over an inflated subquery) can
         # filter out every group the truth keeps.
-        fanned = check_aggregates(guard, raw, sql, parameters, rows)
+        fanned = looked if looked is not None else check_aggregates(guard, raw, sql, parameters, rows)
         trigger = AGGREGATE_FANOUT if fanned.findings else trigger
         return fanned.rows, _aggregate_state(guard, sql, trigger, fanned, count, unique, detect_ns)
     measured = ReportState(

@@ -11,13 +11,14 @@ expressions they stand for, its condition and the body's WHERE moved to the oute
     SELECT c.name, SUM(l__o.total) FROM customers c, orders l__o JOIN items l__i ON l__i.order_id = l__o.id
     WHERE l__o.customer_id = c.id GROUP BY c.id
 
-The same rows for every query it rewrites: only inner joins of a source are rewritten (an inner join's
-condition means the same in WHERE), only bodies that are a plain SELECT of inner joins, an optional
-WHERE and named select items (no aggregate, window, DISTINCT, GROUP BY, HAVING, ORDER BY, LIMIT,
-OFFSET, set operation, subquery, ``*``), and only where every reference to the source can be resolved
-(qualified by its alias, or unqualified in a SELECT reading nothing else), no select-list alias of the
-outer query takes a name of the source's columns, and no inner SELECT reuses its alias. Anything else is
-left as written (and stays opaque to the analysis). Pure: a copy of the tree is returned.
+The same rows for every query it rewrites: only inner joins of a source are rewritten, in a SELECT with
+no RIGHT or FULL join (an inner join's condition means the same in WHERE there), only bodies that are a
+plain SELECT of inner joins, an optional WHERE and named select items (no aggregate, window, DISTINCT,
+GROUP BY, HAVING, ORDER BY, LIMIT, OFFSET, set operation, subquery, ``*``), and only where every
+reference to the source can be resolved (qualified by its alias, or unqualified in a SELECT reading
+nothing else), no select-list alias of the outer query takes a name of the source's columns, and no
+inner SELECT reuses its alias. Anything else is left as written (and stays opaque to the analysis).
+Pure: a copy of the tree is returned.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def _merge_one(
     if from_ is None:
         return False
     joins: list[exp.Join] = list(select.args.get("joins") or [])
+    if any((join.side or "").upper() in ("RIGHT", "FULL") for join in joins):
+        return False  # a condition moved to WHERE would drop the rows such a join NULL-extends
     sources: list[exp.Expression] = [from_.this, *(join.this for join in joins)]
     for position, source in enumerate(sources):
         join = joins[position - 1] if position else None

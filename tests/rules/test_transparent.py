@@ -73,6 +73,9 @@ LEFT_ALONE = [
     "SELECT SUM(d.total) FROM (SELECT DISTINCT customer_id, total FROM orders) d",
     "SELECT SUM(d.total) FROM (SELECT total FROM orders LIMIT 3) d",
     "SELECT SUM(d.total) FROM (SELECT * FROM orders) d",
+    # A RIGHT JOIN after it: the source's condition in WHERE would drop the rows it NULL-extends.
+    "SELECT c.name, l.total FROM order_lines l JOIN customers c ON c.id = l.customer_id "
+    "RIGHT JOIN orders o ON o.id = 1",
     # A plain table and no source to read through.
     "SELECT SUM(o.total) FROM orders o JOIN customers c ON c.id = o.customer_id",
 ]

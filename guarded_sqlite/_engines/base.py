@@ -96,10 +96,23 @@ class Engine:
         ``raw_cursor`` would give (its row factory over its own description; None: tuples as they are)."""
         return None, None
 
+    functions_sql: str | None = None
+    """A query listing the folded names of the application's functions (``user_functions``), or None."""
+
+    schema_sql: str = _SCHEMA_SQL
+    """A query giving (table, column) rows in order, for ``schema_summary``."""
+
     def user_functions(self, raw: Any) -> frozenset[str] | None:
         """Folded names of the functions the engine lists on this connection that are not its own
-        built-ins (a re-execution would call them again), or None when that cannot be told."""
-        return frozenset()
+        built-ins (a re-execution would call them again), or None when that cannot be told: the rows of
+        ``functions_sql`` where the engine has one."""
+        if self.functions_sql is None:
+            return frozenset()
+        try:
+            rows = self.read_only_fetch(raw, GuardStatement(self.functions_sql, NO_PARAMETERS, None, 100_000, 5.0))
+        except Exception:  # the list cannot be read: every name may be the application's
+            return None
+        return None if rows is None else frozenset(str(row[0]) for row in rows)
 
     def name_context(self, raw: Any) -> Any:
         """What unqualified table names resolve against on this connection now (the current schema,
@@ -110,7 +123,7 @@ class Engine:
 
     def schema_summary(self, raw: Any) -> str:
         """``table(col, col, ...)`` per table, one per line, for the rescue prompt."""
-        rows = self.read_only_fetch(raw, GuardStatement(_SCHEMA_SQL, NO_PARAMETERS, None, 100_000, 5.0)) or []
+        rows = self.read_only_fetch(raw, GuardStatement(self.schema_sql, NO_PARAMETERS, None, 100_000, 5.0)) or []
         tables: dict[str, list[str]] = {}
         for row in rows:
             table, column = row[0], row[1]

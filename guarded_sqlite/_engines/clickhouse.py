@@ -52,6 +52,8 @@ def string_literal(text: str) -> str:
 class ClickHouseEngine(Engine):
     name = "clickhouse"
     dialect = "clickhouse"
+    functions_sql = _FUNCTIONS_SQL
+    schema_sql = _SCHEMA_SQL
 
     def may_collate_text(self, raw: Any) -> bool:
         # Strings compare as bytes, but chDB hands some values back as text (arrays, tuples) and every
@@ -60,20 +62,6 @@ class ClickHouseEngine(Engine):
 
     def row_factory(self, raw_cursor: Any) -> Any:
         return None  # chDB's cursors have no row factories: rows are tuples
-
-    def user_functions(self, raw: Any) -> frozenset[str] | None:
-        try:
-            rows = self.read_only_fetch(raw, GuardStatement(_FUNCTIONS_SQL, NO_PARAMETERS, None, 100_000, 5.0))
-        except Exception:  # the list cannot be read: every name may be the application's
-            return None
-        return None if rows is None else frozenset(str(row[0]) for row in rows)
-
-    def schema_summary(self, raw: Any) -> str:
-        rows = self.read_only_fetch(raw, GuardStatement(_SCHEMA_SQL, NO_PARAMETERS, None, 100_000, 5.0)) or []
-        tables: dict[str, list[str]] = {}
-        for table, column in rows:
-            tables.setdefault(str(table), []).append(str(column))
-        return "\n".join(f"{table}({', '.join(columns)})" for table, columns in tables.items())
 
     def single_statement(self, cursor: Any, sql: str) -> tuple[str, int]:
         """The server's one-line rendering of ``sql`` and the session's ``readonly``; ``RerunRefused``

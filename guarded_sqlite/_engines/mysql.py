@@ -66,6 +66,8 @@ def in_transaction(raw: Any) -> bool:
 class MySQLEngine(Engine):
     name = "mysql"
     dialect = "mysql"
+    functions_sql = _FUNCTIONS_SQL
+    schema_sql = _SCHEMA_SQL
 
     def row_factory(self, raw_cursor: Any) -> Any:
         """The cursor class the guard's statements use to give rows shaped as ``raw_cursor``'s
@@ -90,20 +92,6 @@ class MySQLEngine(Engine):
             return self.read_only_fetch(raw, GuardStatement("SELECT DATABASE()", NO_PARAMETERS, None, 1, 5.0))
         except Exception:
             return None
-
-    def user_functions(self, raw: Any) -> frozenset[str] | None:
-        try:
-            rows = self.read_only_fetch(raw, GuardStatement(_FUNCTIONS_SQL, NO_PARAMETERS, None, 100_000, 5.0))
-        except Exception:  # the list cannot be read: every name may be the application's
-            return None
-        return None if rows is None else frozenset(str(row[0]) for row in rows)
-
-    def schema_summary(self, raw: Any) -> str:
-        rows = self.read_only_fetch(raw, GuardStatement(_SCHEMA_SQL, NO_PARAMETERS, None, 100_000, 5.0)) or []
-        tables: dict[str, list[str]] = {}
-        for table, column in rows:
-            tables.setdefault(str(table), []).append(str(column))
-        return "\n".join(f"{table}({', '.join(columns)})" for table, columns in tables.items())
 
     def read_only_fetch(self, raw: Any, statement: GuardStatement) -> list[Any] | None:
         sql, parameters, row_factory, max_rows, time_limit, description, writes_possible = statement

@@ -13,23 +13,15 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from .._engines import NO_PARAMETERS
 from .._guard.decide import run_unprobed
-from .proxy import ConnectionProxy, CursorProxy
+from .proxy import ClientBoundCursor, ConnectionProxy, CursorProxy
 
 
-class ChDBCursor(CursorProxy):
+class ChDBCursor(ClientBoundCursor):
     """A guarded ``chdb.dbapi`` cursor."""
 
-    def execute(self, query: str, args: Any = None, /, **rescue_inputs: Any) -> int:  # type: ignore[override]
-        if args is not None:
-            raw = self.__wrapped__
-            query = raw.mogrify(query, args)
-            candidates = rescue_inputs.get("candidates")
-            if candidates is not None:
-                rescue_inputs["candidates"] = [_bound(raw, candidate, args) for candidate in candidates]
-        super().execute(query, NO_PARAMETERS, **rescue_inputs)
-        return self.rowcount
+    # chDB binds what fits a candidate and leaves the rest, or raises IndexError where too few fit.
+    CANDIDATE_ERRORS = (*ClientBoundCursor.CANDIDATE_ERRORS, IndexError)
 
     def executemany(self, query: str, args: Any, /, **kwargs: Any) -> int:  # type: ignore[override]
         done: list[Any] = []
@@ -59,16 +51,6 @@ class ChDBCursor(CursorProxy):
 
     def __exit__(self, *exc_info: Any) -> Any:
         return self.__wrapped__.__exit__(*exc_info)
-
-
-def _bound(raw: Any, candidate: str, args: Any) -> str:
-    """A rescue candidate with the statement's parameters bound (chDB binds what fits and leaves the
-    rest): never the caller's statement."""
-    try:
-        bound: str = raw.mogrify(candidate, args)
-    except (TypeError, ValueError, KeyError, IndexError):
-        return candidate
-    return bound
 
 
 class ChDBConnectionProxy(ConnectionProxy):

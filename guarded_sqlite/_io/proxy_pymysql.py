@@ -13,28 +13,15 @@ from __future__ import annotations
 import operator
 from typing import Any, NoReturn
 
-from .._engines import NO_PARAMETERS
 from .._guard.decide import run_unprobed, settle, unprobed
-from .proxy import ConnectionProxy, CursorProxy
+from .proxy import ClientBoundCursor, ConnectionProxy, CursorProxy
 
 _UNBUFFERED = "unbuffered cursor (SSCursor): rows stream from the server unbuffered and unprobed"
 _PROCEDURE = "callproc(): a stored procedure's results are not probed"
 
 
-class PyMySQLCursor(CursorProxy):
+class PyMySQLCursor(ClientBoundCursor):
     """A guarded PyMySQL cursor (``Cursor``, ``DictCursor`` and their subclasses)."""
-
-    def execute(self, query: str, args: Any = None, /, **rescue_inputs: Any) -> int:  # type: ignore[override]
-        if args is not None:
-            # PyMySQL binds on the client: the server receives exactly this text, which is the one
-            # the guard reads, rewrites and runs again (sqlglot's mysql dialect has no %s placeholder).
-            raw = self.__wrapped__
-            query = raw.mogrify(query, args)
-            candidates = rescue_inputs.get("candidates")
-            if candidates is not None:
-                rescue_inputs["candidates"] = [_bound(raw, candidate, args) for candidate in candidates]
-        super().execute(query, NO_PARAMETERS, **rescue_inputs)
-        return self.rowcount
 
     def executemany(self, query: str, args: Any, /, **kwargs: Any) -> int | None:  # type: ignore[override]
         done: list[Any] = []
@@ -116,16 +103,6 @@ class PyMySQLCursor(CursorProxy):
 
     def __exit__(self, *exc_info: Any) -> Any:
         return self.__wrapped__.__exit__(*exc_info)
-
-
-def _bound(raw: Any, candidate: str, args: Any) -> str:
-    """A rescue candidate with the statement's parameters bound, or as written when they do not fit it
-    (then it fails, or runs, as a candidate on its own: never the caller's statement)."""
-    try:
-        bound: str = raw.mogrify(candidate, args)
-    except (TypeError, ValueError, KeyError):
-        return candidate
-    return bound
 
 
 def _as_driver(raw: Any, rows: list[Any], empty: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -137,6 +138,8 @@ class QueryKiller:
         self._ended = threading.Event()
         self.sent = False
         self.escalated = False
+        self.still_running = False
+        """After ``KILL CONNECTION``: the server still listed the statement's thread."""
 
     def __call__(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -176,6 +179,13 @@ class QueryKiller:
                 if self._escalate and not self._ended.wait(ESCALATE_AFTER):
                     self.escalated = True
                     cursor.execute(f"KILL CONNECTION {self.thread_id}")
+                    # The server ends a killed thread only once its statement returns: look, so that the
+                    # answer says whether the statement was stopped or still runs.
+                    self._ended.wait(ESCALATE_AFTER)
+                    listed = "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s"
+                    cursor.execute(listed, (self.thread_id,))
+                    row = cursor.fetchone()
+                    self.still_running = bool(row and row[0])
         except Exception:  # the statement had ended; nothing to stop
             pass
         finally:
@@ -340,6 +350,8 @@ class MySQLSession:
             killer = QueryKiller(raw, escalate=self.reconnector is not None)
         except Exception as failure:  # thread_id() of a connection that is already closed
             raise _LostBeforeCall(" ".join(str(failure).split())[:300]) from None
+        started = time.monotonic()
+        late = False
         deadline = interrupt_after(limit, killer, every=RECANCEL_EVERY)
         try:
             try:
@@ -366,7 +378,10 @@ class MySQLSession:
                 raw.commit()
             else:
                 raw.rollback()
-            if deadline.fired and description is not None:
+            # The server's own time limit may end a statement first and answer as if it had finished
+            # (MariaDB's BENCHMARK returns 0 at max_statement_time, no error, no warning).
+            late = time.monotonic() - started >= limit
+            if (deadline.fired or late) and description is not None:
                 raise TimeoutError("time limit passed")
         except Exception as failure:
             self._end_after_failure(raw, failure)
@@ -374,12 +389,18 @@ class MySQLSession:
                 # KILL CONNECTION ended the session; the server may still be running the statement.
                 self._stopped = killer.thread_id
                 self._broken = self._broken or raw.open
+                if killer.still_running:
+                    raise QueryRefused(
+                        "timeout",
+                        f"Refused: the query ran longer than {limit:.3g} seconds; its connection was ended, but the "
+                        "server could not stop the statement (one long function call over very long values) and "
+                        "still runs it. This tool runs nothing new until the server has ended it. Use smaller values "
+                        "or a LIMIT.",
+                    ) from None
                 raise QueryRefused(
                     "timeout",
                     f"Refused: the query ran longer than {limit:.3g} seconds and was stopped: its connection was "
-                    "ended. A statement inside one long function call (over very long values) runs on in the server "
-                    "until that call returns, and this tool runs nothing new until it has. Use smaller values or a "
-                    "LIMIT.",
+                    "ended. Use smaller values or a LIMIT.",
                 ) from None
             if not raw.open:
                 why = " ".join(str(failure).split())[:300]
@@ -390,7 +411,7 @@ class MySQLSession:
                     f"Refused: the connection to the database ended during this call ({why}); a new one is "
                     "opened for the next call.",
                 ) from None
-            self._refuse(failure, deadline.fired or _code(failure) in _TIMEOUT_CODES)
+            self._refuse(failure, deadline.fired or late or _code(failure) in _TIMEOUT_CODES)
             raise  # not reached: refuse raises
         return description, rows, over, report, count
 

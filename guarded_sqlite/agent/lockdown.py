@@ -454,11 +454,14 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
     plan is read for the rest (``postgres_plan_problem``). On MySQL/MariaDB every other question about
     the statement is sqlglot's, so a text whose literals and comments sqlglot would place elsewhere than
     the server does is refused (``_analysis.lexing.mysql_reading_problem``), and so are executable
-    comments, hints, shared row locks and the system variables that hold paths
-    (``statements.mysql_path_reading``). On DuckDB, the catalog functions that show absolute paths
-    (``duckdb_settings()``, ``duckdb_databases()``, ...: ``statements.DUCKDB_PATH_FUNCTIONS``). SQLite's
-    denials are its authorizer's (``pragma_database_list``'s file reads as NULL)."""
+    comments, hints, shared row locks, the system variables that hold paths
+    (``statements.mysql_path_reading``) and search functions given values the statement builds, which
+    the server cannot interrupt once they run (``_analysis.long_calls``). On DuckDB, the catalog
+    functions that show absolute paths (``duckdb_settings()``, ``duckdb_databases()``, ...:
+    ``statements.DUCKDB_PATH_FUNCTIONS``). SQLite's denials are its authorizer's
+    (``pragma_database_list``'s file reads as NULL)."""
     from .._analysis.lexing import mysql_reading_problem
+    from .._analysis.long_calls import mysql_long_call
     from .._analysis.statements import (
         DUCKDB_PATH_FUNCTIONS,
         denied_name,
@@ -495,6 +498,14 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
             return (
                 f"Refused: this tool does not run {lock} (a shared row lock holds other clients' writes off "
                 "for the whole call); query without it."
+            )
+        call = mysql_long_call(sql)
+        if call is not None:
+            return (
+                f"Refused: {call} searches a value this statement builds (REPEAT, LPAD, GROUP_CONCAT, a subquery, "
+                "CONCAT through a derived table, or literals over 4,096 characters); the server cannot stop one "
+                "such call once it runs, so this tool gives search functions (LOCATE, INSTR, REPLACE, LIKE, "
+                "REGEXP, ...) only columns, short literals, and LOWER/TRIM/SUBSTRING/CAST/CONCAT of them."
             )
         return None
     if dialect == "clickhouse":

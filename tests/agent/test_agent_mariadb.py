@@ -278,6 +278,21 @@ def test_a_statement_past_the_time_limit_is_stopped_and_the_next_call_answers(op
     assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
 
 
+def test_a_statement_the_server_s_own_time_limit_ends_is_a_timeout_not_an_answer(
+    open_my: OpenDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MariaDB ends ``BENCHMARK`` at ``max_statement_time`` and answers 0, without an error or a warning:
+    when the server's limit comes before the tool's own watchdog (a busy machine), that answer was
+    served. With the watchdog held back 5 s the server's limit always comes first."""
+    from guarded_sqlite._core import deadlines
+
+    late = deadlines.interrupt_after
+    monkeypatch.setattr(deadlines, "interrupt_after", lambda seconds, *a, **k: late(seconds + 5, *a, **k))
+    db = open_my(timeout=30)
+    assert refusal(db, "SELECT BENCHMARK(2000000000, MD5('x'))", time_limit=1.0).kind == "timeout"
+    assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
+
+
 def test_the_server_s_paths_are_hidden_from_the_select_only_account(open_my: OpenDb, my_shop: MyShop) -> None:
     """Issue 43 item 3's paths: any account reads ``@@datadir``, ``@@tmpdir``, ``@@socket`` and the
     variable tables; the tool refuses them as it hides SQLite's and DuckDB's file paths."""
@@ -292,9 +307,40 @@ def test_the_server_s_paths_are_hidden_from_the_select_only_account(open_my: Ope
     assert db.query("SELECT @@version LIKE '%MariaDB%' AS m").rows == ((1,),)
 
 
-RUNAWAY = "SELECT LOCATE(CONCAT(REPEAT('a', 4000), 'b'), CONCAT(REPEAT('a', 1000000), '')) AS p"
-"""a23's statement, smaller: ~4·10^9 comparisons inside one function call, which neither
-``max_statement_time`` nor ``KILL QUERY`` nor ``KILL CONNECTION`` interrupts (seconds of a core here)."""
+A23_BUILT = [
+    "SELECT LOCATE(CONCAT(REPEAT('a', 100000), 'b'), CONCAT(REPEAT('a', 1000000), '')) AS p",
+    "SELECT id, INSTR(CONCAT(REPEAT('a', 1000000), name), CONCAT(REPEAT('a', 99999), 'b')) AS p FROM customers",
+    "SELECT REPLACE(REPEAT('a', 1000000), 'a', 'bb') AS p",
+    "SELECT x LIKE '%ab%' FROM (SELECT CONCAT(name, name) AS x FROM customers) AS d",
+    "WITH RECURSIVE r (s, n) AS (SELECT 'a', 1 UNION ALL SELECT CONCAT(s, s), n + 1 FROM r WHERE n < 24) "
+    "SELECT REGEXP_REPLACE(s, 'a', 'bb') FROM r",
+]
+"""a23's statements and their kin: a search function over a value the statement builds, minutes of one
+evaluation the server cannot interrupt (``REPLACE`` of a million matches: over two minutes measured)."""
+
+
+@pytest.mark.parametrize("sql", A23_BUILT)
+def test_a23_search_functions_over_values_the_statement_builds_are_refused_before_they_run(
+    open_my: OpenDb, my_shop: MyShop, sql: str
+) -> None:
+    """a23 (issue 43 item 4): refused ``denied`` at once, nothing sent to the server; the same
+    functions over stored columns and short literals are served."""
+    db = open_my(timeout=1.0)
+    started = time.monotonic()
+    refused = refusal(db, sql)
+    assert refused.kind == "denied" and "cannot stop" in str(refused)
+    assert time.monotonic() - started < 1.0
+    served = db.query(
+        "SELECT id, LOCATE('a', name) > 0, REPLACE(LOWER(name), ' ', '') LIKE '%a%' FROM customers "
+        "WHERE CONCAT(name, '!') REGEXP '!$' ORDER BY id"
+    )
+    assert len(served.rows) == 6
+
+
+STORED_RUNAWAY = "SELECT LOCATE(needle, haystack) AS p FROM long_values"
+"""a23's search over stored values (4,001 and 1,000,000 characters, the operator's data, which the rule
+above leaves alone): ~4·10^9 comparisons inside one function call, which neither ``max_statement_time``
+nor ``KILL QUERY`` nor ``KILL CONNECTION`` interrupts (seconds of a core here)."""
 
 
 @pytest.mark.parametrize("isolated", [False, True], ids=["in-process", "worker"])
@@ -302,8 +348,13 @@ def test_a23_a_statement_the_server_cannot_interrupt_holds_new_work_off_until_it
     open_my: OpenDb, my_shop: MyShop, isolated: bool
 ) -> None:
     """a23: at the deadline the call's connection is killed (``KILL QUERY``, then ``KILL CONNECTION``) and
-    the call answered; while the server still runs the statement every new call is refused ``busy``, so
-    stopped statements never pile up past one; once the server has ended it, calls are served."""
+    the call answered, saying the server still runs the statement; while it does every new call is
+    refused ``busy``, so stopped statements never pile up past one; once the server has ended it, calls
+    are served."""
+    with my_shop.admin() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS long_values (needle LONGTEXT, haystack LONGTEXT)")
+        cur.execute("DELETE FROM long_values")
+        cur.execute("INSERT INTO long_values VALUES (CONCAT(REPEAT('a', 4000), 'b'), REPEAT('a', 1000000))")
     db = open_my(timeout=1.0, isolated=isolated)
 
     def running() -> int:
@@ -315,12 +366,14 @@ def test_a23_a_statement_the_server_cannot_interrupt_holds_new_work_off_until_it
         )
 
     started = time.monotonic()
-    assert refusal(db, RUNAWAY).kind == "timeout"
+    stopped = refusal(db, STORED_RUNAWAY)
+    assert stopped.kind == "timeout"
     assert time.monotonic() - started < 2.5
     if running() == 0:
         pytest.skip("the server ended the statement before the next call could see it (a fast machine)")
+    assert "still runs it" in str(stopped) and "was stopped" not in str(stopped)
     assert refusal(db, "SELECT count(*) FROM orders").kind == "busy"
-    assert refusal(db, RUNAWAY.replace("''", "'x'")).kind == "busy"
+    assert refusal(db, STORED_RUNAWAY + " WHERE 1 = 1").kind == "busy"
     assert running() <= 1  # the second runaway never started (the first may just have ended)
     until = time.monotonic() + 120
     while time.monotonic() < until:

@@ -183,8 +183,15 @@ class _Planner(Analysis):
             closure = self._closure(reads | unseen, seeds)
             repeating = [k for k in range(len(self.instances)) if k not in closure.determined and k not in unseen]
             if not repeating:
-                safe.add(id(node))
-                continue
+                # A source whose keys are unknown (a view not read through, a table function) may itself
+                # hold several rows per row read: not at risk only where the rows read determine it.
+                hidden = sorted(unseen - self._closure(reads, seeds).determined)
+                if not hidden:
+                    safe.add(id(node))
+                    continue
+                repeating = hidden
+                why = self.instances[hidden[0]].opaque_reason or f"{labels[hidden[0]]}'s rows cannot be told apart"
+                refusal = refusal or f"{name}({text_of(argument, self.dialect)}): {why}, so it may repeat the rows read"
             identities = self._identities_of(reads)
             keys = () if isinstance(identities, str) else identities
             if isinstance(identities, str):

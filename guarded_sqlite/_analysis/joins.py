@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from typing import cast
 
 from sqlglot import exp
 
@@ -31,6 +32,7 @@ from .sqltree import (
     join_group,
     not_modelled,
     outer_reference,
+    parse_single,
     predicate_conjuncts,
     source_count,
 )
@@ -167,6 +169,9 @@ class JoinGraph:
                     None,
                     opaque_reason=f"unknown table {shown}",
                 )
+            body = view_body(facts, self.dialect)
+            if body is not None:  # a view whose text the catalog holds: its keys are its body's
+                return self._derived(body, label, display, name, f"view {name}")
             return self._from_facts(facts, label, display)
         if isinstance(source, exp.Subquery):
             display = alias or "subquery"
@@ -537,3 +542,15 @@ def _column_list(source: exp.Expression, ctes: dict[str, exp.Expression]) -> str
         if body is not None and isinstance(body.parent, exp.CTE) and body.parent.alias_column_names:
             return f"CTE {source.name}'s column list"
     return ""
+
+
+def view_body(facts: TableFacts, dialect: str) -> exp.Expression | None:
+    """The parsed SELECT of the view ``facts`` describes, where the catalog holds its text and the view
+    does not rename its columns by position (``CREATE VIEW v (a, b) AS ...``); else None."""
+    if not facts.is_view or not facts.view_sql:
+        return None
+    parsed = parse_single(facts.view_sql, dialect)
+    if not isinstance(parsed, exp.Create) or isinstance(parsed.this, exp.Schema):
+        return None
+    body = parsed.args.get("expression")
+    return cast(exp.Expression, keep(body.copy())) if isinstance(body, exp.Query) else None

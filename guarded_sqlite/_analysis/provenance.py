@@ -83,16 +83,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
 from .joins import Closure, Col, JoinGraph, Unanalysable
-from .rewrite import quiet_sqlglot
 from .schema import SchemaFacts, fold
-from .sqltree import ROWID_NAMES, conjuncts, grouping, rerun_hazard, select_list, too_big
+from .sqltree import ROWID_NAMES, conjuncts, grouping, parse_single, rerun_hazard, select_list, too_big
 from .trees import keep, text_of
 
 __all__ = [
@@ -190,31 +187,8 @@ def parse_statement(sql: str, dialect: str = "sqlite", numbered: bool = False) -
         return Provenance("unknown", f"statement longer than {MAX_SQL_CHARS} characters: not analysed")
     if numbered and dialect == "sqlite" and "?" in sql:
         sql = named_numbers(sql)
-    try:
-        with quiet_sqlglot():
-            trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None and not isinstance(t, exp.Semicolon)]
-    except (SqlglotError, ValueError, RecursionError) as error:
-        first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return Provenance("unknown", f"unparseable SQL: {first}")
-    keep(trees)  # by the rule's analysis, until it is done
-    if len(trees) != 1:
-        return Provenance("unknown", "not a single statement")
-    tree = cast(exp.Expression, trees[0])
-    for node in list(tree.find_all(exp.Subquery)):
-        if not isinstance(node.this, exp.Table) or node.alias or not isinstance(node.parent, (exp.From, exp.Join)):
-            continue
-        grouped = node.this.args.get("joins")
-        if not grouped:
-            node.replace(node.this)  # the subquery node is dropped with the parse's other trees
-        elif isinstance(node.parent, exp.From) and isinstance(node.parent.parent, exp.Select):
-            # ``FROM (a JOIN b ON ...) JOIN c``: joins group to the left, so the parentheses change nothing
-            # (DuckDB writes its views' bodies so).
-            select = node.parent.parent
-            table = node.this
-            table.set("joins", None)
-            node.replace(table)
-            select.set("joins", [*grouped, *(select.args.get("joins") or [])])
-    return tree
+    parsed = parse_single(sql, dialect)
+    return Provenance("unknown", parsed) if isinstance(parsed, str) else parsed
 
 
 NUMBERED_NAME = "__gs_p"

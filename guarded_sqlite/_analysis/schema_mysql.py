@@ -29,6 +29,11 @@ _SYSTEM = "('mysql', 'information_schema', 'performance_schema', 'sys')"
 _TABLES = (
     f"SELECT table_schema, table_name, table_type FROM information_schema.tables WHERE table_schema NOT IN {_SYSTEM}"
 )
+_VIEWS = (
+    "SELECT table_schema, table_name, view_definition FROM information_schema.views "
+    f"WHERE table_schema NOT IN {_SYSTEM}"
+)
+"""The views' bodies (empty without the SHOW VIEW privilege: the view is then opaque, never guessed)."""
 _COLUMNS = (
     "SELECT table_schema, table_name, column_name, ordinal_position, is_nullable, collation_name "
     f"FROM information_schema.columns WHERE table_schema NOT IN {_SYSTEM}"
@@ -58,6 +63,7 @@ def read_mysql_schema(con: Any) -> SchemaFacts:
         current = fetch("SELECT DATABASE()")
         database = str(current[0][0]) if current and current[0][0] is not None else ""
         kinds = {(str(s), str(t)): str(kind) for s, t, kind in fetch(_TABLES)}
+        bodies = {(str(s), str(t)): str(body or "") for s, t, body in fetch(_VIEWS)}
         columns: dict[tuple[str, str], list[tuple[int, str, bool, str | None]]] = {}
         for schema, table, column, position, nullable, collation in fetch(_COLUMNS):
             where = (str(schema), str(table))
@@ -104,7 +110,16 @@ def read_mysql_schema(con: Any) -> SchemaFacts:
                 tuple(fks.get((schema, table), [])),
                 view,
                 keys_unknown=f"another table's name differs from {table}'s only in case" if twin and not view else "",
+                view_sql=_create_view(schema, table, bodies.get((schema, table), "")) if view and not twin else "",
                 collations=tuple((fold(name), collation) for _, name, _, collation in cols if collation is not None),
             )
         )
     return SchemaFacts(tuple(tables), (fold(database),) if database else ())
+
+
+def _create_view(schema: str, name: str, body: str) -> str:
+    """The ``CREATE VIEW`` text of a view whose body the catalog shows (its names fully qualified), or ""."""
+    if not body.strip():
+        return ""
+    quoted = ".".join("`" + part.replace("`", "``") + "`" for part in (schema, name))
+    return f"CREATE VIEW {quoted} AS {body}"

@@ -143,6 +143,12 @@ WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
   AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
   AND (n.nspname NOT LIKE 'pg_temp%' OR n.oid = pg_my_temp_schema())
 """
+_PG_VIEWS = """
+SELECT c.oid, pg_get_viewdef(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind = 'v' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+"""
+"""Plain views' bodies (a materialized view's rows are stored: its body is not read through)."""
 _PG_COLUMNS = """
 SELECT a.attrelid, a.attnum, a.attname, a.attnotnull
 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -204,6 +210,7 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
                 int(oid): (str(ns), str(name), bool(view), bool(foreign))
                 for oid, ns, name, view, foreign in fetch(_PG_RELATIONS)
             }
+            bodies = {int(oid): str(body or "") for oid, body in fetch(_PG_VIEWS)}
             columns: dict[int, dict[int, tuple[str, bool]]] = {}
             for relid, num, name, notnull in fetch(_PG_COLUMNS):
                 columns.setdefault(int(relid), {})[int(num)] = (str(name), bool(notnull))
@@ -245,6 +252,7 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
                 view,
                 partial_keys=() if view else tuple(partial.get(oid, [])),
                 foreign=foreign,
+                view_sql=_pg_create_view(ns, name, bodies.get(oid, "")),
             )
         )
     order = tuple(fold(s) for s in [*temp, *search])
@@ -252,3 +260,12 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
     for schema in temp:  # ``pg_temp`` names the session's temporary schema in SQL
         facts._by_name.update({("pg_temp", n): t for (s, n), t in facts._by_name.items() if s == fold(schema)})
     return facts
+
+
+def _pg_create_view(schema: str, name: str, body: str) -> str:
+    """The ``CREATE VIEW`` text of a plain view from ``pg_get_viewdef``'s body, or ""."""
+    body = body.strip().rstrip(";")
+    if not body:
+        return ""
+    quoted = ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))
+    return f"CREATE VIEW {quoted} AS {body}"

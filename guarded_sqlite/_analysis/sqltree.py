@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from typing import cast
 
+import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
@@ -32,6 +33,7 @@ __all__ = [
     "outer_reference",
     "outer_scope",
     "output_names",
+    "parse_single",
     "plain_column",
     "predicate_conjuncts",
     "rerun_hazard",
@@ -528,3 +530,34 @@ def within(node: exp.Expression, outer: exp.Expression) -> bool:
             return True
         parent = parent.parent
     return False
+
+
+def parse_single(sql: str, dialect: str) -> exp.Expression | str:
+    """The syntax tree of a single statement, kept for the rule's analysis (``trees.keep``), or why there
+    is none. A table written in parentheses (``FROM (customers c), orders o``) is read as the table
+    itself, and a parenthesised join group first in FROM as its joins (PostgreSQL and DuckDB write
+    their views' bodies so)."""
+    try:
+        with quiet_sqlglot():
+            trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None and not isinstance(t, exp.Semicolon)]
+    except (SqlglotError, ValueError, RecursionError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return f"unparseable SQL: {first}"
+    keep(trees)  # by the rule's analysis, until it is done
+    if len(trees) != 1:
+        return "not a single statement"
+    tree = cast(exp.Expression, trees[0])
+    for node in list(tree.find_all(exp.Subquery)):
+        if not isinstance(node.this, exp.Table) or node.alias or not isinstance(node.parent, (exp.From, exp.Join)):
+            continue
+        grouped = node.this.args.get("joins")
+        if not grouped:
+            node.replace(node.this)  # the subquery node is dropped with the parse's other trees
+        elif isinstance(node.parent, exp.From) and isinstance(node.parent.parent, exp.Select):
+            # ``FROM (a JOIN b ON ...) JOIN c``: joins group to the left, so the parentheses change nothing.
+            select = node.parent.parent
+            table = node.this
+            table.set("joins", None)
+            node.replace(table)
+            select.set("joins", [*grouped, *(select.args.get("joins") or [])])
+    return tree

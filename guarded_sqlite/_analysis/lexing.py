@@ -28,7 +28,7 @@ from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]  # sql
 
 from .trees import dialect_named
 
-__all__ = ["mysql_reading_problem", "named_anywhere", "unsafe_character"]
+__all__ = ["STRING_TOKENS", "mysql_reading_problem", "named_anywhere", "unsafe_character"]
 
 
 def named_anywhere(sql: str, names: frozenset[str]) -> str | None:
@@ -205,7 +205,7 @@ _PLAIN_STOPS = {quote: re.compile(re.escape(quote)) for quote in "'\"`"}
 _ESCAPED_STOPS = {quote: re.compile("[" + re.escape(quote) + r"\\]") for quote in "'\"`"}
 
 
-_QUOTED_TOKENS = frozenset(
+STRING_TOKENS = frozenset(
     {
         TokenType.STRING,
         TokenType.NATIONAL_STRING,
@@ -214,9 +214,11 @@ _QUOTED_TOKENS = frozenset(
         TokenType.BIT_STRING,
         TokenType.BYTE_STRING,
         TokenType.HEX_STRING,
-        TokenType.IDENTIFIER,
     }
 )
+"""sqlglot's tokens of string literals, in every form (national, raw, heredoc, bit, byte, hex)."""
+
+_QUOTED_TOKENS = STRING_TOKENS | {TokenType.IDENTIFIER}
 
 
 def _token_classes(sql: str, tokens: list[Token]) -> bytearray:

@@ -11,7 +11,7 @@ from functools import lru_cache
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # sqlglot re-exports it
 
-from .lexing import named_anywhere
+from .lexing import STRING_TOKENS, named_anywhere
 from .trees import dialect_named
 
 __all__ = [
@@ -369,17 +369,6 @@ def _denied_name(sql: str, dialect: str, names: frozenset[str]) -> str | None:
     return None
 
 
-_LITERALS = frozenset(
-    {
-        TokenType.STRING,
-        TokenType.NATIONAL_STRING,
-        TokenType.RAW_STRING,
-        TokenType.HEREDOC_STRING,
-        TokenType.BIT_STRING,
-        TokenType.BYTE_STRING,
-        TokenType.HEX_STRING,
-        TokenType.NUMBER,
-    }
-)
+_LITERALS = STRING_TOKENS | {TokenType.NUMBER}
 
 _UNICODE_IDENTIFIER = re.compile(r'[uU]&"')

@@ -54,6 +54,7 @@ __all__ = [
     "WritableNotRestored",
     "engine_for",
     "execute_with",
+    "isinstance_loaded",
     "pg_statement_timeout",
 ]
 
@@ -94,19 +95,36 @@ def engine_for(connection: Any, dialect: str | None = None) -> Engine:
     return detected
 
 
+_DRIVER_CONNECTIONS = (
+    ("duckdb", "DuckDBPyConnection", DUCKDB),
+    ("psycopg", "Connection", POSTGRES),
+    ("pymysql", "connections.Connection", MYSQL),
+    ("chdb.dbapi.connections", "Connection", CLICKHOUSE),
+)
+"""Each driver's connection class (module, dotted name) and its engine."""
+
+
 def _detect(connection: Any) -> Engine | None:
     if isinstance(connection, sqlite3.Connection):
         return SQLITE
-    duckdb = sys.modules.get("duckdb")
-    if duckdb is not None and isinstance(connection, duckdb.DuckDBPyConnection):
-        return DUCKDB
-    psycopg = sys.modules.get("psycopg")
-    if psycopg is not None and isinstance(connection, psycopg.Connection):
-        return POSTGRES
-    pymysql = sys.modules.get("pymysql")
-    if pymysql is not None and isinstance(connection, pymysql.connections.Connection):
-        return MYSQL
-    chdb_connections = sys.modules.get("chdb.dbapi.connections")
-    if chdb_connections is not None and isinstance(connection, chdb_connections.Connection):
-        return CLICKHOUSE
+    for module, name, engine in _DRIVER_CONNECTIONS:
+        if isinstance_loaded(connection, module, name):
+            return engine
     return None
+
+
+def isinstance_loaded(value: object, module: str, name: str) -> bool:
+    """``isinstance(value, <module>.<name>)`` (``name`` may be dotted) without importing ``module``: False
+    while it is not imported, since no object of a driver exists before its module is imported.
+
+    >>> isinstance_loaded(ValueError("x"), "builtins", "Exception")
+    True
+    >>> isinstance_loaded(object(), "a_driver_never_imported", "Connection")
+    False
+    """
+    found: Any = sys.modules.get(module)
+    for part in name.split("."):
+        if found is None:
+            return False
+        found = getattr(found, part, None)
+    return found is not None and isinstance(value, found)

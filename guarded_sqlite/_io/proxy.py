@@ -561,37 +561,7 @@ def _added_by_subclass(cls: type, name: str) -> Any:
     return None
 
 
-class ClientBoundCursor(CursorProxy):
-    """A guarded cursor of a driver that binds parameters on the client (``mogrify``: PyMySQL, chDB):
-    the server receives exactly the bound text, which is the one the guard reads, rewrites and runs
-    again (sqlglot's mysql and clickhouse dialects have no ``%s`` placeholder). Rescue candidates are
-    bound the same way where the parameters fit them (``CANDIDATE_ERRORS``: what a misfit raises)."""
-
-    CANDIDATE_ERRORS: tuple[type[Exception], ...] = (TypeError, ValueError, KeyError)
-
-    def execute(self, query: str, args: Any = None, /, **rescue_inputs: Any) -> int:  # type: ignore[override]
-        if args is not None:
-            raw = self.__wrapped__
-            query = raw.mogrify(query, args)
-            candidates = rescue_inputs.get("candidates")
-            if candidates is not None:
-                rescue_inputs["candidates"] = [self._bound(candidate, args) for candidate in candidates]
-        super().execute(query, NO_PARAMETERS, **rescue_inputs)
-        result: int = self.rowcount
-        return result
-
-    def _bound(self, candidate: str, args: Any) -> str:
-        """A rescue candidate with the statement's parameters bound, or as written when they do not fit it
-        (then it fails, or runs, as a candidate on its own: never the caller's statement)."""
-        try:
-            bound: str = self.__wrapped__.mogrify(candidate, args)
-        except self.CANDIDATE_ERRORS:
-            return candidate
-        return bound
-
-
 __all__ = [
-    "ClientBoundCursor",
     "ConnectionProxy",
     "CursorProxy",
     "GuardedConnection",

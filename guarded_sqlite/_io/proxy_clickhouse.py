@@ -11,10 +11,10 @@ output: CSV, Arrow, ...) pass through unprobed.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
-from .._guard.decide import run_unprobed
-from .proxy import ClientBoundCursor, ConnectionProxy, CursorProxy
+from .client_bound import ClientBoundConnection, ClientBoundCursor
+from .proxy import CursorProxy
 
 
 class ChDBCursor(ClientBoundCursor):
@@ -22,13 +22,7 @@ class ChDBCursor(ClientBoundCursor):
 
     # chDB binds what fits a candidate and leaves the rest, or raises IndexError where too few fit.
     CANDIDATE_ERRORS = (*ClientBoundCursor.CANDIDATE_ERRORS, IndexError)
-
-    def executemany(self, query: str, args: Any, /, **kwargs: Any) -> int:  # type: ignore[override]
-        done: list[Any] = []
-        raw = self.__wrapped__
-        run_unprobed(self, self._self_guard.in_scope(), query, True, lambda: done.append(raw.executemany(query, args)))
-        result: int = done[0]
-        return result
+    EMPTY_ROWCOUNT = -1  # chDB counts an empty result as -1
 
     def fetchmany(self, size: Any = 1) -> Any:
         return tuple(super().fetchmany(1 if size is None else size))
@@ -36,24 +30,8 @@ class ChDBCursor(ClientBoundCursor):
     def fetchall(self) -> Any:
         return tuple(super().fetchall())
 
-    @property
-    def rowcount(self) -> int:
-        raw_count: int = self.__wrapped__.rowcount
-        state = self._self_state
-        if state is None or state.action == "none" or state.final_rows is None:
-            return raw_count
-        final_rows: int = state.final_rows
-        return final_rows if final_rows else -1  # chDB counts an empty result as -1
 
-    def __enter__(self) -> ChDBCursor:
-        self.__wrapped__.__enter__()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> Any:
-        return self.__wrapped__.__exit__(*exc_info)
-
-
-class ChDBConnectionProxy(ConnectionProxy):
+class ChDBConnectionProxy(ClientBoundConnection):
     """``wrap()``'s guarded chDB connection. Like chDB's own it has no ``execute``; ``with conn as cur``
     gives a guarded cursor (chDB's gives a cursor, not the connection) and closes the connection after."""
 
@@ -68,15 +46,3 @@ class ChDBConnectionProxy(ConnectionProxy):
 
     def __exit__(self, *exc_info: Any) -> Any:
         return self.__wrapped__.__exit__(*exc_info)
-
-    @property
-    def execute(self) -> NoReturn:
-        raise AttributeError("'Connection' object has no attribute 'execute'")
-
-    @property
-    def executemany(self) -> NoReturn:
-        raise AttributeError("'Connection' object has no attribute 'executemany'")
-
-    @property
-    def executescript(self) -> NoReturn:
-        raise AttributeError("'Connection' object has no attribute 'executescript'")

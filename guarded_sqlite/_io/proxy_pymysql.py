@@ -11,10 +11,11 @@ server-side cursors do. ``callproc`` and ``nextset`` pass through unprobed.
 from __future__ import annotations
 
 import operator
-from typing import Any, NoReturn
+from typing import Any
 
-from .._guard.decide import run_unprobed, settle, unprobed
-from .proxy import ClientBoundCursor, ConnectionProxy, CursorProxy
+from .._guard.decide import settle, unprobed
+from .client_bound import ClientBoundConnection, ClientBoundCursor
+from .proxy import CursorProxy
 
 _UNBUFFERED = "unbuffered cursor (SSCursor): rows stream from the server unbuffered and unprobed"
 _PROCEDURE = "callproc(): a stored procedure's results are not probed"
@@ -22,13 +23,6 @@ _PROCEDURE = "callproc(): a stored procedure's results are not probed"
 
 class PyMySQLCursor(ClientBoundCursor):
     """A guarded PyMySQL cursor (``Cursor``, ``DictCursor`` and their subclasses)."""
-
-    def executemany(self, query: str, args: Any, /, **kwargs: Any) -> int | None:  # type: ignore[override]
-        done: list[Any] = []
-        raw = self.__wrapped__
-        run_unprobed(self, self._self_guard.in_scope(), query, True, lambda: done.append(raw.executemany(query, args)))
-        result: int | None = done[0]
-        return result
 
     def callproc(self, procname: str, args: Any = ()) -> Any:
         raw = self.__wrapped__
@@ -79,15 +73,6 @@ class PyMySQLCursor(ClientBoundCursor):
         return _as_driver(raw, super().fetchall(), [])
 
     @property
-    def rowcount(self) -> int:
-        raw_count: int = self.__wrapped__.rowcount
-        state = self._self_state
-        if state is None or state.action == "none" or state.final_rows is None:
-            return raw_count
-        final_rows: int = state.final_rows
-        return final_rows
-
-    @property
     def rownumber(self) -> int | None:
         rows, state = self._self_rows, self._self_state
         if state is None or rows is self.__wrapped__ or state.final_rows is None:
@@ -96,13 +81,6 @@ class PyMySQLCursor(ClientBoundCursor):
         remaining = len(rows) if type(rows) is list else operator.length_hint(rows)
         served: int = state.final_rows - remaining
         return served
-
-    def __enter__(self) -> PyMySQLCursor:
-        self.__wrapped__.__enter__()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> Any:
-        return self.__wrapped__.__exit__(*exc_info)
 
 
 def _as_driver(raw: Any, rows: list[Any], empty: Any) -> Any:
@@ -130,7 +108,7 @@ class PyMySQLStreamingCursor(PyMySQLCursor):
         return result
 
 
-class PyMySQLConnectionProxy(ConnectionProxy):
+class PyMySQLConnectionProxy(ClientBoundConnection):
     """``wrap()``'s guarded PyMySQL connection: its cursors are this module's. Like PyMySQL's own it has
     no ``execute``; ``query()`` (PyMySQL's low-level call, which reads no rows through a cursor) passes
     through unguarded."""
@@ -139,15 +117,3 @@ class PyMySQLConnectionProxy(ConnectionProxy):
         import pymysql.cursors
 
         return PyMySQLStreamingCursor if isinstance(raw_cursor, pymysql.cursors.SSCursor) else PyMySQLCursor
-
-    @property
-    def execute(self) -> NoReturn:
-        raise AttributeError("'Connection' object has no attribute 'execute'")
-
-    @property
-    def executemany(self) -> NoReturn:
-        raise AttributeError("'Connection' object has no attribute 'executemany'")
-
-    @property
-    def executescript(self) -> NoReturn:
-        raise AttributeError("'Connection' object has no attribute 'executescript'")

@@ -7,6 +7,7 @@ import re
 import sqlite3
 import sys
 
+from .._engines import isinstance_loaded
 from ._calls import QueryRefused
 
 __all__ = [
@@ -119,21 +120,22 @@ def lost_again(lost: BaseException) -> QueryRefused:
     )
 
 
+_DRIVER_ERRORS = (
+    ("duckdb", "Error"),
+    ("psycopg", "Error"),
+    ("pymysql", "Error"),
+    # chDB raises chdb._exceptions.ChdbError (a RuntimeError; chdb.ChdbError is another class), and its
+    # dbapi's err.Error for misuse (a closed connection).
+    ("chdb._exceptions", "ChdbError"),
+    ("chdb.dbapi.err", "Error"),
+)
+
+
 def is_database_error(failure: Exception) -> bool:
     if isinstance(failure, sqlite3.Error):
         return True
     # The other drivers' errors can only come from a driver already imported: none is imported here.
-    for name in ("duckdb", "psycopg", "pymysql"):
-        driver = sys.modules.get(name)
-        if driver is not None and isinstance(failure, driver.Error):
-            return True
-    # chDB raises chdb._exceptions.ChdbError (a RuntimeError; chdb.ChdbError is another class), and its
-    # dbapi's err.Error for misuse (a closed connection).
-    chdb = sys.modules.get("chdb._exceptions")
-    if chdb is not None and isinstance(failure, chdb.ChdbError):
-        return True
-    errors = sys.modules.get("chdb.dbapi.err")
-    return errors is not None and isinstance(failure, errors.Error)
+    return any(isinstance_loaded(failure, module, name) for module, name in _DRIVER_ERRORS)
 
 
 def _is_postgres_denial(failure: Exception) -> bool:

@@ -16,7 +16,6 @@ chdb is imported only when a copy is made.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
@@ -25,8 +24,18 @@ from typing import Any
 
 from .._analysis.transpile import NotOneStatement, TranspileError, fold, transpile
 from ..errors import describe_error
-from .copy_source import ColumnPlan, Decoder, plan_notes, plan_sqlite, read_batches, schema_names, source_key
-from .loaders import PathLike, open_read_only
+from .copy_source import (
+    ColumnPlan,
+    open_decoded,
+    plan_notes,
+    plan_sqlite,
+    read_batches,
+    read_record,
+    schema_names,
+    source_key,
+    write_record,
+)
+from .loaders import PathLike
 from .records import DatabaseCopy
 
 __all__ = ["clickhouse_database_name", "clickhouse_folder", "connect_clickhouse", "copy_to_clickhouse"]
@@ -84,7 +93,7 @@ def copy_to_clickhouse(path: PathLike, db_id: str, con: Any, cache_dir: PathLike
     try:
         cur.execute(f"SELECT count() FROM system.databases WHERE name = '{database}'")
         exists = bool(cur.fetchall()[0][0])
-        recorded = _read_json(record_path)
+        recorded = read_record(record_path)
         if exists and recorded is not None and all(recorded.get(name) == value for name, value in key.items()):
             return DatabaseCopy(
                 db_id, "clickhouse", database, "reused", round(time.perf_counter() - started, 4),
@@ -95,9 +104,7 @@ def copy_to_clickhouse(path: PathLike, db_id: str, con: Any, cache_dir: PathLike
         notes = plan_notes(plan)
         cur.execute(f"DROP DATABASE IF EXISTS {_quote(database)}")
         cur.execute(f"CREATE DATABASE {_quote(database)}")
-        source = open_read_only(path)
-        decoder = Decoder()
-        source.text_factory = decoder
+        source, decoder = open_decoded(path)
         rows = 0
         try:
             for table in plan.tables:
@@ -129,21 +136,10 @@ def copy_to_clickhouse(path: PathLike, db_id: str, con: Any, cache_dir: PathLike
                     notes.append(f"view {view} not copied: {describe_error(error)}")
         finally:
             source.close()
-        if decoder.replaced:
-            notes.append(f"{decoder.replaced} text value(s) were not valid UTF-8; invalid bytes replaced by U+FFFD")
+        notes.extend(decoder.notes())
     finally:
         cur.close()
     seconds = round(time.perf_counter() - started, 4)
     record = {**key, "db_id": db_id, "tables": len(plan.tables), "rows": rows, "notes": notes, "seconds": seconds}
-    temporary = record_path.with_name(f"{record_path.name}.tmp{os.getpid()}")
-    temporary.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    os.replace(temporary, record_path)
+    write_record(record_path, record)
     return DatabaseCopy(db_id, "clickhouse", database, "copied", seconds, len(plan.tables), rows, tuple(notes))
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

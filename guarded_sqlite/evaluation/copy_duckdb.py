@@ -4,18 +4,25 @@ recording what each was copied from (see ``copy`` for the rules)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from .._analysis.transpile import NotOneStatement, TranspileError, transpile
 from ..errors import describe_error
-from .copy_source import Decoder, plan_notes, plan_sqlite, quote, read_batches, schema_names, source_key
-from .loaders import PathLike, open_read_only
+from .copy_source import (
+    open_decoded,
+    plan_notes,
+    plan_sqlite,
+    quote,
+    read_batches,
+    read_record,
+    schema_names,
+    source_key,
+    write_record,
+)
+from .loaders import PathLike
 from .records import DatabaseCopy
 
 _DUCKDB_TYPES = {"integer": "BIGINT", "real": "DOUBLE", "text": "VARCHAR", "blob": "BLOB"}
@@ -44,7 +51,7 @@ def copy_to_duckdb(path: PathLike, db_id: str, cache_dir: PathLike | None = None
     target = duckdb_copy_path(path, db_id, folder)
     sidecar = target.with_name(target.name + ".json")
     key = {**source_key(path), "duckdb_version": duckdb.__version__}
-    recorded = _read_json(sidecar)
+    recorded = read_record(sidecar)
     if recorded is not None and target.is_file() and all(recorded.get(name) == value for name, value in key.items()):
         return DatabaseCopy(
             db_id,
@@ -62,9 +69,7 @@ def copy_to_duckdb(path: PathLike, db_id: str, cache_dir: PathLike | None = None
     building = target.with_name(f"{target.name}.tmp{os.getpid()}")
     for leftover in (building, building.with_name(building.name + ".wal")):
         leftover.unlink(missing_ok=True)
-    source = open_read_only(path)
-    decoder = Decoder()
-    source.text_factory = decoder
+    source, decoder = open_decoded(path)
     rows = 0
     con = duckdb.connect(str(building))
     try:
@@ -91,11 +96,10 @@ def copy_to_duckdb(path: PathLike, db_id: str, cache_dir: PathLike | None = None
     finally:
         source.close()
     con.close()
-    if decoder.replaced:
-        notes.append(f"{decoder.replaced} text value(s) were not valid UTF-8; invalid bytes replaced by U+FFFD")
+    notes.extend(decoder.notes())
     os.replace(building, target)
     seconds = round(time.perf_counter() - started, 4)
-    _write_json(
+    write_record(
         sidecar,
         {
             **key,
@@ -108,17 +112,3 @@ def copy_to_duckdb(path: PathLike, db_id: str, cache_dir: PathLike | None = None
         },
     )
     return DatabaseCopy(db_id, "duckdb", str(target), "copied", seconds, len(plan.tables), rows, tuple(notes))
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    temporary = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    temporary.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(temporary, path)

@@ -22,8 +22,8 @@ from typing import Any
 from .._analysis.transpile import fold, transpile
 from .._extras import install_hint
 from ..errors import describe_error
-from .copy_source import Decoder, TablePlan, plan_notes, plan_sqlite, quote, read_batches, schema_names, source_key
-from .loaders import InputError, PathLike, open_read_only
+from .copy_source import TablePlan, open_decoded, plan_notes, plan_sqlite, quote, read_batches, schema_names, source_key
+from .loaders import InputError, PathLike
 from .records import DatabaseCopy
 
 MYSQL_META_DATABASE = "guarded_sqlite"
@@ -204,9 +204,7 @@ def _copy_locked(con: Any, path: PathLike, db_id: str, prefix: str, collation: s
     cursor.execute(f"DELETE FROM {MYSQL_META_DATABASE}.{MYSQL_META_TABLE} WHERE database_name = %s", (database,))
     cursor.execute(f"DROP DATABASE IF EXISTS {target}")
     cursor.execute(f"CREATE DATABASE {target} CHARACTER SET utf8mb4 COLLATE {chosen}")
-    source = open_read_only(path)
-    decoder = Decoder()
-    source.text_factory = decoder
+    source, decoder = open_decoded(path)
     rows = 0
     not_finite = 0
     try:
@@ -247,8 +245,7 @@ def _copy_locked(con: Any, path: PathLike, db_id: str, prefix: str, collation: s
             cursor.fetchall()
     finally:
         source.close()
-    if decoder.replaced:
-        notes.append(f"{decoder.replaced} text value(s) were not valid UTF-8; invalid bytes replaced by U+FFFD")
+    notes.extend(decoder.notes())
     if not_finite:
         notes.append(f"{not_finite} real value(s) were infinite or NaN, which MySQL cannot store; copied as NULL")
     seconds = round(time.perf_counter() - started, 4)

@@ -11,8 +11,8 @@ from typing import Any
 from .._analysis.transpile import fold, transpile
 from .._extras import install_hint
 from ..errors import describe_error
-from .copy_source import Decoder, plan_notes, plan_sqlite, quote, read_batches, schema_names, source_key
-from .loaders import InputError, PathLike, open_read_only
+from .copy_source import open_decoded, plan_notes, plan_sqlite, quote, read_batches, schema_names, source_key
+from .loaders import InputError, PathLike
 from .records import DatabaseCopy
 
 DEFAULT_PG_SCHEMA_PREFIX = "spider_"
@@ -103,9 +103,7 @@ def _copy_to_postgres_locked(con: Any, path: PathLike, db_id: str, prefix: str) 
     plan = plan_sqlite(path)
     notes = plan_notes(plan)
     names = schema_names(path)
-    source = open_read_only(path)
-    decoder = Decoder()
-    source.text_factory = decoder
+    source, decoder = open_decoded(path)
     rows = 0
     nul_stripped = 0
     quoted_schema = quote(schema)
@@ -145,8 +143,7 @@ def _copy_to_postgres_locked(con: Any, path: PathLike, db_id: str, prefix: str) 
                         con.execute(statement)
                 except Exception as error:  # not transpilable, or refused by PostgreSQL
                     notes.append(f"view {name} not copied: {describe_error(error)}")
-            if decoder.replaced:
-                notes.append(f"{decoder.replaced} text value(s) were not valid UTF-8; invalid bytes replaced by U+FFFD")
+            notes.extend(decoder.notes())
             if nul_stripped:
                 notes.append(f"{nul_stripped} text value(s) held NUL characters, which PostgreSQL text cannot; removed")
             for table in plan.tables:

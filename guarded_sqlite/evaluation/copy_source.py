@@ -3,8 +3,10 @@ rows read in batches already converted to those types (see ``copy`` for the rule
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,6 +183,20 @@ class Decoder:
             self.replaced += 1
             return data.decode("utf-8", errors="replace")
 
+    def notes(self) -> list[str]:
+        """The copy's note on the values decoded with replacements, if there were any."""
+        if not self.replaced:
+            return []
+        return [f"{self.replaced} text value(s) were not valid UTF-8; invalid bytes replaced by U+FFFD"]
+
+
+def open_decoded(path: PathLike) -> tuple[sqlite3.Connection, Decoder]:
+    """The SQLite file opened read-only, its text read through a fresh ``Decoder`` (returned with it)."""
+    source = open_read_only(path)
+    decoder = Decoder()
+    source.text_factory = decoder
+    return source, decoder
+
 
 def read_batches(con: sqlite3.Connection, table: TablePlan) -> Iterator[list[tuple[Any, ...]]]:
     """The table's rows in SQLite's order, each value already converted to its column's type."""
@@ -223,3 +239,19 @@ def plan_notes(plan: SourcePlan) -> list[str]:
                 declared = f" ({column.declared})" if column.declared else ""
                 notes.append(f"{table.name}.{column.name}{declared}: {column.note}")
     return notes
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A copy's JSON record, or None where it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_record(path: Path, data: Mapping[str, Any]) -> None:
+    """Write a copy's JSON record whole or not at all (a temporary file renamed over it)."""
+    temporary = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    temporary.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(temporary, path)

@@ -23,16 +23,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("_rules",),
     ("_guard",),
     ("_io",),
-    ("_api", "_moved"),
+    ("_api",),
     ("pytest_plugin", "evaluation"),
     ("agent",),
     ("cli", "__main__"),
-    ("", "audit", "langchain_tools", "llama_index_tools", "lockdown", "mcp_server", "worker"),
-    ("deadlines", "provenance", "rewrite"),
+    ("",),
 )
 """The package's layers, lowest first: a module imports (lazily or not) only from its own layer or the
 ones below. Each name is a subpackage (all its modules) or a top-level module; ``""`` is the package
-itself (``guarded_sqlite/__init__.py``, the public face), last with the old paths' shims."""
+itself (``guarded_sqlite/__init__.py``, the public face)."""
 
 SQLGLOT_USERS = {"_analysis"}
 """The one layer that imports sqlglot: the rules ask it their questions of a statement, and the layers

@@ -348,6 +348,28 @@ def test_session_state_does_not_outlive_a_call(open_my: OpenDb, my_shop: MyShop,
     assert db.query("SELECT @@SESSION.character_set_client, @@autocommit").rows == (("utf8mb4", 1),)
 
 
+DISTINCT_ON_DISK = "SELECT COUNT(*) FROM (SELECT DISTINCT CONCAT(seq, REPEAT('x', 200)) AS v FROM seq_1_to_{n}) AS t"
+"""A DISTINCT whose temporary table holds ~200 bytes a row: past 16 MiB of the server's memory it goes to disk."""
+
+
+def test_a_temporary_table_past_the_disk_cap_is_refused(
+    open_my: OpenDb, my_shop: MyShop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43 item 4: a call's temporary tables write at most ``tmp_disk_table_size`` of rows to the
+    server's disk (512 MiB; 8 MiB here, so the test writes little), set for the call only: the session
+    reset returns it to the server's value between calls."""
+    monkeypatch.setattr(lockdown, "MARIADB_TMP_DISK_TABLE_SIZE", 8 * 1024 * 1024)
+    db = open_my(timeout=30)
+    assert db.query("SELECT @@SESSION.tmp_disk_table_size").rows == ((8 * 1024 * 1024,),)
+    refused = refusal(db, DISTINCT_ON_DISK.format(n=200_000))
+    assert refused.kind == "too_large" and "temporary disk space" in str(refused), str(refused)
+    assert "/" not in str(refused).split("(", 1)[1]  # the server names no path: "The table '(temporary)'"
+    assert db.query(DISTINCT_ON_DISK.format(n=20_000)).rows == ((20_000,),)  # 4 MB: within the cap
+    with db._mysql.raw.cursor() as cursor:  # between calls: the server's own value again
+        cursor.execute("SELECT @@SESSION.tmp_disk_table_size = @@GLOBAL.tmp_disk_table_size")
+        assert cursor.fetchone() == (1,)
+
+
 def test_row_and_character_limits_hold(open_my: OpenDb) -> None:
     db = open_my(max_rows=5, max_chars=2_000)
     assert refusal(db, "SELECT seq FROM seq_1_to_1000").kind == "too_large"
@@ -408,13 +430,14 @@ def test_in_a_worker_process_a_timeout_and_the_next_call(open_my: OpenDb) -> Non
 def test_a_handed_in_connection_keeps_its_settings_and_is_checked(my_shop: MyShop) -> None:
     raw = my_shop.database.connect(autocommit=True)
     with raw.cursor() as cur:
-        cur.execute("SET SESSION max_statement_time = 7")
+        cur.execute("SET SESSION max_statement_time = 7, tmp_disk_table_size = 12345678")
     db = GuardedDatabase(wrap(raw), timeout=1.0)
     assert db.query(FAN_OUT).report.trigger is not None
+    assert db.query("SELECT @@SESSION.tmp_disk_table_size").rows == ((lockdown.MARIADB_TMP_DISK_TABLE_SIZE,),)
     assert refusal(db, "SELECT SLEEP(10)").kind == "timeout"
     with raw.cursor() as cur:
-        cur.execute("SELECT @@SESSION.max_statement_time, @@in_transaction")
-        assert cur.fetchone() == (7.0, 0)  # its own limit put back, no transaction left open
+        cur.execute("SELECT @@SESSION.max_statement_time, @@in_transaction, @@SESSION.tmp_disk_table_size")
+        assert cur.fetchone() == (7.0, 0, 12345678)  # its own settings put back, no transaction left open
 
     multi = my_shop.database.connect(client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS)
     with pytest.raises(ValueError, match="MULTI_STATEMENTS"):
@@ -474,8 +497,9 @@ def test_on_mysql_s_own_server_the_limit_is_max_execution_time() -> None:
     lockdown.start_mysql_call(mysql, allow_writes=False, time_limit=1.5)
     lockdown.start_mysql_call(maria, allow_writes=True, time_limit=float("inf"))
     mode = f"sql_mode = '{lockdown.MYSQL_SQL_MODE}'"
+    disk = f"tmp_disk_table_size = {lockdown.MARIADB_TMP_DISK_TABLE_SIZE}"  # MySQL has no such session setting
     assert mysql.sent == [f"SET SESSION max_execution_time = 1500, {mode}", "START TRANSACTION READ ONLY"]
-    assert maria.sent == [f"SET SESSION max_statement_time = 0.000, {mode}", "START TRANSACTION"]
+    assert maria.sent == [f"SET SESSION max_statement_time = 0.000, {mode}, {disk}", "START TRANSACTION"]
 
 
 # --- the surfaces --------------------------------------------------------------------------------------

@@ -287,9 +287,30 @@ def test_the_server_s_paths_are_hidden_from_the_select_only_account(open_my: Ope
         "SELECT @@GLOBAL . `TmpDir` AS t",
         "SELECT @@global./**/socket AS s",
         "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'BASEDIR'",
+        "SELECT GLOBAL_VALUE FROM information_schema.SYSTEM_VARIABLES WHERE VARIABLE_NAME = 'DATADIR'",
+        "SELECT @@innodb_undo_directory AS u",
+        "SHOW VARIABLES LIKE 'datadir'",
     ):
-        assert refusal(db, sql).kind == "denied", sql
+        assert refusal(db, sql).kind in ("denied", "write"), sql
     assert db.query("SELECT @@version LIKE '%MariaDB%' AS m").rows == ((1,),)
+
+
+def test_every_variable_that_holds_a_path_on_this_server_is_refused(open_my: OpenDb, my_shop: MyShop) -> None:
+    """The list of path variables is checked against the server itself: every system variable whose
+    value (or default) names a folder or file here is one the tool refuses to read."""
+    from guarded_sqlite._analysis.statements import MYSQL_PATH_VARIABLES
+
+    with my_shop.admin() as cur:
+        cur.execute(
+            "SELECT LOWER(VARIABLE_NAME) FROM information_schema.SYSTEM_VARIABLES WHERE "
+            "(GLOBAL_VALUE LIKE '%/%' OR DEFAULT_VALUE LIKE '%/%') AND VARIABLE_NAME <> 'SERVER_UID'"
+        )
+        paths = {row[0] for row in cur.fetchall()}
+    assert {"datadir", "tmpdir", "basedir", "plugin_dir", "socket"} <= paths  # the query finds them
+    assert paths <= MYSQL_PATH_VARIABLES, paths - MYSQL_PATH_VARIABLES
+    db = open_my(my_shop.reader())
+    for name in sorted(paths):
+        assert refusal(db, f"SELECT @@{name}").kind == "denied", name
 
 
 RUNAWAY = "SELECT LOCATE(CONCAT(REPEAT('a', 4000), 'b'), CONCAT(REPEAT('a', 1000000), '')) AS p"

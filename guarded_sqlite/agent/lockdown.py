@@ -22,7 +22,8 @@ setup:
   statements, held cursors, temporary tables and settings never outlive a call), and functions that
   reach past the call while it runs (advisory locks, signals to other backends, SQL given as text) are
   refused by name (``_analysis.statements.postgres_denied_call``). What the role may do (superuser,
-  server file access) is the operator's to withhold; see docs/agents.md.
+  server file access) is read when the tool opens a URI and refused unless the operator opts in
+  (``agent.privileges``); see docs/agents.md.
 - MySQL/MariaDB through PyMySQL (``mysql_session_problem``, ``start_mysql_call``,
   ``reset_mysql_session``): the driver's multi-statement flag off (the server then refuses a second
   statement as a syntax error), every call in ``START TRANSACTION READ ONLY`` (error 1792 on a write)

@@ -3,10 +3,11 @@
 The server is the session's throwaway one (``tests/mariadb_server.py``; CI sets
 GUARDED_SQLITE_REQUIRE_MARIADB=1, so there a missing server fails). Each test gets the demo shop in a
 database of its own, reached through a ``mysql://`` URI as ``GuardedDatabase.open`` and
-``guarded-sqlite mcp`` are given it. The account is the server's root unless a test says otherwise, so
-the refusals here are the tool's own (the statement check, the read-only transaction, the time limit,
-the session reset); ``no_checks`` switches the statement check off to show what the server enforces
-alone, and ``reader`` is the account docs/agents.md asks for.
+``guarded-sqlite mcp`` are given it. The account is the one docs/agents.md asks for (``MyShop.reader``:
+SELECT on the shop's database, nothing else), which the tool's check of its grants lets through; where a
+test needs an account that may write, to show that the read-only transaction refuses the write by
+itself, it connects as root with ``allow_privileged=True``. ``no_checks`` switches the statement check
+off to show what the server enforces alone.
 """
 
 from __future__ import annotations
@@ -56,13 +57,14 @@ TIMEOUT = 2.0
 
 
 class MyShop:
-    """The demo shop in a fresh database; ``uri`` reaches it as root."""
+    """The demo shop in a fresh database; ``uri`` reaches it as the account docs/agents.md asks for
+    (``reader``), ``root_uri`` as root (which the tool refuses unless ``allow_privileged``)."""
 
     def __init__(self, database: MariaDatabase) -> None:
         self.database = database
         params = database.params
         self.port = int(params["port"])
-        self.uri = f"mysql://root@{params['host']}:{self.port}/{database.name}"
+        self.root_uri = f"mysql://root@{params['host']}:{self.port}/{database.name}"
         with self.admin() as cur:
             for statement in MY_SHOP:
                 cur.execute(statement)
@@ -73,6 +75,7 @@ class MyShop:
             cur.executemany("INSERT INTO orders VALUES (%s, %s, %s)", orders)
             lines = [(o, p, 1) for o in range(1, 31) for p in range(1, len(PRODUCTS) + 1)]
             cur.executemany("INSERT INTO order_items VALUES (%s, %s, %s)", lines)
+        self.uri = self.reader()
 
     def admin(self) -> Any:
         """A cursor of a new plain autocommit connection on the shop (the connection is the fixture's)."""
@@ -192,7 +195,7 @@ def test_percent_signs_are_text_and_parameters_are_bound(open_my: OpenDb) -> Non
 )
 def test_statements_the_tool_refuses_by_reading_them(open_my: OpenDb, my_shop: MyShop, sql: str, kind: str) -> None:
     before = my_shop.checksum()
-    db = open_my()
+    db = open_my(my_shop.root_uri, allow_privileged=True)  # root may write files: the reading refuses it
     assert refusal(db, sql).kind == kind
     assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
     assert my_shop.checksum() == before
@@ -214,7 +217,7 @@ def test_with_the_checks_off_the_read_only_transaction_refuses_writes(
     with my_shop.admin() as cur:
         cur.execute("CREATE FUNCTION wipe() RETURNS INT MODIFIES SQL DATA BEGIN DELETE FROM order_items; RETURN 1; END")
     before = my_shop.checksum()
-    db = open_my()
+    db = open_my(my_shop.root_uri, allow_privileged=True)  # an account that may write: the transaction stops it
     refused = refusal(db, sql)
     assert refused.kind == "write" and "READ ONLY" in str(refused), str(refused)
     assert my_shop.checksum() == before

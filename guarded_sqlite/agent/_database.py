@@ -61,8 +61,8 @@ class GuardedDatabase:
 
     A PostgreSQL connection must have no transaction open: each call opens its own (``READ ONLY``
     and rolled back unless ``allow_writes``; with writes, committed when the statement succeeds), so
-    autocommit on or off makes no difference to the tool. What the model can reach beyond that is what
-    the connection's role may do: connect as a role with SELECT privileges only (see docs/agents.md).
+    autocommit on or off makes no difference to the tool. Beyond that the model reaches what the role
+    may do, not read here: hand in a SELECT-only role's (``privileges.account_problem`` checks one).
     A PyMySQL connection must be in autocommit mode with no transaction open and no multi-statements;
     each call gets ``START TRANSACTION READ ONLY`` and the server's time limit (``_mysql_session``).
     A chDB connection's session gets the tool's limits as settings and then ``readonly = 1`` (unless

@@ -208,6 +208,27 @@ MYSQL_PATH_VARIABLES = frozenset(
         "relay_log_index",
         "secure_file_priv",
         "lc_messages_dir",
+        # Relative or empty by default, absolute wherever the operator configured them:
+        "innodb_undo_directory",
+        "innodb_data_file_path",
+        "innodb_temp_data_file_path",
+        "innodb_buffer_pool_filename",
+        "init_file",
+        "log_slow_query_file",
+        "log_tc",
+        "relay_log",
+        "relay_log_info_file",
+        "master_info_file",
+        "ft_stopword_file",
+        "ssl_ca",
+        "ssl_capath",
+        "ssl_cert",
+        "ssl_key",
+        "ssl_crl",
+        "ssl_crlpath",
+        "wsrep_provider",
+        "file_key_management_filename",
+        "server_audit_file_path",
     }
 )
 """MySQL/MariaDB system variables that hold absolute paths of the server's machine (any account reads
@@ -215,7 +236,14 @@ them as ``@@datadir``, ``@@global . `tmpdir```), which the agent tools hide as t
 DuckDB's file paths."""
 
 MYSQL_VARIABLE_TABLES = frozenset(
-    {"global_variables", "session_variables", "variables_by_thread", "persisted_variables", "variables_info"}
+    {
+        "global_variables",
+        "session_variables",
+        "system_variables",  # MariaDB's information_schema table: every variable's global and session value
+        "variables_by_thread",
+        "persisted_variables",
+        "variables_info",
+    }
 )
 """The ``information_schema``/``performance_schema`` tables that list every system variable, paths too."""
 

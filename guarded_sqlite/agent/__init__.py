@@ -27,8 +27,9 @@ MySQL and MariaDB through PyMySQL likewise (a ``mysql://`` or ``mariadb://`` URI
 
 Its modules: ``_calls`` (limits, ``QueryResult``, ``QueryRefused``), ``_database`` (``GuardedDatabase`` in
 this process), ``isolation`` (the same in a worker process, ``GuardedDatabase.open``'s default) and
-``_worker`` (that process), ``lockdown`` (what each engine enforces), ``schema_description`` (the schema
-text), ``audit`` (the MCP server's JSON-lines log), and the three surfaces. Importing the package loads
+``_worker`` (that process), ``lockdown`` (what each engine enforces), ``privileges`` (the grants of the
+account a PostgreSQL or MySQL/MariaDB URI connects as, read and refused at open), ``schema_description``
+(the schema text), ``audit`` (the MCP server's JSON-lines log), and the three surfaces. Importing the package loads
 none of the frameworks (``mcp``, langchain-core, llama-index-core) nor sqlglot.
 """
 

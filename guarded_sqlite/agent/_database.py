@@ -11,7 +11,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -61,8 +61,8 @@ class GuardedDatabase:
 
     A PostgreSQL connection must have no transaction open: each call opens its own (``READ ONLY``
     and rolled back unless ``allow_writes``; with writes, committed when the statement succeeds), so
-    autocommit on or off makes no difference to the tool. What the model can reach beyond that is what
-    the connection's role may do: connect as a role with SELECT privileges only (see docs/agents.md).
+    autocommit on or off makes no difference to the tool. Beyond that the model reaches what the role
+    may do, not read here: hand in a SELECT-only role's (``privileges.account_problem`` checks one).
     A PyMySQL connection must be in autocommit mode with no transaction open and no multi-statements;
     each call gets ``START TRANSACTION READ ONLY`` and the server's time limit (``_mysql_session``).
     A chDB connection's session gets the tool's limits as settings and then ``readonly = 1`` (unless
@@ -148,6 +148,7 @@ class GuardedDatabase:
         read_only: bool = False,
         allow_writes: bool = False,
         isolated: bool = True,
+        allow_privileged: bool = False,
         **limits: Any,
     ) -> GuardedDatabase:
         """Open a SQLite file (or a DuckDB file: ``.duckdb``/``.ddb``, or a PostgreSQL database given as a
@@ -167,9 +168,12 @@ class GuardedDatabase:
         the client receiving a huge value, which the worker's memory cap and its kill bound. ``read_only``
         (like the default) also sets ``default_transaction_read_only``. MySQL/MariaDB (``mysql://`` or
         ``mariadb://user@host:port/db``, needs PyMySQL) is opened and run the same way (``_mysql_session``).
+        On both, an account that may do more than read (files, other sessions, administration, writes
+        while ``allow_writes`` is off) is refused, naming its grants, unless ``allow_privileged=True``
+        (unsafe; ``agent.privileges``).
 
         Raises ``ValueError`` for a path that is not a usable database (or a server that refuses the
-        connection), with the reason."""
+        connection, or an account refused for its grants), with the reason."""
         from .._api import connect, wrap
         from .presenting import database_problem
 
@@ -180,9 +184,10 @@ class GuardedDatabase:
             isolated_class = GuardedDatabase._isolated
             if isolated_class is None:  # set when the package imports isolation, which a submodule import runs
                 raise RuntimeError("guarded_sqlite.agent.isolation has not registered the worker-process database")
-            return isolated_class(target, guard=guard, read_only=read_only, allow_writes=allow_writes, **limits)
+            options = {"read_only": read_only, "allow_writes": allow_writes, "allow_privileged": allow_privileged}
+            return isolated_class(target, guard=guard, **options, **limits)
         if is_postgres_dsn(path) or is_mysql_dsn(path):
-            return cls._open_server(str(path), guard=guard, allow_writes=allow_writes, **limits)
+            return cls._open_server(str(path), guard, allow_writes, allow_privileged, **limits)
         if is_chdb_dsn(path):
             from ._clickhouse_session import open_chdb
 
@@ -222,14 +227,15 @@ class GuardedDatabase:
             raise ValueError(f"{path}: cannot be opened ({' '.join(str(failure).split())})") from None
 
     @classmethod
-    def _open_server(cls, dsn: str, *, guard: Any, allow_writes: bool, **limits: Any) -> GuardedDatabase:
+    def _open_server(
+        cls, dsn: str, guard: Any, allow_writes: bool, allow_privileged: bool, **limits: Any
+    ) -> GuardedDatabase:
         """``open`` for a PostgreSQL or MySQL/MariaDB URI: the connection is this object's, so it is
         reset after every call and opened again when it was lost (``_postgres_session``,
-        ``_mysql_session``)."""
-        from ._mysql_session import open_mysql
-        from ._postgres_session import open_postgres
+        ``_mysql_session``), each time after its account's grants are read (``privileges``)."""
+        from .privileges import server_opener
 
-        opener = open_mysql if is_mysql_dsn(dsn) else open_postgres
+        opener = server_opener(dsn, allow_privileged=allow_privileged)
         policy = agent_policy(guard, limits)
         timeout = float(limits.get("timeout", DEFAULT_TIMEOUT))
         connection = opener(dsn, policy, allow_writes=allow_writes, connect_timeout=min(timeout, 30.0))
@@ -511,7 +517,8 @@ class GuardedDatabase:
                 old, self._unreset = self.connection, False
                 self.connection = self._reconnector.reopen(why, limit)
                 self._raw = self.connection.__wrapped__
-                _close_quietly(old)
+                with suppress(Exception):  # a connection the server ended has nothing left to close
+                    old.close()
             try:
                 return run()
             except _LostBeforeCall as lost:
@@ -634,13 +641,6 @@ _T = TypeVar("_T")
 
 class _LostBeforeCall(Exception):
     """The connection was found lost before the model's statement was sent: the call may run again."""
-
-
-def _close_quietly(connection: Any) -> None:
-    try:
-        connection.close()
-    except Exception:  # a connection the server ended has nothing left to close
-        pass
 
 
 _FETCH_BATCH = 16

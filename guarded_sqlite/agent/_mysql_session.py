@@ -227,12 +227,16 @@ class MySQLSession:
         """The server thread of a call stopped with ``KILL CONNECTION``, until the server says it ended."""
         raw = connection.__wrapped__
         name = "max_statement_time" if is_mariadb(raw) else "max_execution_time"
+        disk = ", @@SESSION.tmp_disk_table_size" if is_mariadb(raw) else ""
         with raw.cursor() as cursor:
-            cursor.execute(f"SELECT @@SESSION.{name}, @@SESSION.sql_mode")
+            cursor.execute(f"SELECT @@SESSION.{name}, @@SESSION.sql_mode{disk}")
             row = cursor.fetchone()
-        value, mode = row if not isinstance(row, dict) else tuple(row.values())
-        self._time_setting = f"SET SESSION {name} = {value}, sql_mode = {raw.escape(str(mode))}"
-        """What puts back a handed-in connection's own time limit and ``sql_mode`` after each call."""
+        value, mode, *size = row if not isinstance(row, dict) else tuple(row.values())
+        self._time_setting = f"SET SESSION {name} = {value}, sql_mode = {raw.escape(str(mode))}" + "".join(
+            f", tmp_disk_table_size = {int(bytes_)}" for bytes_ in size
+        )
+        """What puts back a handed-in connection's own time limit, ``sql_mode`` and (MariaDB) temporary
+        table size after each call."""
 
     @property
     def raw(self) -> Any:

@@ -87,6 +87,12 @@ def failure_refusal(
             f"Refused: the statement needed more memory than this tool allows a call ({message}). Select "
             "fewer or smaller values (substr, length, aggregates), or add a LIMIT.",
         )
+    if dialect == "mysql" and "The table '(temporary)' is full" in message:  # tmp_disk_table_size
+        return QueryRefused(
+            "too_large",
+            f"Refused: the statement needed more temporary disk space on the server than this tool allows a "
+            f"call ({message}). Filter or aggregate before grouping, DISTINCT or UNION, or add a LIMIT.",
+        )
     if _is_postgres_denial(failure) or _is_mysql_denial(failure):
         return QueryRefused(
             "write" if not allow_writes else "sql_error",

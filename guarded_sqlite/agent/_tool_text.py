@@ -70,6 +70,7 @@ class OpenOptions(TypedDict, total=False):
     guard: Any
     read_only: bool
     allow_writes: bool
+    allow_privileged: bool
     max_rows: int
     max_chars: int
     timeout: float

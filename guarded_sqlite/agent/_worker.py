@@ -38,6 +38,7 @@ def _serve(requests: Connection, answers: Connection) -> None:
             guard=options["guard"],
             read_only=options["read_only"],
             allow_writes=options["allow_writes"],
+            allow_privileged=options["allow_privileged"],
             isolated=False,
             **options["limits"],
         )

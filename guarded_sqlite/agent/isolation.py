@@ -205,12 +205,22 @@ class IsolatedDatabase(GuardedDatabase):
 
     # No defaults: ``open`` passes every option, and its defaults are the only ones (the child gets
     # these as they are, to pass them to ``open`` again).
-    def __init__(self, path: str | Path, *, guard: Any, read_only: bool, allow_writes: bool, **limits: Any) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        guard: Any,
+        read_only: bool,
+        allow_writes: bool,
+        allow_privileged: bool,
+        **limits: Any,
+    ) -> None:
         self._options: dict[str, Any] = {
             "path": str(path),
             "guard": guard,
             "read_only": read_only,
             "allow_writes": allow_writes,
+            "allow_privileged": allow_privileged,
             "limits": limits,
         }
         self._lock = threading.Lock()

@@ -97,8 +97,9 @@ def open_guarded_sql_tools(
     path: str | Path, **options: Unpack[OpenOptions]
 ) -> tuple[GuardedDatabase, list[FunctionTool]]:
     """``GuardedDatabase.open(path, **options)`` and ``guarded_sql_tools`` over it; ``options`` are
-    ``open``'s: ``guard`` (default ``"text_to_sql"``), ``read_only``, ``allow_writes``, ``max_rows``,
-    ``max_chars`` and ``timeout``. ``path`` is a SQLite or DuckDB file, or a ``postgresql://`` URI (each
-    call then runs in a read-only transaction of its own, unless ``allow_writes``). The database is
-    returned too, to be closed when the agent is done (``with db:`` works)."""
+    ``open``'s: ``guard`` (default ``"text_to_sql"``), ``read_only``, ``allow_writes``,
+    ``allow_privileged`` (unsafe: see ``agent.privileges``), ``max_rows``, ``max_chars`` and ``timeout``.
+    ``path`` is a SQLite or DuckDB file, or a ``postgresql://`` URI (each call then runs in a read-only
+    transaction of its own, unless ``allow_writes``). The database is returned
+    too, to be closed when the agent is done (``with db:`` works)."""
     return open_with_tools(guarded_sql_tools, path, **options)

@@ -22,7 +22,8 @@ setup:
   statements, held cursors, temporary tables and settings never outlive a call), and functions that
   reach past the call while it runs (advisory locks, signals to other backends, SQL given as text) are
   refused by name (``_analysis.statements.postgres_denied_call``). What the role may do (superuser,
-  server file access) is the operator's to withhold; see docs/agents.md.
+  server file access) is read when the tool opens a URI and refused unless the operator opts in
+  (``agent.privileges``); see docs/agents.md.
 - MySQL/MariaDB through PyMySQL (``mysql_session_problem``, ``start_mysql_call``,
   ``reset_mysql_session``): the driver's multi-statement flag off (the server then refuses a second
   statement as a syntax error), every call in ``START TRANSACTION READ ONLY`` (error 1792 on a write)
@@ -48,6 +49,7 @@ from typing import Any
 __all__ = [
     "DUCKDB_AGENT_CONFIG",
     "DUCKDB_SPILL_LIMIT",
+    "MARIADB_TMP_DISK_TABLE_SIZE",
     "MYSQL_SQL_MODE",
     "POSTGRES_TEXT_SETTINGS",
     "SQLITE_DENIED_FUNCTIONS",
@@ -595,20 +597,32 @@ def prepare_mysql_session(raw: Any, *, allow_writes: bool) -> None:
     raw.autocommit(True)  # sent only when the server's status says it is off
 
 
+MARIADB_TMP_DISK_TABLE_SIZE = 512 * 1024 * 1024
+"""Bytes of rows one internal temporary table of a call may write to the server's disk on MariaDB
+(``tmp_disk_table_size``, a session setting): a GROUP BY, DISTINCT, UNION or derived table past it
+fails with "The table '(temporary)' is full" (refused as ``too_large``), as DuckDB's spill stops at
+``DUCKDB_SPILL_LIMIT``. The table's index file beside it is not counted, nor a sort's merge files
+(docs/agents.md, "Every bound")."""
+
+
 def start_mysql_call(raw: Any, *, allow_writes: bool, time_limit: float | None) -> None:
     """The first statements of a call: the session's time limit (MariaDB's ``max_statement_time`` in
     seconds; MySQL's ``max_execution_time`` in milliseconds, which covers SELECT only; 0 for no limit)
     and ``MYSQL_SQL_MODE`` (again: a call with writes allowed may have changed it, and a handed-in
-    connection has the caller's), then ``START TRANSACTION READ ONLY`` unless writes are allowed. The
-    model cannot change any of these (``SET`` is not a query; executable comments and hints are
-    refused), and the reset after the call undoes them."""
+    connection has the caller's), on MariaDB ``MARIADB_TMP_DISK_TABLE_SIZE`` (MySQL has no session
+    setting for it), then ``START TRANSACTION READ ONLY`` unless writes are allowed. The model cannot
+    change any of these (``SET`` is not a query; executable comments and hints are refused), and the
+    reset after the call undoes them."""
     from .._engines.mysql import is_mariadb
 
     unlimited = time_limit is None or time_limit == float("inf")
     with raw.cursor() as cursor:
         if is_mariadb(raw):
             seconds = 0.0 if unlimited else max(0.001, float(time_limit or 0))
-            cursor.execute(f"SET SESSION max_statement_time = {seconds:.3f}, sql_mode = '{MYSQL_SQL_MODE}'")
+            cursor.execute(
+                f"SET SESSION max_statement_time = {seconds:.3f}, sql_mode = '{MYSQL_SQL_MODE}', "
+                f"tmp_disk_table_size = {MARIADB_TMP_DISK_TABLE_SIZE}"
+            )
         else:
             milliseconds = 0 if unlimited else max(1, int(float(time_limit or 0) * 1000))
             cursor.execute(f"SET SESSION max_execution_time = {milliseconds}, sql_mode = '{MYSQL_SQL_MODE}'")

@@ -46,7 +46,7 @@ def add_mcp_parser(commands: Any) -> None:
         help="a SQLite file, a DuckDB file (.duckdb, .ddb), a PostgreSQL URI (postgresql://user@host/db), a "
         "MySQL/MariaDB URI (mysql://user@host:3306/db or mariadb://...; the password from the URI or MYSQL_PWD), "
         "a chDB folder (chdb:///path/to/folder: ClickHouse embedded, opened by the tool's worker process); "
-        "connect as a role or account that may only SELECT",
+        "connect as a role or account that may only SELECT (another is refused: see --allow-privileged)",
     )
     command.add_argument(
         "--guard",
@@ -67,6 +67,13 @@ def add_mcp_parser(commands: Any) -> None:
         "--allow-writes",
         action="store_true",
         help="let INSERT, UPDATE, DELETE and DDL run (committed as each statement ends); default: refused",
+    )
+    command.add_argument(
+        "--allow-privileged",
+        action="store_true",
+        help="UNSAFE: serve a PostgreSQL role or MySQL/MariaDB account that may do more than read (server files, "
+        "other sessions, administration, or writes without --allow-writes); by default such an account is "
+        "refused at start with an error naming its grants",
     )
     command.add_argument(
         "--max-rows",
@@ -121,6 +128,7 @@ def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
             guard=args.guard,
             read_only=args.read_only,
             allow_writes=args.allow_writes,
+            allow_privileged=args.allow_privileged,
             max_rows=args.max_rows,
             max_chars=args.max_chars,
             timeout=args.timeout,

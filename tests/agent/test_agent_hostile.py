@@ -270,6 +270,7 @@ class Server:
     home: Path
     read_only: bool = False
     db_port: int | None = None
+    allow_privileged: bool = False
     calls: list[Call] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -289,6 +290,8 @@ class Server:
         args += ["--audit-log", str(self.log)]
         if self.read_only:
             args.append("--read-only")
+        if self.allow_privileged:
+            args.append("--allow-privileged")
         self.stderr = open(self.home / "stderr.log", "wb")
         self.process = subprocess.Popen(
             args,
@@ -677,6 +680,9 @@ class Scene:
     """PostgreSQL: the superuser's DSN, to check that the server still takes new connections."""
     after_call: Any = None
     """MariaDB: a check run after every call (another connection opens, no named lock is held)."""
+    privileged: bool = False
+    """MariaDB as root: the server is started with ``--allow-privileged``, so that the tool's own checks
+    are all that stand between the corpus and root's grants."""
     initial: Any = None
     initial_listing: dict[str, list[str]] = field(default_factory=dict)
 
@@ -883,7 +889,7 @@ def make_mysql_scene(reader: bool, home: Path, canary: Canary, outside: str, req
     request.addfinalizer(drop)
     user = f"{name}:pw" if reader else str(params["user"])
     uri = f"mysql://{user}@{params['host']}:{params['port']}/{name}"
-    scene = Scene("mysql", uri, state, home, canary, outside, db_port=int(params["port"]))
+    scene = Scene("mysql", uri, state, home, canary, outside, db_port=int(params["port"]), privileged=not reader)
     scene.after_call = after_call
     return scene
 
@@ -924,7 +930,9 @@ def test_hand_written_corpus_through_the_mcp_server(
     engine: str, read_only: bool, tmp_path: Path, canary: Canary, request: pytest.FixtureRequest
 ) -> None:
     scene = make_scene(engine, tmp_path, canary, request)
-    server = Server(scene.target, scene.home, read_only=read_only, db_port=scene.db_port)
+    server = Server(
+        scene.target, scene.home, read_only=read_only, db_port=scene.db_port, allow_privileged=scene.privileged
+    )
     listing = scene.listing()
     try:
         for template in CORPUS[scene.engine]:
@@ -945,7 +953,7 @@ def test_generated_corpus_through_the_mcp_server(
     engine: str, tmp_path: Path, canary: Canary, request: pytest.FixtureRequest
 ) -> None:
     scene = make_scene(engine, tmp_path, canary, request)
-    server = Server(scene.target, scene.home, db_port=scene.db_port)
+    server = Server(scene.target, scene.home, db_port=scene.db_port, allow_privileged=scene.privileged)
     listing = scene.listing()
 
     words = WORDS + MYSQL_WORDS if engine == "mysql" else WORDS
@@ -979,7 +987,7 @@ def test_calls_arriving_together_are_each_answered_within_their_limit(
     """a21 through the MCP server: four slow statements and a benign one at once; each answered within
     TIMEOUT + SLACK of its own request (the benign one served or refused), and the next call is served."""
     scene = make_scene(engine, tmp_path, canary, request)
-    server = Server(scene.target, scene.home, db_port=scene.db_port)
+    server = Server(scene.target, scene.home, db_port=scene.db_port, allow_privileged=scene.privileged)
     try:
         with PaceMeter() as meter:  # the machine's pace while the server kills and restarts workers
             answers = server.pipeline([SLOW[engine]] * 4 + [HEALTH])

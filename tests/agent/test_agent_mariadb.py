@@ -3,10 +3,11 @@
 The server is the session's throwaway one (``tests/mariadb_server.py``; CI sets
 GUARDED_SQLITE_REQUIRE_MARIADB=1, so there a missing server fails). Each test gets the demo shop in a
 database of its own, reached through a ``mysql://`` URI as ``GuardedDatabase.open`` and
-``guarded-sqlite mcp`` are given it. The account is the server's root unless a test says otherwise, so
-the refusals here are the tool's own (the statement check, the read-only transaction, the time limit,
-the session reset); ``no_checks`` switches the statement check off to show what the server enforces
-alone, and ``reader`` is the account docs/agents.md asks for.
+``guarded-sqlite mcp`` are given it. The account is the one docs/agents.md asks for (``MyShop.reader``:
+SELECT on the shop's database, nothing else), which the tool's check of its grants lets through; where a
+test needs an account that may write, to show that the read-only transaction refuses the write by
+itself, it connects as root with ``allow_privileged=True``. ``no_checks`` switches the statement check
+off to show what the server enforces alone.
 """
 
 from __future__ import annotations
@@ -56,13 +57,14 @@ TIMEOUT = 2.0
 
 
 class MyShop:
-    """The demo shop in a fresh database; ``uri`` reaches it as root."""
+    """The demo shop in a fresh database; ``uri`` reaches it as the account docs/agents.md asks for
+    (``reader``), ``root_uri`` as root (which the tool refuses unless ``allow_privileged``)."""
 
     def __init__(self, database: MariaDatabase) -> None:
         self.database = database
         params = database.params
         self.port = int(params["port"])
-        self.uri = f"mysql://root@{params['host']}:{self.port}/{database.name}"
+        self.root_uri = f"mysql://root@{params['host']}:{self.port}/{database.name}"
         with self.admin() as cur:
             for statement in MY_SHOP:
                 cur.execute(statement)
@@ -73,6 +75,7 @@ class MyShop:
             cur.executemany("INSERT INTO orders VALUES (%s, %s, %s)", orders)
             lines = [(o, p, 1) for o in range(1, 31) for p in range(1, len(PRODUCTS) + 1)]
             cur.executemany("INSERT INTO order_items VALUES (%s, %s, %s)", lines)
+        self.uri = self.reader()
 
     def admin(self) -> Any:
         """A cursor of a new plain autocommit connection on the shop (the connection is the fixture's)."""
@@ -192,7 +195,7 @@ def test_percent_signs_are_text_and_parameters_are_bound(open_my: OpenDb) -> Non
 )
 def test_statements_the_tool_refuses_by_reading_them(open_my: OpenDb, my_shop: MyShop, sql: str, kind: str) -> None:
     before = my_shop.checksum()
-    db = open_my()
+    db = open_my(my_shop.root_uri, allow_privileged=True)  # root may write files: the reading refuses it
     assert refusal(db, sql).kind == kind
     assert db.query("SELECT count(*) FROM orders").rows == ((30,),)
     assert my_shop.checksum() == before
@@ -214,7 +217,7 @@ def test_with_the_checks_off_the_read_only_transaction_refuses_writes(
     with my_shop.admin() as cur:
         cur.execute("CREATE FUNCTION wipe() RETURNS INT MODIFIES SQL DATA BEGIN DELETE FROM order_items; RETURN 1; END")
     before = my_shop.checksum()
-    db = open_my()
+    db = open_my(my_shop.root_uri, allow_privileged=True)  # an account that may write: the transaction stops it
     refused = refusal(db, sql)
     assert refused.kind == "write" and "READ ONLY" in str(refused), str(refused)
     assert my_shop.checksum() == before
@@ -302,9 +305,30 @@ def test_the_server_s_paths_are_hidden_from_the_select_only_account(open_my: Ope
         "SELECT @@GLOBAL . `TmpDir` AS t",
         "SELECT @@global./**/socket AS s",
         "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'BASEDIR'",
+        "SELECT GLOBAL_VALUE FROM information_schema.SYSTEM_VARIABLES WHERE VARIABLE_NAME = 'DATADIR'",
+        "SELECT @@innodb_undo_directory AS u",
+        "SHOW VARIABLES LIKE 'datadir'",
     ):
-        assert refusal(db, sql).kind == "denied", sql
+        assert refusal(db, sql).kind in ("denied", "write"), sql
     assert db.query("SELECT @@version LIKE '%MariaDB%' AS m").rows == ((1,),)
+
+
+def test_every_variable_that_holds_a_path_on_this_server_is_refused(open_my: OpenDb, my_shop: MyShop) -> None:
+    """The list of path variables is checked against the server itself: every system variable whose
+    value (or default) names a folder or file here is one the tool refuses to read."""
+    from guarded_sqlite._analysis.statements import MYSQL_PATH_VARIABLES
+
+    with my_shop.admin() as cur:
+        cur.execute(
+            "SELECT LOWER(VARIABLE_NAME) FROM information_schema.SYSTEM_VARIABLES WHERE "
+            "(GLOBAL_VALUE LIKE '%/%' OR DEFAULT_VALUE LIKE '%/%') AND VARIABLE_NAME <> 'SERVER_UID'"
+        )
+        paths = {row[0] for row in cur.fetchall()}
+    assert {"datadir", "tmpdir", "basedir", "plugin_dir", "socket"} <= paths  # the query finds them
+    assert paths <= MYSQL_PATH_VARIABLES, paths - MYSQL_PATH_VARIABLES
+    db = open_my(my_shop.reader())
+    for name in sorted(paths):
+        assert refusal(db, f"SELECT @@{name}").kind == "denied", name
 
 
 A23_BUILT = [
@@ -401,6 +425,28 @@ def test_session_state_does_not_outlive_a_call(open_my: OpenDb, my_shop: MyShop,
     assert db.query("SELECT @@SESSION.character_set_client, @@autocommit").rows == (("utf8mb4", 1),)
 
 
+DISTINCT_ON_DISK = "SELECT COUNT(*) FROM (SELECT DISTINCT CONCAT(seq, REPEAT('x', 200)) AS v FROM seq_1_to_{n}) AS t"
+"""A DISTINCT whose temporary table holds ~200 bytes a row: past 16 MiB of the server's memory it goes to disk."""
+
+
+def test_a_temporary_table_past_the_disk_cap_is_refused(
+    open_my: OpenDb, my_shop: MyShop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43 item 4: a call's temporary tables write at most ``tmp_disk_table_size`` of rows to the
+    server's disk (512 MiB; 8 MiB here, so the test writes little), set for the call only: the session
+    reset returns it to the server's value between calls."""
+    monkeypatch.setattr(lockdown, "MARIADB_TMP_DISK_TABLE_SIZE", 8 * 1024 * 1024)
+    db = open_my(timeout=30)
+    assert db.query("SELECT @@SESSION.tmp_disk_table_size").rows == ((8 * 1024 * 1024,),)
+    refused = refusal(db, DISTINCT_ON_DISK.format(n=200_000))
+    assert refused.kind == "too_large" and "temporary disk space" in str(refused), str(refused)
+    assert "/" not in str(refused).split("(", 1)[1]  # the server names no path: "The table '(temporary)'"
+    assert db.query(DISTINCT_ON_DISK.format(n=20_000)).rows == ((20_000,),)  # 4 MB: within the cap
+    with db._mysql.raw.cursor() as cursor:  # between calls: the server's own value again
+        cursor.execute("SELECT @@SESSION.tmp_disk_table_size = @@GLOBAL.tmp_disk_table_size")
+        assert cursor.fetchone() == (1,)
+
+
 def test_row_and_character_limits_hold(open_my: OpenDb) -> None:
     db = open_my(max_rows=5, max_chars=2_000)
     assert refusal(db, "SELECT seq FROM seq_1_to_1000").kind == "too_large"
@@ -461,13 +507,14 @@ def test_in_a_worker_process_a_timeout_and_the_next_call(open_my: OpenDb) -> Non
 def test_a_handed_in_connection_keeps_its_settings_and_is_checked(my_shop: MyShop) -> None:
     raw = my_shop.database.connect(autocommit=True)
     with raw.cursor() as cur:
-        cur.execute("SET SESSION max_statement_time = 7")
+        cur.execute("SET SESSION max_statement_time = 7, tmp_disk_table_size = 12345678")
     db = GuardedDatabase(wrap(raw), timeout=1.0)
     assert db.query(FAN_OUT).report.trigger is not None
+    assert db.query("SELECT @@SESSION.tmp_disk_table_size").rows == ((lockdown.MARIADB_TMP_DISK_TABLE_SIZE,),)
     assert refusal(db, "SELECT SLEEP(10)").kind == "timeout"
     with raw.cursor() as cur:
-        cur.execute("SELECT @@SESSION.max_statement_time, @@in_transaction")
-        assert cur.fetchone() == (7.0, 0)  # its own limit put back, no transaction left open
+        cur.execute("SELECT @@SESSION.max_statement_time, @@in_transaction, @@SESSION.tmp_disk_table_size")
+        assert cur.fetchone() == (7.0, 0, 12345678)  # its own settings put back, no transaction left open
 
     multi = my_shop.database.connect(client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS)
     with pytest.raises(ValueError, match="MULTI_STATEMENTS"):
@@ -527,8 +574,9 @@ def test_on_mysql_s_own_server_the_limit_is_max_execution_time() -> None:
     lockdown.start_mysql_call(mysql, allow_writes=False, time_limit=1.5)
     lockdown.start_mysql_call(maria, allow_writes=True, time_limit=float("inf"))
     mode = f"sql_mode = '{lockdown.MYSQL_SQL_MODE}'"
+    disk = f"tmp_disk_table_size = {lockdown.MARIADB_TMP_DISK_TABLE_SIZE}"  # MySQL has no such session setting
     assert mysql.sent == [f"SET SESSION max_execution_time = 1500, {mode}", "START TRANSACTION READ ONLY"]
-    assert maria.sent == [f"SET SESSION max_statement_time = 0.000, {mode}", "START TRANSACTION"]
+    assert maria.sent == [f"SET SESSION max_statement_time = 0.000, {mode}, {disk}", "START TRANSACTION"]
 
 
 # --- the surfaces --------------------------------------------------------------------------------------

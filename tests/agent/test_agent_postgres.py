@@ -3,9 +3,12 @@
 The server is the session's throwaway one (``tests/pg_server.py``; CI sets
 GUARDED_SQLITE_REQUIRE_POSTGRES=1, so there a missing server fails). Each test gets the demo shop in a
 schema of its own, reached through a ``postgresql://`` URI whose ``search_path`` names it: what
-``GuardedDatabase.open`` and ``guarded-sqlite mcp`` are given. The user is the server's superuser, so
-every refusal here is the tool's (the statement check, the read-only transaction, the per-call
-timeout), not a missing privilege.
+``GuardedDatabase.open`` and ``guarded-sqlite mcp`` are given. The role is the one docs/agents.md asks
+for (USAGE on the schema, SELECT on its tables), which the tool's check of its grants lets through. The
+tests of what the tool refuses a role that could do it (writes, ``COPY``, ``nextval``, a function that
+deletes) connect as the server's superuser with ``allow_privileged=True`` (``open_super``), so that
+those refusals are the tool's (the statement check, the read-only transaction, the per-call timeout),
+not a missing privilege.
 """
 
 from __future__ import annotations
@@ -61,13 +64,17 @@ CHECKSUM = (
 
 
 class PgShop:
-    """The demo shop in a fresh schema; ``uri`` reaches it (its search_path names the schema)."""
+    """The demo shop in a fresh schema; ``uri`` reaches it (its search_path names the schema) as the role
+    docs/agents.md asks for, named after the schema (USAGE on it, SELECT on its tables, nothing else);
+    ``super_uri`` as the server's superuser, which the tool refuses unless ``allow_privileged``."""
 
     def __init__(self, dsn: str, schema: str) -> None:
         self.dsn, self.schema = dsn, schema
         parts = conninfo_to_dict(dsn)
         options = quote(f"-c search_path={schema}")
-        self.uri = f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}?options={options}"
+        where = f"@{parts['host']}:{parts['port']}/{parts['dbname']}?options={options}"
+        self.uri = f"postgresql://{schema}{where}"
+        self.super_uri = f"postgresql://{parts['user']}{where}"
 
     def admin(self) -> Any:
         """A plain autocommit connection on the schema, for setting up and checking."""
@@ -96,11 +103,17 @@ def pg_shop(pg_dsn: str) -> Iterator[PgShop]:
         cur.executemany("INSERT INTO orders VALUES (%s, %s, %s)", orders)
         lines = [(o, p, 1) for o in range(1, 31) for p in range(1, len(PRODUCTS) + 1)]
         cur.executemany("INSERT INTO order_items VALUES (%s, %s, %s)", lines)
+        cur.execute(f"CREATE ROLE {schema} LOGIN NOINHERIT CONNECTION LIMIT 4")
+        cur.execute(f"GRANT USAGE ON SCHEMA {schema} TO {schema}")
+        cur.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {schema}")
     try:
         yield shop
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (schema,))
+            admin.execute(f"DROP OWNED BY {schema}")
+            admin.execute(f"DROP ROLE {schema}")
 
 
 @pytest.fixture
@@ -108,6 +121,12 @@ def open_pg(pg_shop: PgShop) -> Iterator[OpenDb]:
     """``GuardedDatabase.open(uri, ...)`` on the shop, closed after the test; in process, so that tests
     can look at the connection."""
     yield from opened_databases(pg_shop.uri, isolated=False)
+
+
+@pytest.fixture
+def open_super(pg_shop: PgShop) -> Iterator[OpenDb]:
+    """``open_pg`` as the server's superuser, which the tool serves only with ``allow_privileged``."""
+    yield from opened_databases(pg_shop.super_uri, isolated=False, allow_privileged=True)
 
 
 @pytest.fixture
@@ -219,13 +238,13 @@ def test_a_failed_query_names_the_model_s_sql_not_the_cursor_around_it(open_pg: 
 )
 @pytest.mark.parametrize("opened", ["uri", "connection"])
 def test_writes_are_refused_and_change_nothing(
-    open_pg: OpenDb, pg_shop: PgShop, sql: str, kind: str, opened: str
+    open_super: OpenDb, pg_shop: PgShop, sql: str, kind: str, opened: str
 ) -> None:
     """On a URI, and on a caller's autocommit connection, where the session's
     default_transaction_read_only is off: there the call's own READ ONLY transaction is what refuses."""
     before = pg_shop.checksum()
     if opened == "uri":
-        db = open_pg()
+        db = open_super()
     else:
         raw = pg_shop.admin()
         assert raw.execute("SHOW default_transaction_read_only").fetchone() == ("off",)
@@ -240,11 +259,11 @@ def test_writes_are_refused_and_change_nothing(
     assert pg_shop.rows("SELECT last_value, is_called FROM tickets") == [(1, False)]
 
 
-def test_a_function_that_writes_is_stopped_by_the_read_only_transaction(open_pg: OpenDb, pg_shop: PgShop) -> None:
+def test_a_function_that_writes_is_stopped_by_the_read_only_transaction(open_super: OpenDb, pg_shop: PgShop) -> None:
     with pg_shop.admin() as con:
         con.execute("CREATE FUNCTION wipe() RETURNS int LANGUAGE sql AS 'DELETE FROM order_items RETURNING 1'")
     before = pg_shop.checksum()
-    refused = refusal(open_pg(), "SELECT wipe()")  # a SELECT by every reading of its text
+    refused = refusal(open_super(), "SELECT wipe()")  # a SELECT by every reading of its text
     assert refused.kind == "write" and "read-only transaction" in str(refused)
     assert pg_shop.checksum() == before
 
@@ -259,19 +278,19 @@ def test_a_function_that_writes_is_stopped_by_the_read_only_transaction(open_pg:
     ],
 )
 def test_copy_to_or_from_a_program_or_file_is_refused(
-    open_pg: OpenDb, pg_shop: PgShop, tmp_path: Path, sql: str
+    open_super: OpenDb, pg_shop: PgShop, tmp_path: Path, sql: str
 ) -> None:
     marker = Path("/tmp") / f"guarded-pg-{uuid.uuid4().hex}"  # a path the server's user may write
     before = pg_shop.checksum()
-    assert refusal(open_pg(), sql.format(marker=marker)).kind == "write"
+    assert refusal(open_super(), sql.format(marker=marker)).kind == "write"
     assert not marker.exists()
     assert pg_shop.checksum() == before
 
 
-def test_set_config_cannot_lift_the_next_call_s_timeout_or_read_only(open_pg: OpenDb, pg_shop: PgShop) -> None:
+def test_set_config_cannot_lift_the_next_call_s_timeout_or_read_only(open_super: OpenDb, pg_shop: PgShop) -> None:
     # A generous timeout for the benign calls (a busy machine's guard can take over a second for one), and
     # a 1 s time_limit for the slow ones.
-    db = open_pg(timeout=30)
+    db = open_super(timeout=30)
     lifted = db.query(
         "SELECT set_config('statement_timeout', '0', false), set_config('default_transaction_read_only', 'off', false)"
     )
@@ -296,8 +315,8 @@ def test_set_config_cannot_lift_the_next_call_s_timeout_or_read_only(open_pg: Op
     assert db.query("SELECT count(*) FROM customers").rows == ((6,),)
 
 
-def test_with_writes_allowed_the_lifted_timeout_is_still_set_again(open_pg: OpenDb) -> None:
-    db = open_pg(allow_writes=True, timeout=30)  # the slow call's own time_limit is 1 s
+def test_with_writes_allowed_the_lifted_timeout_is_still_set_again(open_super: OpenDb) -> None:
+    db = open_super(allow_writes=True, timeout=30)  # the slow call's own time_limit is 1 s
     db.query("SELECT set_config('statement_timeout', '0', false)")  # committed: the session keeps it
     started = time.monotonic()
     assert refusal(db, "SELECT pg_sleep(5)", time_limit=1).kind == "timeout"
@@ -355,8 +374,8 @@ def test_a_timeout_leaves_the_tool_and_the_server_answering(open_pg: OpenDb, pg_
 # --- writes allowed ----------------------------------------------------------------------------------
 
 
-def test_with_writes_allowed_one_write_is_committed_and_two_are_refused(open_pg: OpenDb, pg_shop: PgShop) -> None:
-    db = open_pg(allow_writes=True)
+def test_with_writes_allowed_one_write_is_committed_and_two_are_refused(open_super: OpenDb, pg_shop: PgShop) -> None:
+    db = open_super(allow_writes=True)
     result = db.query("INSERT INTO customers VALUES (7, 'Gil', 'Porto', 10)")
     assert result.rows_changed == 1 and result.observation() == "The statement ran and changed 1 row."
     assert pg_shop.rows("SELECT name FROM customers WHERE id = 7") == [("Gil",)]  # committed

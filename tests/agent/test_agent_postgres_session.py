@@ -254,3 +254,16 @@ def test_a_server_that_refuses_the_new_connection_is_retried_after_a_backoff(
         admin.execute(f"ALTER ROLE {reader.name} LOGIN")
     time.sleep(0.6)
     assert_healthy(db, reader)
+
+
+def test_the_server_s_paths_are_hidden_from_the_documented_role(open_reader: OpenDb) -> None:
+    """Issue 43 item 3's paths: PostgreSQL itself hides ``data_directory`` and the other path settings
+    from a role without ``pg_read_all_settings`` or superuser (which the tool refuses at open, unless
+    ``allow_privileged``), and the file functions and views from one without their grants."""
+    db = open_reader()
+    for name in ("data_directory", "config_file", "hba_file", "ident_file", "unix_socket_directories", "log_directory"):
+        refused = refusal(db, f"SELECT current_setting('{name}')")
+        assert refused.kind == "write" and "pg_read_all_settings" in str(refused), (name, str(refused))
+    assert db.query("SELECT name FROM pg_settings WHERE setting LIKE '/%'").rows == ()  # no absolute path
+    for sql in ("SELECT pg_ls_dir('.')", "SELECT pg_current_logfile()", "SELECT count(*) FROM pg_file_settings"):
+        assert "permission denied" in str(refusal(db, sql)), sql

@@ -29,7 +29,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from .trees import dialect_named
 
-__all__ = ["MAX_LITERAL_CHARS", "mysql_long_call"]
+__all__ = ["MAX_LITERAL_CHARS", "long_call_refusal", "mysql_long_call"]
 
 MAX_LITERAL_CHARS = 4_096
 """Characters of literals one search call's arguments may hold: with a stored value of 64 KB on the
@@ -111,6 +111,19 @@ def mysql_long_call(sql: str) -> str | None:
     if len(sql) > _CACHED_CHARS:
         return _long_call(sql)
     return _cached_long_call(sql)
+
+
+def long_call_refusal(sql: str) -> str | None:
+    """The agent tools' refusal of ``sql`` on MySQL/MariaDB for ``mysql_long_call``'s reason, or None."""
+    call = mysql_long_call(sql)
+    if call is None:
+        return None
+    return (
+        f"Refused: {call} searches a value this statement builds (REPEAT, LPAD, GROUP_CONCAT, a subquery, CONCAT "
+        f"through a derived table, or literals over {MAX_LITERAL_CHARS:,} characters); the server cannot stop one "
+        "such call once it runs, so this tool gives search functions (LOCATE, INSTR, REPLACE, LIKE, REGEXP, ...) "
+        "only columns, short literals, and LOWER/TRIM/SUBSTRING/CAST/CONCAT of them."
+    )
 
 
 @lru_cache(maxsize=512)

@@ -463,7 +463,7 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
     ``statements.DUCKDB_PATH_FUNCTIONS``). SQLite's denials are its authorizer's
     (``pragma_database_list``'s file reads as NULL)."""
     from .._analysis.lexing import mysql_reading_problem
-    from .._analysis.long_calls import mysql_long_call
+    from .._analysis.long_calls import long_call_refusal
     from .._analysis.statements import (
         DUCKDB_PATH_FUNCTIONS,
         denied_name,
@@ -501,15 +501,7 @@ def denied_call_problem(sql: str, dialect: str) -> str | None:
                 f"Refused: this tool does not run {lock} (a shared row lock holds other clients' writes off "
                 "for the whole call); query without it."
             )
-        call = mysql_long_call(sql)
-        if call is not None:
-            return (
-                f"Refused: {call} searches a value this statement builds (REPEAT, LPAD, GROUP_CONCAT, a subquery, "
-                "CONCAT through a derived table, or literals over 4,096 characters); the server cannot stop one "
-                "such call once it runs, so this tool gives search functions (LOCATE, INSTR, REPLACE, LIKE, "
-                "REGEXP, ...) only columns, short literals, and LOWER/TRIM/SUBSTRING/CAST/CONCAT of them."
-            )
-        return None
+        return long_call_refusal(sql)
     if dialect == "clickhouse":
         from .._analysis.statements import clickhouse_denied_call
 

@@ -188,6 +188,10 @@ def _seconds(timeout: float) -> float | None:
 def _rebuild_error(payload: tuple[str, str]) -> Exception:
     """The exception the child raised while opening, as the parent raises it."""
     name, message = payload
+    if name == "PrivilegedAccount":
+        from .privileges import PrivilegedAccount
+
+        return PrivilegedAccount(message)
     if name == "ValueError":
         return ValueError(message)
     if name in ("ImportError", "ModuleNotFoundError"):

@@ -226,6 +226,9 @@ def build_server(
         started = time.monotonic()
         try:
             info = db.schema()
+        except QueryRefused as refusal:
+            _audit(audit, "schema", None, db.dialect, started, refusal=refusal.kind)
+            return _text_result(str(refusal), error=True)
         except Exception as failure:
             _audit(audit, "schema", None, db.dialect, started, failed=True)
             return _unexpected("schema", failure)

@@ -33,6 +33,7 @@ from typing import Any
 __all__ = [
     "RISKS",
     "Grant",
+    "PrivilegedAccount",
     "account_problem",
     "mysql_grant_lines",
     "mysql_refused_grants",
@@ -62,6 +63,11 @@ class Grant:
 
     def __str__(self) -> str:
         return f"{self.privilege} on {self.on}" if self.on else self.privilege
+
+
+class PrivilegedAccount(ValueError):
+    """The account a URI names holds a grant an agent tool refuses (the message names each), and the
+    operator did not opt in with ``allow_privileged=True`` / ``--allow-privileged``."""
 
 
 def account_problem(raw: Any, dialect: str, *, allow_writes: bool) -> str | None:
@@ -126,7 +132,7 @@ def server_opener(dsn: str, *, allow_privileged: bool) -> Callable[..., Any]:
             raise
         if problem is not None:
             connection.close()
-            raise ValueError(f"{redact_dsn(dsn)}: {problem}")
+            raise PrivilegedAccount(f"{redact_dsn(dsn)}: {problem}")
         return connection
 
     return open_checked

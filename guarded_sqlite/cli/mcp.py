@@ -14,6 +14,8 @@ from ..agent._calls import (
     DEFAULT_MAX_CHARS,
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT,
+    QueryRefused,
+    QueryResult,
     is_chdb_dsn,
     is_mysql_dsn,
     is_postgres_dsn,
@@ -21,6 +23,8 @@ from ..agent._calls import (
 )
 from ..agent._database import GuardedDatabase
 from ..agent.mcp_server import INSTALL_HINT, build_server
+from ..agent.privileges import PrivilegedAccount
+from ..agent.schema_info import SchemaInfo
 
 __all__ = ["add_mcp_parser", "run_mcp"]
 
@@ -133,6 +137,11 @@ def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
             max_chars=args.max_chars,
             timeout=args.timeout,
         )
+    except PrivilegedAccount as problem:
+        # Said on stderr, and to the model on every call: an MCP host often shows a server that would not
+        # start as a bare failure, where the model can tell the user which grant to take away.
+        error(str(problem))
+        db = RefusingDatabase(str(problem), "mysql" if is_mysql_dsn(args.db) else "postgres")
     except ValueError as problem:
         error(str(problem))
         return 2
@@ -165,3 +174,27 @@ def run_mcp(args: argparse.Namespace, error: Callable[[str], None]) -> int:
             if audit is not None:
                 audit.close()
     return 0
+
+
+class RefusingDatabase(GuardedDatabase):
+    """What ``guarded-sqlite mcp`` serves for an account it refuses (``PrivilegedAccount``): no
+    connection, and every call of either tool refused ``unavailable`` with the grants named."""
+
+    def __init__(self, problem: str, dialect: str) -> None:  # no connection: nothing of the base is set up
+        self.dialect = dialect
+        self.allow_writes = False
+        self.max_rows, self.max_chars, self.timeout = DEFAULT_MAX_ROWS, DEFAULT_MAX_CHARS, DEFAULT_TIMEOUT
+        self._refusal = (
+            f"Refused: this tool does not serve its database account, which holds more than reading needs "
+            f"({problem}). Nothing was run. Tell the user: the operator should connect with a SELECT-only "
+            "account (see the agent tools' docs), or start the server with --allow-privileged (unsafe)."
+        )
+
+    def close(self) -> None:
+        pass
+
+    def query(self, sql: str, parameters: Any = (), *, time_limit: float | None = None) -> QueryResult:
+        raise QueryRefused("unavailable", self._refusal)
+
+    def schema(self) -> SchemaInfo:
+        raise QueryRefused("unavailable", self._refusal)

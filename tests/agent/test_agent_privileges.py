@@ -7,6 +7,8 @@ database, or write while writes are off, naming the grants, unless ``allow_privi
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,7 +19,6 @@ import pytest
 
 from guarded_sqlite.agent import GuardedDatabase, QueryRefused
 from guarded_sqlite.agent.privileges import mysql_refused_grants
-from guarded_sqlite.cli.commands import main
 from tests.engines.test_engines import MariaDatabase, maria_database  # noqa: F401 (the fixture)
 
 # --- SHOW GRANTS lines, without a server ------------------------------------------------------------------
@@ -226,13 +227,39 @@ def test_a_grant_added_while_the_tool_runs_refuses_the_next_connection(accounts:
         db.close()
 
 
-def test_the_command_refuses_root_in_one_line_naming_the_flag(
-    accounts: Accounts, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_command_says_in_one_line_that_it_refuses_root_and_naming_the_flag(accounts: Accounts) -> None:
     pytest.importorskip("mcp")
-    assert main(["mcp", accounts.root_uri]) == 2
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1 and "FILE (in ALL PRIVILEGES) on *.*" in lines[0] and "--allow-privileged" in lines[0]
+    done = subprocess.run(
+        [sys.executable, "-m", "guarded_sqlite", "mcp", accounts.root_uri],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "FILE (in ALL PRIVILEGES) on *.*" in lines[0] and "--allow-privileged" in lines[0]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_the_command_serves_root_only_refusals_that_name_the_grants(accounts: Accounts) -> None:
+    """An MCP host often shows a server that would not start as a bare failure: the server starts, runs
+    nothing, and every call tells the model which grant to take away and what the flag is."""
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "guarded_sqlite", "mcp", accounts.root_uri])
+    with anyio.fail_after(60):
+        async with Client(params) as client:
+            query = await client.call_tool("query", {"sql": "SELECT COUNT(*) FROM customers"})
+            schema = await client.call_tool("schema", {})
+    for result in (query, schema):
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert result.is_error and "FILE (in ALL PRIVILEGES) on *.*" in text and "--allow-privileged" in text
+        assert "Nothing was run" in text
 
 
 # --- PostgreSQL --------------------------------------------------------------------------------------------

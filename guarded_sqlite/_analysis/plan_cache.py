@@ -1,0 +1,139 @@
+"""The aggregate rule's plans on a connection: made by ``planning.aggregate_plan`` on the catalog facts
+``catalog`` reads, kept per SQL text and, on SQLite, per statement shape (``shapes``: a statement new
+only in its literals is served its shape's plan with its own literals written back, issue 44 item 2).
+
+A shape's plan is kept exactly as a statement's is: under the text it was made on (the statement with
+markers for its free literals), reused while the catalog rows it rests on answer as they did, made
+again otherwise; a plan that puts nothing at risk is reused under the same stamp as a statement's.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from typing import Any
+
+from sqlglot import exp
+
+from .._engines import execute_with
+from ..errors import describe_error
+from .catalog import AGGREGATES, VERDICTS, Analyser, Guarded, SqliteSchemaView, schema_view
+from .planning import aggregate_plan
+from .plans import AggregatePlan
+from .pregroup import scans_whole
+from .provenance import Provenance, parse_statement
+from .schema import SchemaFacts
+from .shapes import free_slots, marked, read_shape, shareable, substituted
+
+__all__ = ["SHAPED", "known_safe", "plan"]
+
+SHAPED = f"{AGGREGATES.kind}, by shape"
+"""The verdict kind of a shape's plan (kept beside statements' plans, under the marked text)."""
+
+
+def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
+    """``aggregates.plan_aggregates`` of ``sql`` on the guarded connection: kept and reused as the
+    provenance verdicts are, except that on SQLite a plan that puts no aggregate at risk is served
+    again while main's schema version and the connection's own changes stand still (one statement, not
+    the lookups). Those numbers can repeat after other DDL (see ``catalog``), which can make the guard
+    miss a fan-out, never invent one: a plan at risk, which leads to serving corrected values under
+    ``"text_to_sql"``, is always checked.
+
+    The stamp (``_safe_stamp``) is main's schema version with the guarded connection's count of its own
+    changes: a TEMP table that shadows a table, or another file attached under the same name, moves no
+    number of main's, but is made through the connection (c27).
+
+    On SQLite, where one table can be pre-grouped (``pregroup``), the plan's check is the pre-grouped
+    one if the statement's query plan (with ``parameters``, the first execution's) reads that table by a
+    full scan, else the grouped one: asked once per plan (``EXPLAIN QUERY PLAN`` prepares the statement,
+    it runs nothing), and never for a paging query, whose check is bounded to the groups it served.
+    Either check is exact; a shape's plan keeps the choice made for its first statement.
+
+    On SQLite a statement with free literals (``shapes``) is served its shape's plan, made once."""
+    view = schema_view(guard)
+    if not isinstance(view, SqliteSchemaView):
+        return view.explain(sql, AGGREGATES)
+    try:
+        version = _safe_stamp(view, guard)
+    except sqlite3.Error as error:
+        return AggregatePlan(note=f"catalog unreadable: {describe_error(error)}", unanalysed=True)
+    if view.safe_aggregates.get(sql) == version:
+        return _SAFE
+
+    def scanned(leaf: str) -> bool:
+        try:
+            cur = view.own_cursor()
+            execute_with(cur, f"EXPLAIN QUERY PLAN {sql}", parameters)
+            return scans_whole(cur.fetchall(), leaf)
+        except (sqlite3.Error, TypeError, ValueError):  # the grouped check stays: it needs no plan
+            return False
+
+    answer = functools.partial(aggregate_plan, scanned=scanned)
+    shaped = _by_shape(view, sql, version, answer)
+    if shaped is not None:
+        return shaped
+    found = view.explain(sql, Analyser(AGGREGATES.kind, answer, AGGREGATES.unknown))
+    _keep_safe(view, sql, found, version)
+    return found
+
+
+def _by_shape(view: SqliteSchemaView, sql: str, version: tuple[int, int], answer: Any) -> AggregatePlan | None:
+    """``sql``'s plan from its shape's (made now if the shape is new), or None where the statement has no
+    free literal or its shape's plan may not serve other literals (``shapes.shareable``)."""
+    shape = read_shape(sql)
+    if shape is None:
+        return None
+    free = view.shapes.get(shape.key)
+    if free is None:
+        # Which literals the plan may take as opaque is syntax alone: read once per shape.
+        tree = parse_statement(marked(shape), "sqlite", numbered=True)
+        free = frozenset() if isinstance(tree, Provenance) else free_slots(tree, shape)
+        view.shapes.put(shape.key, free)
+    if not free:
+        return None
+    text = marked(shape, free)
+    if view.safe_aggregates.get(text) == version:
+        return _SAFE
+
+    def shaped(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> tuple[AggregatePlan, bool]:
+        return answer(tree, facts, dialect), shareable(tree, facts)
+
+    found, share = view.explain(text, Analyser(SHAPED, shaped, lambda why: (AGGREGATES.unknown(why), False)))
+    if not share:
+        return None
+    _keep_safe(view, text, found, version)
+    try:
+        served: AggregatePlan = substituted(found, shape, free)
+    except KeyError:  # a marker the plan holds that is no free slot's: planned as written instead
+        return None
+    return served
+
+
+def _keep_safe(view: SqliteSchemaView, text: str, found: AggregatePlan, version: tuple[int, int]) -> None:
+    """Keep ``text``'s plan that puts nothing at risk under the stamp, the oldest dropped when full."""
+    if not found.risks and not found.unanalysed:
+        if len(view.safe_aggregates) >= VERDICTS and text not in view.safe_aggregates:
+            del view.safe_aggregates[next(iter(view.safe_aggregates))]
+        view.safe_aggregates[text] = version
+
+
+_SAFE = AggregatePlan(note="no value aggregate at risk (kept while the schema version is unchanged)")
+
+
+def known_safe(guard: Guarded, sql: str) -> bool:
+    """Whether ``plan`` would serve ``sql``'s kept plan that puts nothing at risk (SQLite, schema version
+    unchanged): answered without making a tree, so the caller need not prepare to release any."""
+    view = guard.catalog
+    if not isinstance(view, SqliteSchemaView) or sql not in view.safe_aggregates:
+        return False
+    try:
+        return bool(view.safe_aggregates.get(sql) == _safe_stamp(view, guard))
+    except sqlite3.Error:
+        return False
+
+
+def _safe_stamp(view: SqliteSchemaView, guard: Guarded) -> tuple[int, int]:
+    """What a kept "nothing at risk" plan is kept with: main's ``PRAGMA schema_version`` (one statement)
+    and the guarded connection's own count of changes (``epoch``), which a TEMP table created or a file
+    attached through it moves (c27); DDL by another connection moves main's version."""
+    return (view.own_cursor().execute("PRAGMA schema_version").fetchone()[0], guard.epoch)

@@ -308,7 +308,8 @@ class SqliteSchemaView:
         """A plain cursor for the guard's own catalog reads, under the connection's lock."""
         return plain_cursor(self.raw_ref())
 
-    def explain(self, sql: str, analyser: Analyser[T]) -> T:
+    def explain(self, sql: str, analyser: Analyser[T], tree: exp.Expression | None = None) -> T:
+        """``analyser``'s answer for ``sql``; ``tree``: its parse, where the caller has it already."""
         try:
             cur = self.own_cursor()
             key = (analyser.kind, sql)
@@ -318,7 +319,7 @@ class SqliteSchemaView:
             schemas = sqlite_schemas(cur)
             # The aggregate rule writes numbered parameters back into the SQL it generates (c29).
             planning = analyser.kind.startswith(AGGREGATES.kind)  # a statement's or a shape's plan
-            parsed = parse_statement(sql, "sqlite", numbered=planning)
+            parsed = tree if tree is not None else parse_statement(sql, "sqlite", numbered=planning)
             if isinstance(parsed, Provenance):  # unparseable: it names no table
                 return self._keep(key, (), (), analyser.unknown(parsed.evidence))
             names = table_names(parsed)

@@ -84,11 +84,14 @@ def _by_shape(view: SqliteSchemaView, sql: str, version: tuple[int, int], answer
     if shape is None:
         return None
     free = view.shapes.get(shape.key)
+    tree: exp.Expression | None = None
     if free is None:
         # Which literals the plan may take as opaque is syntax alone: read once per shape.
-        tree = parse_statement(marked(shape), "sqlite", numbered=True)
-        free = frozenset() if isinstance(tree, Provenance) else free_slots(tree, shape)
+        parsed = parse_statement(marked(shape), "sqlite", numbered=True)
+        free = frozenset() if isinstance(parsed, Provenance) else free_slots(parsed, shape)
         view.shapes.put(shape.key, free)
+        if len(free) == len(shape.slots) and not isinstance(parsed, Provenance):
+            tree = parsed  # the text the plan is made on: not parsed twice
     if not free:
         return None
     text = marked(shape, free)
@@ -98,10 +101,13 @@ def _by_shape(view: SqliteSchemaView, sql: str, version: tuple[int, int], answer
     def shaped(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> tuple[AggregatePlan, bool]:
         return answer(tree, facts, dialect), shareable(tree, facts)
 
-    found, share = view.explain(text, Analyser(SHAPED, shaped, lambda why: (AGGREGATES.unknown(why), False)))
+    found, share = view.explain(text, Analyser(SHAPED, shaped, lambda why: (AGGREGATES.unknown(why), False)), tree)
     if not share:
         return None
     _keep_safe(view, text, found, version)
+    if not found.risks and not found.unanalysed:
+        _keep_safe(view, sql, found, version)  # the statement repeated is then served by ``known_safe``
+        return found
     try:
         served: AggregatePlan = substituted(found, shape, free)
     except KeyError:  # a marker the plan holds that is no free slot's: planned as written instead

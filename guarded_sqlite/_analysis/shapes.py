@@ -64,7 +64,6 @@ _INTEGER = re.compile(r"(?:0|[1-9]\d{0,14})")
 _DECIMAL = re.compile(r"(?:0|[1-9]\d{0,14})\.\d{1,15}")
 _PLAIN_STRING = re.compile(r"'(?:[^'\\\x00-\x1f]|'')*'")
 _MARKER_ROOTS = ("91827364", "__gs_l")
-_MARKER = re.compile(r"(?<![\w.])(91827364[56]\d{5}(?:\.25)?)(?![\w.])|'(__gs_l\d{1,5})'")
 _KEY_MARK = "\x01"
 
 
@@ -203,31 +202,53 @@ def shareable(tree: exp.Expression, facts: Any) -> bool:
 
 def substituted(value: Any, shape: Shape, free: frozenset[int]) -> Any:
     """``value`` (a plan, or anything in one) with every marker of a free slot written back as the slot's
-    own text, in every string it holds; raises KeyError on a marker of no free slot."""
-    texts = {marker(index, shape.kinds[index]).strip("'"): shape.slots[index] for index in free}
+    own text, in every string it holds; raises KeyError on a marker of no free slot. What holds no
+    marker is returned as it is (the same object)."""
+    # Plain replacement is exact: the statement holds neither root (``read_shape``), and the markers of
+    # one kind have one width (no marker is part of another).
+    texts = [(marker(index, shape.kinds[index]), shape.slots[index]) for index in free]
 
-    def back(match: re.Match[str]) -> str:
-        return texts[match.group(1) or match.group(2)]
+    def back(text: str) -> str:
+        for written, slot in texts:
+            text = text.replace(written, slot)
+        if any(root in text for root in _MARKER_ROOTS):
+            raise KeyError(text)  # a marker of no free slot
+        return text
 
     def walk(item: Any) -> Any:
-        if isinstance(item, str):
-            return _MARKER.sub(back, item) if ("91827364" in item or "__gs_l" in item) else item
-        if dataclasses.is_dataclass(item) and not isinstance(item, type):
-            changes = {f.name: walk(getattr(item, f.name)) for f in dataclasses.fields(item)}
-            return dataclasses.replace(item, **changes)
-        if isinstance(item, tuple) and hasattr(item, "_fields"):
-            return type(item)(*(walk(part) for part in item))
-        if isinstance(item, tuple):
-            return tuple(walk(part) for part in item)
-        if isinstance(item, list):
-            return [walk(part) for part in item]
-        if isinstance(item, frozenset):
-            return frozenset(walk(part) for part in item)
+        kind = type(item)
+        if kind is str:
+            return back(item) if any(root in item for root in _MARKER_ROOTS) else item
+        if kind in _ATOMS:
+            return item
+        names = _FIELDS.get(kind)
+        if names is None and dataclasses.is_dataclass(item):
+            names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(item))
+        if names is not None:
+            changes = {}
+            for name in names:
+                before = getattr(item, name)
+                after = walk(before)
+                if after is not before:
+                    changes[name] = after
+            return dataclasses.replace(item, **changes) if changes else item
+        if isinstance(item, (tuple, list, frozenset)):
+            parts = [walk(part) for part in item]
+            if all(after is before for after, before in zip(parts, item)):
+                return item
+            return type(item)(*parts) if hasattr(item, "_fields") else type(item)(parts)
         if isinstance(item, dict):
-            return {walk(k): walk(v) for k, v in item.items()}
+            pairs = [(walk(k), walk(v)) for k, v in item.items()]
+            if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, item.items())):
+                return item
+            return dict(pairs)
         return item
 
     return walk(value)
+
+
+_ATOMS = (int, float, bool, type(None))
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 class ShapeCache:

@@ -344,6 +344,19 @@ class SqliteSchemaView:
         except (TypeError, ValueError, sqlite3.Error) as error:  # no usable connection, or odd answers
             return analyser.unknown(f"catalog unreadable: {describe_error(error)}")
 
+    def facts_of(self, names: tuple[Name, ...]) -> SchemaFacts | None:
+        """The facts of the tables ``names`` stand for now, read as ``explain`` reads them (kept per
+        declaration), or None where the catalog cannot be read or changed while it was."""
+        try:
+            cur = self.own_cursor()
+            schemas = sqlite_schemas(cur)
+            entries, facts = self._read(cur, schemas, sqlite_temp_names(cur), names)
+            if self._entries(schemas, names, _answers(cur, self._plan(schemas, names))) != entries:
+                return None
+        except (CatalogUnreadable, TypeError, ValueError, sqlite3.Error):
+            return None
+        return facts
+
     def _keep(self, key: tuple[str, str], plan: tuple[Statement, ...], answers: tuple[list[Any], ...], verdict: T) -> T:
         verdicts = self.verdicts
         if len(verdicts) >= VERDICTS and key not in verdicts:

@@ -18,12 +18,13 @@ from sqlglot import exp
 from .._engines import execute_with
 from ..errors import describe_error
 from .catalog import AGGREGATES, VERDICTS, Analyser, Guarded, SqliteSchemaView, schema_view
+from .keyed_joins import cannot_fan_out, read_joins
 from .planning import aggregate_plan
 from .plans import AggregatePlan
 from .pregroup import scans_whole
 from .provenance import Provenance, parse_statement
 from .schema import SchemaFacts
-from .shapes import free_slots, marked, read_shape, shareable, substituted
+from .shapes import Shape, free_slots, marked, read_shape, shareable, substituted
 
 __all__ = ["SHAPED", "known_safe", "plan"]
 
@@ -68,8 +69,17 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
         except (sqlite3.Error, TypeError, ValueError):  # the grouped check stays: it needs no plan
             return False
 
+    shape = read_shape(sql)
+    if shape is not None and view.safe_aggregates.get(shape.key) == version:
+        return _KEYED  # its shape was read from its words before: no literal changes that reading
+    if (shape is None or view.shapes.get(shape.key) is None) and _keyed_only(view, sql):
+        # A statement (of a shape) not seen before whose joins cannot repeat what it sums: no parse.
+        _keep_safe(view, sql, _KEYED, version)
+        if shape is not None:  # a shape's key holds a character no SQL text does: no statement's key
+            _keep_safe(view, shape.key, _KEYED, version)
+        return _KEYED
     answer = functools.partial(aggregate_plan, scanned=scanned)
-    shaped = _by_shape(view, sql, version, answer)
+    shaped = _by_shape(view, sql, shape, version, answer)
     if shaped is not None:
         return shaped
     found = view.explain(sql, Analyser(AGGREGATES.kind, answer, AGGREGATES.unknown))
@@ -77,10 +87,26 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     return found
 
 
-def _by_shape(view: SqliteSchemaView, sql: str, version: tuple[int, int], answer: Any) -> AggregatePlan | None:
+def _keyed_only(view: SqliteSchemaView, sql: str) -> bool:
+    """Whether ``sql``'s words say that its joins cannot repeat the rows its value aggregates read
+    (``keyed_joins``), on the catalog's facts of its tables."""
+    reading = read_joins(sql)
+    if reading is None:
+        return False
+    facts = view.facts_of(tuple(sorted({(None, table) for _, table in reading.tables}, key=lambda name: name[1])))
+    return facts is not None and cannot_fan_out(reading, facts)
+
+
+_KEYED = AggregatePlan(
+    note="every value aggregate reads rows the join does not repeat (every other table is matched on its key)"
+)
+
+
+def _by_shape(
+    view: SqliteSchemaView, sql: str, shape: Shape | None, version: tuple[int, int], answer: Any
+) -> AggregatePlan | None:
     """``sql``'s plan from its shape's (made now if the shape is new), or None where the statement has no
     free literal or its shape's plan may not serve other literals (``shapes.shareable``)."""
-    shape = read_shape(sql)
     if shape is None:
         return None
     free = view.shapes.get(shape.key)

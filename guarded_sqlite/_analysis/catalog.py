@@ -497,7 +497,7 @@ def _schema_position(schemas: tuple[str, ...], qualifier: str) -> int | None:
 class SnapshotSchemaView:
     """DuckDB's or PostgreSQL's whole catalog, read on first need, with verdicts per SQL text."""
 
-    __slots__ = ("context", "dialect", "engine", "facts", "raw", "reader", "verdicts")
+    __slots__ = ("context", "dialect", "engine", "facts", "raw", "reader", "shapes", "verdicts")
 
     def __init__(self, guard: Guarded) -> None:
         readers: dict[str, Callable[[Any], SchemaFacts]] = {"duckdb": read_duckdb_schema, "mysql": read_mysql_schema}
@@ -508,6 +508,7 @@ class SnapshotSchemaView:
         self.facts: SchemaFacts | None = None
         self.verdicts: dict[tuple[Any, ...], Any] = {}  # (question, SQL text[, what ClickHouse proved])
         self.context: Any = None
+        self.shapes = ShapeCache()  # DuckDB: shape key -> its free literals (``plan_cache``)
 
     def current_facts(self) -> SchemaFacts:
         """The catalog as unqualified names resolve now: read anew where what they resolve against
@@ -523,12 +524,12 @@ class SnapshotSchemaView:
                 self.facts = facts
         return facts
 
-    def explain(self, sql: str, analyser: Analyser[T]) -> T:
+    def explain(self, sql: str, analyser: Analyser[T], tree: exp.Expression | None = None) -> T:
         facts = self.current_facts()
         key = (analyser.kind, sql)
         if key in self.verdicts:
             return self.verdicts[key]  # type: ignore[no-any-return]
-        parsed = parse_statement(sql, self.dialect)
+        parsed = tree if tree is not None else parse_statement(sql, self.dialect)
         verdict = (
             analyser.unknown(parsed.evidence)
             if isinstance(parsed, Provenance)
@@ -566,7 +567,7 @@ class ClickHouseSchemaView(SnapshotSchemaView):
             raise CatalogUnreadable("too many catalog rows")
         return rows
 
-    def explain(self, sql: str, analyser: Analyser[T]) -> T:
+    def explain(self, sql: str, analyser: Analyser[T], tree: exp.Expression | None = None) -> T:
         catalog = self.catalog
         if catalog is None:
             catalog = read_clickhouse_schema(self._fetch)

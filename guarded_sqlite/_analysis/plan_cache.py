@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from .._engines import execute_with
 from ..errors import describe_error
-from .catalog import AGGREGATES, VERDICTS, Analyser, Guarded, SqliteSchemaView, schema_view
+from .catalog import AGGREGATES, VERDICTS, Analyser, Guarded, SnapshotSchemaView, SqliteSchemaView, schema_view
 from .keyed_joins import cannot_fan_out, read_joins
 from .planning import aggregate_plan
 from .plans import AggregatePlan
@@ -50,9 +50,15 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     it runs nothing), and never for a paging query, whose check is bounded to the groups it served.
     Either check is exact; a shape's plan keeps the choice made for its first statement.
 
-    On SQLite a statement with free literals (``shapes``) is served its shape's plan, made once."""
+    On SQLite and DuckDB a statement with free literals (``shapes``) is served its shape's plan, made once;
+    on SQLite one whose joins cannot repeat what it sums is recognised from its words (``keyed_joins``)."""
     view = schema_view(guard)
     if not isinstance(view, SqliteSchemaView):
+        if type(view) is SnapshotSchemaView and view.dialect == "duckdb":
+            # DuckDB's snapshot is dropped on DDL with its verdicts: a shape's plan is kept with them.
+            shaped = _by_shape(view, sql, read_shape(sql, "duckdb"), None, aggregate_plan, "duckdb")
+            if shaped is not None:
+                return shaped
         return view.explain(sql, AGGREGATES)
     try:
         version = _safe_stamp(view, guard)
@@ -103,17 +109,23 @@ _KEYED = AggregatePlan(
 
 
 def _by_shape(
-    view: SqliteSchemaView, sql: str, shape: Shape | None, version: tuple[int, int], answer: Any
+    view: SqliteSchemaView | SnapshotSchemaView,
+    sql: str,
+    shape: Shape | None,
+    version: tuple[int, int] | None,
+    answer: Any,
+    dialect: str = "sqlite",
 ) -> AggregatePlan | None:
     """``sql``'s plan from its shape's (made now if the shape is new), or None where the statement has no
-    free literal or its shape's plan may not serve other literals (``shapes.shareable``)."""
+    free literal or its shape's plan may not serve other literals (``shapes.shareable``). ``version``:
+    SQLite's stamp for plans that put nothing at risk (None on DuckDB, whose verdicts are all kept)."""
     if shape is None:
         return None
     free = view.shapes.get(shape.key)
     tree: exp.Expression | None = None
     if free is None:
         # Which literals the plan may take as opaque is syntax alone: read once per shape.
-        parsed = parse_statement(marked(shape), "sqlite", numbered=True)
+        parsed = parse_statement(marked(shape), dialect, numbered=True)
         free = frozenset() if isinstance(parsed, Provenance) else free_slots(parsed, shape)
         view.shapes.put(shape.key, free)
         if len(free) == len(shape.slots) and not isinstance(parsed, Provenance):
@@ -121,7 +133,7 @@ def _by_shape(
     if not free:
         return None
     text = marked(shape, free)
-    if view.safe_aggregates.get(text) == version:
+    if isinstance(view, SqliteSchemaView) and view.safe_aggregates.get(text) == version:
         return _SAFE
 
     def shaped(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> tuple[AggregatePlan, bool]:
@@ -130,9 +142,10 @@ def _by_shape(
     found, share = view.explain(text, Analyser(SHAPED, shaped, lambda why: (AGGREGATES.unknown(why), False)), tree)
     if not share:
         return None
-    _keep_safe(view, text, found, version)
     if not found.risks and not found.unanalysed:
-        _keep_safe(view, sql, found, version)  # the statement repeated is then served by ``known_safe``
+        if isinstance(view, SqliteSchemaView) and version is not None:
+            _keep_safe(view, text, found, version)
+            _keep_safe(view, sql, found, version)  # the statement repeated is then served by ``known_safe``
         return found
     try:
         served: AggregatePlan = substituted(found, shape, free)

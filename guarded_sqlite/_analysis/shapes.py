@@ -23,7 +23,8 @@ How, exactly:
   GROUP BY or ORDER BY (positions), LIMIT or OFFSET, or one sqlglot folds (``'a' 'b'``) is never shared.
   The free slots depend on the key alone (the same tokens parse to the same tree).
 * The plan is made on the text with the free slots as markers (``marked``) and kept as any statement's
-  (``catalog``: reused while the catalog rows it rests on are unchanged, made again otherwise). Where
+  (``catalog``: on SQLite reused while the catalog rows it rests on are unchanged, made again otherwise;
+  on DuckDB kept with the catalog snapshot's verdicts, which DDL drops). Where
   the statement's tables have a unique partial index (a WHERE literal can imply its predicate, which
   makes a key) the plan is not shared: ``shareable`` says so and the statement is planned as written.
 * ``substituted`` writes each free slot's own text back in place of its marker, in every text of the
@@ -65,6 +66,7 @@ _DECIMAL = re.compile(r"(?:0|[1-9]\d{0,14})\.\d{1,15}")
 _PLAIN_STRING = re.compile(r"'(?:[^'\\\x00-\x1f]|'')*'")
 _MARKER_ROOTS = ("91827364", "__gs_l")
 _KEY_MARK = "\x01"
+_DOLLAR_QUOTE = re.compile(r"\$(?:[A-Za-z_]\w*)?\$")
 
 
 class Shape(NamedTuple):
@@ -80,9 +82,10 @@ class Shape(NamedTuple):
     """Each slot's kind: ``i`` integer, ``d`` decimal, ``s`` string."""
 
 
-def read_shape(sql: str) -> Shape | None:
+def read_shape(sql: str, dialect: str = "sqlite") -> Shape | None:
     """``sql`` read as a shape, or None where it has no slot, an unterminated string, comment or quoted
-    name, or the text of the markers (which could not then be told from its own literals).
+    name, or the text of the markers (which could not then be told from its own literals); on DuckDB
+    (``dialect``), also where it may hold a dollar-quoted string, which this scan does not read.
 
     >>> shape = read_shape("SELECT SUM(o.v) FROM o JOIN c ON c.id = o.c WHERE c.id > 17 AND c.r = 'n'")
     >>> shape.slots, shape.kinds
@@ -95,6 +98,8 @@ def read_shape(sql: str) -> Shape | None:
     True
     """
     if _KEY_MARK in sql or any(root in sql for root in _MARKER_ROOTS):
+        return None
+    if dialect != "sqlite" and _DOLLAR_QUOTE.search(sql):
         return None
     parts: list[str] = []
     slots: list[str] = []

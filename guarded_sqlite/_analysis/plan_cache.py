@@ -78,7 +78,10 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     shape = read_shape(sql)
     if shape is not None and view.safe_aggregates.get(shape.key) == version:
         return _KEYED  # its shape was read from its words before: no literal changes that reading
-    if (shape is None or view.shapes.get(shape.key) is None) and _keyed_only(view, sql):
+    # Read from its words only where neither the statement nor its shape was seen: a repeated statement
+    # or shape has its plan kept (a reading that said no is not asked again).
+    seen = (AGGREGATES.kind, sql) in view.verdicts if shape is None else view.shapes.get(shape.key) is not None
+    if not seen and _keyed_only(view, sql):
         # A statement (of a shape) not seen before whose joins cannot repeat what it sums: no parse.
         _keep_safe(view, sql, _KEYED, version)
         if shape is not None:  # a shape's key holds a character no SQL text does: no statement's key
@@ -97,8 +100,8 @@ def _keyed_only(view: SqliteSchemaView, sql: str) -> bool:
     """Whether ``sql``'s words say that its joins cannot repeat the rows its value aggregates read
     (``keyed_joins``), on the catalog's facts of its tables."""
     reading = read_joins(sql)
-    if reading is None:
-        return False
+    if reading is None or len(reading.equalities) < len(reading.tables) - 1:
+        return False  # each other table needs an equality to be matched on its key: no catalog read
     facts = view.facts_of(tuple(sorted({(None, table) for _, table in reading.tables}, key=lambda name: name[1])))
     return facts is not None and cannot_fan_out(reading, facts)
 

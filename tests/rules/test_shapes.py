@@ -362,3 +362,48 @@ def test_a_shape_plan_serves_what_planning_serves_on_duckdb(
     assert warm._self_guard.catalog.shapes.free  # the shape path was taken
     if guard == "patch":
         assert shaped[0] == sorted(_duckdb(None).execute(sql).fetchall(), key=repr)
+
+
+@pytest.mark.parametrize(
+    ("template", "parameters"),
+    [
+        (AT_RISK + " WHERE c.id > ? AND o.total < {d} GROUP BY c.id HAVING SUM(o.total) > ?", (2, 1.5)),
+        (AT_RISK + " WHERE c.id > ?1 AND o.total < {d} GROUP BY c.id ORDER BY SUM(o.total) DESC LIMIT ?2", (2, 3)),
+        (AT_RISK + " WHERE c.id > :low AND c.name <> {s} GROUP BY c.id HAVING SUM(o.total) > :high", None),
+        (
+            "SELECT MAX(s) FROM (" + AT_RISK.replace("SUM(o.total)", "SUM(o.total) AS s") + " WHERE c.id > ?"
+            " AND o.total > {d} GROUP BY c.id HAVING SUM(o.total) > ?) WHERE s < ?",
+            (1, 0.5, 100),
+        ),
+    ],
+)
+def test_parameters_beside_free_literals(template: str, parameters: Any) -> None:
+    """Positional, numbered and named parameters bind as in a statement planned as written: the plan
+    holds them where the statement does, and the free literals are written back around them."""
+    bound = parameters if parameters is not None else {"low": 2, "high": 1.5}
+    warm, fresh = guarded_sqlite.connect(":memory:"), guarded_sqlite.connect(":memory:")
+    for con in (warm, fresh):
+        _fill(con)
+    budget = confirmations.budget
+    confirmations.budget = lambda *args: 60.0  # type: ignore[assignment]
+    try:
+        warm.execute(template.format(d="9.5", s="'zz'"), bound).fetchall()
+        sql = template.format(d="2.25", s="'c1'")
+        cur = warm.execute(sql, bound)
+        shaped = (cur.fetchall(), cur.guard_report.trigger, [_reason(d.reason) for d in cur.guard_report.decisions])
+        by_shape = plan_cache._by_shape
+        plan_cache._by_shape = lambda *args: None  # type: ignore[assignment]
+        try:
+            cur = fresh.execute(sql, bound)
+            planned = (
+                cur.fetchall(),
+                cur.guard_report.trigger,
+                [_reason(d.reason) for d in cur.guard_report.decisions],
+            )
+        finally:
+            plan_cache._by_shape = by_shape  # type: ignore[assignment]
+    finally:
+        confirmations.budget = budget  # type: ignore[assignment]
+    assert shaped == planned
+    assert shaped[1] == "aggregate_fanout" or shaped[2], shaped
+    assert warm._self_guard.catalog.shapes.free

@@ -268,11 +268,17 @@ class ShapeCache:
     def get(self, key: str) -> frozenset[int] | None:
         found = self.free.get(key)
         if found is not None:
-            self.free.move_to_end(key)
+            try:
+                self.free.move_to_end(key)
+            except KeyError:  # dropped by another thread meanwhile: it is read again next time
+                pass
         return found
 
     def put(self, key: str, free: frozenset[int]) -> None:
         self.free[key] = free
-        self.free.move_to_end(key)
-        while len(self.free) > SHAPES:
-            self.free.popitem(last=False)
+        try:
+            self.free.move_to_end(key)
+            while len(self.free) > SHAPES:
+                self.free.popitem(last=False)
+        except KeyError:  # another thread's put or drop meanwhile: the size is bounded by the next put
+            pass

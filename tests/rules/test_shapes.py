@@ -407,3 +407,15 @@ def test_parameters_beside_free_literals(template: str, parameters: Any) -> None
     assert shaped == planned
     assert shaped[1] == "aggregate_fanout" or shaped[2], shaped
     assert warm._self_guard.catalog.shapes.free
+
+
+def test_shapes_kept_are_bounded() -> None:
+    from guarded_sqlite._analysis.shapes import SHAPES, ShapeCache
+
+    cache = ShapeCache()
+    for n in range(SHAPES + 10):
+        cache.put(f"k{n}", frozenset({n}))
+    assert len(cache.free) == SHAPES and cache.get("k0") is None
+    assert cache.get("k10") == frozenset({10})
+    cache.put("new", frozenset())
+    assert "k11" not in cache.free and "k10" in cache.free  # least recently used dropped first

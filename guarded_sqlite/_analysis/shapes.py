@@ -211,45 +211,48 @@ def substituted(value: Any, shape: Shape, free: frozenset[int]) -> Any:
     marker is returned as it is (the same object)."""
     # Plain replacement is exact: the statement holds neither root (``read_shape``), and the markers of
     # one kind have one width (no marker is part of another).
-    texts = [(marker(index, shape.kinds[index]), shape.slots[index]) for index in free]
+    texts = tuple((marker(index, shape.kinds[index]), shape.slots[index]) for index in free)
+    return _walk(value, texts)
 
-    def back(text: str) -> str:
-        for written, slot in texts:
-            text = text.replace(written, slot)
-        if any(root in text for root in _MARKER_ROOTS):
-            raise KeyError(text)  # a marker of no free slot
-        return text
 
-    def walk(item: Any) -> Any:
-        kind = type(item)
-        if kind is str:
-            return back(item) if any(root in item for root in _MARKER_ROOTS) else item
-        if kind in _ATOMS:
-            return item
-        names = _FIELDS.get(kind)
-        if names is None and dataclasses.is_dataclass(item):
-            names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(item))
-        if names is not None:
-            changes = {}
-            for name in names:
-                before = getattr(item, name)
-                after = walk(before)
-                if after is not before:
-                    changes[name] = after
-            return dataclasses.replace(item, **changes) if changes else item
-        if isinstance(item, (tuple, list, frozenset)):
-            parts = [walk(part) for part in item]
-            if all(after is before for after, before in zip(parts, item)):
-                return item
-            return type(item)(*parts) if hasattr(item, "_fields") else type(item)(parts)
-        if isinstance(item, dict):
-            pairs = [(walk(k), walk(v)) for k, v in item.items()]
-            if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, item.items())):
-                return item
-            return dict(pairs)
+def _back(text: str, texts: tuple[tuple[str, str], ...]) -> str:
+    for written, slot in texts:
+        text = text.replace(written, slot)
+    if any(root in text for root in _MARKER_ROOTS):
+        raise KeyError(text)  # a marker of no free slot
+    return text
+
+
+def _walk(item: Any, texts: tuple[tuple[str, str], ...]) -> Any:
+    """``substituted`` of one value; module-level, as a nested function calling itself would be a
+    reference cycle (itself through its closure) left to the collector on every call."""
+    kind = type(item)
+    if kind is str:
+        return _back(item, texts) if any(root in item for root in _MARKER_ROOTS) else item
+    if kind in _ATOMS:
         return item
-
-    return walk(value)
+    names = _FIELDS.get(kind)
+    if names is None and dataclasses.is_dataclass(item):
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(item))
+    if names is not None:
+        changes = {}
+        for name in names:
+            before = getattr(item, name)
+            after = _walk(before, texts)
+            if after is not before:
+                changes[name] = after
+        return dataclasses.replace(item, **changes) if changes else item
+    if isinstance(item, (tuple, list, frozenset)):
+        parts = [_walk(part, texts) for part in item]
+        if all(after is before for after, before in zip(parts, item)):
+            return item
+        return type(item)(*parts) if hasattr(item, "_fields") else type(item)(parts)
+    if isinstance(item, dict):
+        pairs = [(_walk(k, texts), _walk(v, texts)) for k, v in item.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, item.items())):
+            return item
+        return dict(pairs)
+    return item
 
 
 _ATOMS = (int, float, bool, type(None))

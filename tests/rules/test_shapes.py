@@ -419,3 +419,27 @@ def test_shapes_kept_are_bounded() -> None:
     assert cache.get("k10") == frozenset({10})
     cache.put("new", frozenset())
     assert "k11" not in cache.free and "k10" in cache.free  # least recently used dropped first
+
+
+def test_a_shape_plan_leaves_no_cyclic_garbage() -> None:
+    """Serving a shape's plan (the token scan, the substitution) and reading a statement's words leave
+    nothing for the cyclic collector (as the rest of the guard, ``tests/reliability``)."""
+    import gc
+
+    con = guarded_sqlite.connect(":memory:")
+    _fill(con)
+    at_risk = AT_RISK + " WHERE c.id > {} AND c.name <> '{}' GROUP BY c.id"
+    keyed = JOIN + " WHERE c.id > {} GROUP BY c.id"
+    for n in range(2):
+        con.execute(at_risk.format(n, f"x{n}")).fetchall()
+        con.execute(keyed.format(n)).fetchall()
+    gc.collect()
+    gc.disable()
+    try:
+        for n in range(3, 8):
+            assert con.execute(at_risk.format(n, f"x{n}")).guard_report.trigger == "aggregate_fanout"
+            con.execute(keyed.format(n)).fetchall()
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert found == 0

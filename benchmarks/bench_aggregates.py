@@ -12,7 +12,13 @@ execution (nothing kept: the kept confirmations are dropped before each run; the
 (first execution <= 3x) and a statement new to a warm connection (planning included: what text-to-SQL
 pays, since its statements are new).
 
+Issue 44 adds the *text-to-SQL workload*: 100 statement shapes (five heads at risk and five not, each
+with ten WHERE predicates) with three literals each, every statement new to a warm connection and run
+once, as a pipeline sends them; per class (at risk or not; the first literal of a shape or a later one)
+the guarded time per statement and its ratio to raw sqlite3 running the same statements.
+
     python benchmarks/bench_aggregates.py [--rounds 15] [--batch 300] [--customers 200] [--paging-customers 50000]
+        [--workload-rounds 5]
 """
 
 from __future__ import annotations
@@ -89,6 +95,83 @@ def _fill(con: Any, customers: int) -> None:
     con.commit()
 
 
+# Issue 44: the text-to-SQL workload's heads (five at risk: an order's total summed over its items' rows;
+# five not: sums at the grain the join keeps, or MAX, which no join inflates) and predicates, over the
+# customers/orders/items data of ``_fill``.
+_BY_ITEMS = " FROM customers c JOIN orders o ON o.customer_id = c.id JOIN items i ON i.order_id = o.id"
+_BY_ORDERS = " FROM customers c JOIN orders o ON o.customer_id = c.id"
+WORKLOAD_HEADS = {
+    "at risk": (
+        "SELECT c.name, SUM(o.total)" + _BY_ITEMS + " WHERE {p} GROUP BY c.id",
+        "SELECT c.id, AVG(o.total)" + _BY_ITEMS + " WHERE {p} GROUP BY c.id",
+        "SELECT c.name, SUM(o.total), COUNT(*)" + _BY_ITEMS + " WHERE {p} GROUP BY c.name",
+        "SELECT c.id, TOTAL(o.total)" + _BY_ITEMS + " WHERE {p} GROUP BY c.id ORDER BY 2 DESC LIMIT 5",
+        "SELECT SUM(o.total)" + _BY_ITEMS + " WHERE {p}",
+    ),
+    "not at risk": (
+        "SELECT c.name, SUM(o.total)" + _BY_ORDERS + " WHERE {p} GROUP BY c.id",
+        "SELECT c.id, SUM(i.qty)" + _BY_ITEMS + " WHERE {p} GROUP BY c.id",
+        "SELECT c.name, AVG(o.total)" + _BY_ORDERS + " WHERE {p} GROUP BY c.name",
+        "SELECT c.id, MAX(o.total), COUNT(*)" + _BY_ITEMS + " WHERE {p} GROUP BY c.id",
+        "SELECT SUM(i.qty * o.total)" + _BY_ITEMS + " WHERE {p}",
+    ),
+}
+WORKLOAD_PREDICATES = (
+    "c.id > {n}",
+    "c.id < {m}",
+    "o.total > {d}",
+    "c.name <> 'c{n}'",
+    "o.id % 7 = {k}",
+    "c.id BETWEEN {n} AND {m}",
+    "c.id IN ({n}, {m}, {k})",
+    "o.total >= {d} AND c.id < {m}",
+    "c.name LIKE 'c{k}%'",
+    "o.customer_id <> {k}",
+)
+WORKLOAD_LITERALS = (
+    {"n": 3, "m": 250, "k": 1, "d": "2.5"},
+    {"n": 40, "m": 120, "k": 4, "d": "1.25"},
+    {"n": 7, "m": 290, "k": 6, "d": "3.75"},
+)
+
+
+def workload_statements() -> list[tuple[str, bool, str]]:
+    """(class, first literal of its shape, SQL) for the 300 statements, shapes interleaved as a
+    pipeline's questions come: every shape's first literal, then every shape's second, then third."""
+    shapes = [
+        (kind, head.replace("{p}", predicate))
+        for kind, heads in WORKLOAD_HEADS.items()
+        for head in heads
+        for predicate in WORKLOAD_PREDICATES
+    ]
+    return [
+        (kind, turn == 0, shape.format(**literals))
+        for turn, literals in enumerate(WORKLOAD_LITERALS)
+        for kind, shape in shapes
+    ]
+
+
+def text_to_sql_workload(rounds: int, customers: int = 300) -> dict[tuple[str, bool], tuple[float, float]]:
+    """Per (class, first of its shape): the median over ``rounds`` of the mean time per statement on a
+    warm connection that has never seen any of them, raw and guarded (ns)."""
+    statements = workload_statements()
+    samples: dict[tuple[str, bool], tuple[list[float], list[float]]] = {}
+    for _ in range(rounds):
+        for name in ("raw", "patch"):
+            con = sqlite3.connect(":memory:") if name == "raw" else guarded_sqlite.connect(":memory:")
+            _fill(con, customers)
+            con.execute(AT_RISK).fetchall()  # warm: the rule loaded, the catalog read once
+            totals: dict[tuple[str, bool], list[int]] = {}
+            for kind, first, sql in statements:
+                started = time.perf_counter_ns()
+                con.execute(sql).fetchall()
+                totals.setdefault((kind, first), []).append(time.perf_counter_ns() - started)
+            for key, times in totals.items():
+                samples.setdefault(key, ([], []))[name == "patch"].append(sum(times) / len(times))
+            con.close()
+    return {key: (statistics.median(raw), statistics.median(guarded)) for key, (raw, guarded) in samples.items()}
+
+
 def _timed(run: Callable[[], Any], batch: int) -> float:
     started = time.perf_counter_ns()
     for _ in range(batch):
@@ -102,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=300)
     parser.add_argument("--customers", type=int, default=200)
     parser.add_argument("--paging-customers", type=int, default=50_000)
+    parser.add_argument("--workload-rounds", type=int, default=5)
     args = parser.parse_args(argv)
     cons = {}
     for name in ("raw", "observe", "patch", "text_to_sql"):
@@ -221,6 +305,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     for label, ratio, target in targets:
         print(f"target: {label}: {ratio:.2f}× raw (target <= {target:g}×){'' if ratio <= target else '  MISSED'}")
+    if args.workload_rounds:
+        workload = text_to_sql_workload(args.workload_rounds)
+        print()
+        print(
+            f"text-to-SQL workload: 100 shapes x 3 literals, each statement new to the connection, run once "
+            f"({args.workload_rounds} rounds, medians of the mean per statement)"
+        )
+        print("| statements | raw ms | guarded ms | vs raw |")
+        print("|---|---:|---:|---:|")
+        for kind in WORKLOAD_HEADS:
+            for first in (True, False):
+                raw_ns, guarded_ns = workload[(kind, first)]
+                label = f"{kind}, {'first literal of its shape' if first else 'a shape seen with other literals'}"
+                print(f"| {label} | {raw_ns / 1e6:.3f} | {guarded_ns / 1e6:.3f} | {guarded_ns / raw_ns:.2f}× |")
+        for kind in WORKLOAD_HEADS:
+            raw_ns = (workload[(kind, True)][0] + 2 * workload[(kind, False)][0]) / 3
+            guarded_ns = (workload[(kind, True)][1] + 2 * workload[(kind, False)][1]) / 3
+            print(f"| {kind}, all 150 | {raw_ns / 1e6:.3f} | {guarded_ns / 1e6:.3f} | {guarded_ns / raw_ns:.2f}× |")
     return 0
 
 

@@ -43,7 +43,6 @@ verdict is kept per SQL text *and* what was proven.
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, cast
@@ -55,7 +54,6 @@ from .._engines import SQLITE, execute_with
 from ..errors import describe_error
 from .aggregates import AggregatePlan
 from .planning import aggregate_plan
-from .pregroup import scans_whole
 from .provenance import Provenance, analyse_tree, parse_statement, table_names
 from .schema import (
     CatalogUnreadable,
@@ -81,18 +79,20 @@ from .schema import (
 from .schema_clickhouse import PROOF_SECONDS, ClickHouseCatalog, prove_keys, read_clickhouse_schema
 from .schema_mysql import read_mysql_schema
 from .schema_servers import read_duckdb_schema, read_postgres_schema
+from .shapes import ShapeCache
 
 if TYPE_CHECKING:
     from .._engines import Engine
 
 __all__ = [
+    "AGGREGATES",
     "MAX_NAMES",
+    "Analyser",
     "ClickHouseSchemaView",
     "SnapshotSchemaView",
     "SqliteSchemaView",
     "explain",
     "joining_views",
-    "plan",
     "program_functions",
     "schema_view",
 ]
@@ -140,71 +140,6 @@ def explain(guard: Guarded, sql: str) -> Provenance:
     way); elsewhere a fan-out must hold relative to the leading table too, as ORMs write their SQL."""
     analyser = _PROJECTED if guard.policy.provenance == "text_to_sql" else _PROVENANCE
     return schema_view(guard).explain(sql, analyser)
-
-
-def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
-    """``aggregates.plan_aggregates`` of ``sql`` on the guarded connection: kept and reused as the
-    provenance verdicts are, except that on SQLite a plan that puts no aggregate at risk is served
-    again while main's schema version and the connection's own changes stand still (one statement, not
-    the lookups). Those numbers can repeat after other DDL (see above), which can make the guard miss a fan-out, never
-    invent one: a plan at risk, which leads to serving corrected values under ``"text_to_sql"``, is
-    always checked.
-
-    The stamp (``_safe_stamp``) is main's schema version with the guarded connection's count of its own
-    changes: a TEMP table that shadows a table, or another file attached under the same name, moves no
-    number of main's, but is made through the connection (c27).
-
-    On SQLite, where one table can be pre-grouped (``pregroup``), the plan's check is the pre-grouped
-    one if the statement's query plan (with ``parameters``, the first execution's) reads that table by a
-    full scan, else the grouped one: asked once per plan (``EXPLAIN QUERY PLAN`` prepares the statement,
-    it runs nothing), and never for a paging query, whose check is bounded to the groups it served."""
-    view = schema_view(guard)
-    if not isinstance(view, SqliteSchemaView):
-        return view.explain(sql, _AGGREGATES)
-    try:
-        version = _safe_stamp(view, guard)
-    except sqlite3.Error as error:
-        return AggregatePlan(note=f"catalog unreadable: {describe_error(error)}", unanalysed=True)
-    if view.safe_aggregates.get(sql) == version:
-        return _SAFE
-
-    def scanned(leaf: str) -> bool:
-        try:
-            cur = view.own_cursor()
-            execute_with(cur, f"EXPLAIN QUERY PLAN {sql}", parameters)
-            return scans_whole(cur.fetchall(), leaf)
-        except (sqlite3.Error, TypeError, ValueError):  # the grouped check stays: it needs no plan
-            return False
-
-    answer = functools.partial(aggregate_plan, scanned=scanned)
-    found = view.explain(sql, Analyser(_AGGREGATES.kind, answer, _AGGREGATES.unknown))
-    if not found.risks and not found.unanalysed:
-        if len(view.safe_aggregates) >= VERDICTS and sql not in view.safe_aggregates:
-            del view.safe_aggregates[next(iter(view.safe_aggregates))]
-        view.safe_aggregates[sql] = version
-    return found
-
-
-_SAFE = AggregatePlan(note="no value aggregate at risk (kept while the schema version is unchanged)")
-
-
-def known_safe(guard: Guarded, sql: str) -> bool:
-    """Whether ``plan`` would serve ``sql``'s kept plan that puts nothing at risk (SQLite, schema version
-    unchanged): answered without making a tree, so the caller need not prepare to release any."""
-    view = guard.catalog
-    if not isinstance(view, SqliteSchemaView) or sql not in view.safe_aggregates:
-        return False
-    try:
-        return bool(view.safe_aggregates.get(sql) == _safe_stamp(view, guard))
-    except sqlite3.Error:
-        return False
-
-
-def _safe_stamp(view: SqliteSchemaView, guard: Guarded) -> tuple[int, int]:
-    """What a kept "nothing at risk" plan is kept with: main's ``PRAGMA schema_version`` (one statement)
-    and the guarded connection's own count of changes (``epoch``), which a TEMP table created or a file
-    attached through it moves (c27); DDL by another connection moves main's version."""
-    return (view.own_cursor().execute("PRAGMA schema_version").fetchone()[0], guard.epoch)
 
 
 def schema_stamp(cur: sqlite3.Cursor) -> tuple[Any, ...]:
@@ -332,7 +267,7 @@ def _view_table_names(facts: SchemaFacts, names: tuple[Name, ...]) -> set[Name]:
     return more - set(names)
 
 
-_AGGREGATES: Analyser[AggregatePlan] = Analyser(
+AGGREGATES: Analyser[AggregatePlan] = Analyser(
     "aggregates", aggregate_plan, lambda why: AggregatePlan(note=why, unanalysed=True)
 )
 
@@ -351,7 +286,7 @@ rows and its ``PRAGMA index_list``."""
 class SqliteSchemaView:
     """One SQLite connection's verdicts and table facts, reused only on identical declarations."""
 
-    __slots__ = ("calls", "places", "raw_ref", "safe_aggregates", "tables", "verdicts")
+    __slots__ = ("calls", "places", "raw_ref", "safe_aggregates", "shapes", "tables", "verdicts")
 
     def __init__(self, raw_ref: Callable[[], Any]) -> None:
         # The connection as its guard state holds it (weakly when the state belongs to it: the
@@ -363,6 +298,7 @@ class SqliteSchemaView:
         self.tables: dict[tuple[Any, ...], TableFacts] = {}
         # SQL text -> ``_safe_stamp`` when its aggregate plan put nothing at risk (see ``plan``)
         self.safe_aggregates: dict[str, tuple[int, int]] = {}
+        self.shapes = ShapeCache()  # shape key -> the slots its plan takes as opaque (``plan_cache``)
         # SQL text -> (schemas and their versions when read, the functions its program calls; ``program_functions``)
         self.calls: dict[str, tuple[Any, frozenset[str]]] = {}
         # (question, SQL text) -> (check statements, their rows when the answer was reached, answer)
@@ -372,7 +308,8 @@ class SqliteSchemaView:
         """A plain cursor for the guard's own catalog reads, under the connection's lock."""
         return plain_cursor(self.raw_ref())
 
-    def explain(self, sql: str, analyser: Analyser[T]) -> T:
+    def explain(self, sql: str, analyser: Analyser[T], tree: exp.Expression | None = None) -> T:
+        """``analyser``'s answer for ``sql``; ``tree``: its parse, where the caller has it already."""
         try:
             cur = self.own_cursor()
             key = (analyser.kind, sql)
@@ -381,7 +318,8 @@ class SqliteSchemaView:
                 return cached[2]  # type: ignore[no-any-return]
             schemas = sqlite_schemas(cur)
             # The aggregate rule writes numbered parameters back into the SQL it generates (c29).
-            parsed = parse_statement(sql, "sqlite", numbered=analyser.kind == _AGGREGATES.kind)
+            planning = analyser.kind.startswith(AGGREGATES.kind)  # a statement's or a shape's plan
+            parsed = tree if tree is not None else parse_statement(sql, "sqlite", numbered=planning)
             if isinstance(parsed, Provenance):  # unparseable: it names no table
                 return self._keep(key, (), (), analyser.unknown(parsed.evidence))
             names = table_names(parsed)
@@ -389,7 +327,7 @@ class SqliteSchemaView:
                 return analyser.unknown(f"the statement names more than {MAX_NAMES} tables: not analysed")
             temp_names = sqlite_temp_names(cur)
             entries, facts = self._read(cur, schemas, temp_names, names)
-            for _ in range(_VIEW_DEPTH if analyser.kind == _AGGREGATES.kind else 0):
+            for _ in range(_VIEW_DEPTH if planning else 0):
                 # The aggregate rule reads views through (``transparent``): their tables' facts too.
                 more = _view_table_names(facts, names)
                 if not more or len(names) + len(more) > MAX_NAMES:
@@ -405,6 +343,19 @@ class SqliteSchemaView:
             return analyser.unknown(f"catalog unreadable: {why}")
         except (TypeError, ValueError, sqlite3.Error) as error:  # no usable connection, or odd answers
             return analyser.unknown(f"catalog unreadable: {describe_error(error)}")
+
+    def facts_of(self, names: tuple[Name, ...]) -> SchemaFacts | None:
+        """The facts of the tables ``names`` stand for now, read as ``explain`` reads them (kept per
+        declaration), or None where the catalog cannot be read or changed while it was."""
+        try:
+            cur = self.own_cursor()
+            schemas = sqlite_schemas(cur)
+            entries, facts = self._read(cur, schemas, sqlite_temp_names(cur), names)
+            if self._entries(schemas, names, _answers(cur, self._plan(schemas, names))) != entries:
+                return None
+        except (CatalogUnreadable, TypeError, ValueError, sqlite3.Error):
+            return None
+        return facts
 
     def _keep(self, key: tuple[str, str], plan: tuple[Statement, ...], answers: tuple[list[Any], ...], verdict: T) -> T:
         verdicts = self.verdicts
@@ -546,7 +497,7 @@ def _schema_position(schemas: tuple[str, ...], qualifier: str) -> int | None:
 class SnapshotSchemaView:
     """DuckDB's or PostgreSQL's whole catalog, read on first need, with verdicts per SQL text."""
 
-    __slots__ = ("context", "dialect", "engine", "facts", "raw", "reader", "verdicts")
+    __slots__ = ("context", "dialect", "engine", "facts", "raw", "reader", "shapes", "verdicts")
 
     def __init__(self, guard: Guarded) -> None:
         readers: dict[str, Callable[[Any], SchemaFacts]] = {"duckdb": read_duckdb_schema, "mysql": read_mysql_schema}
@@ -557,6 +508,7 @@ class SnapshotSchemaView:
         self.facts: SchemaFacts | None = None
         self.verdicts: dict[tuple[Any, ...], Any] = {}  # (question, SQL text[, what ClickHouse proved])
         self.context: Any = None
+        self.shapes = ShapeCache()  # DuckDB: shape key -> its free literals (``plan_cache``)
 
     def current_facts(self) -> SchemaFacts:
         """The catalog as unqualified names resolve now: read anew where what they resolve against
@@ -572,12 +524,12 @@ class SnapshotSchemaView:
                 self.facts = facts
         return facts
 
-    def explain(self, sql: str, analyser: Analyser[T]) -> T:
+    def explain(self, sql: str, analyser: Analyser[T], tree: exp.Expression | None = None) -> T:
         facts = self.current_facts()
         key = (analyser.kind, sql)
         if key in self.verdicts:
             return self.verdicts[key]  # type: ignore[no-any-return]
-        parsed = parse_statement(sql, self.dialect)
+        parsed = tree if tree is not None else parse_statement(sql, self.dialect)
         verdict = (
             analyser.unknown(parsed.evidence)
             if isinstance(parsed, Provenance)
@@ -615,7 +567,7 @@ class ClickHouseSchemaView(SnapshotSchemaView):
             raise CatalogUnreadable("too many catalog rows")
         return rows
 
-    def explain(self, sql: str, analyser: Analyser[T]) -> T:
+    def explain(self, sql: str, analyser: Analyser[T], tree: exp.Expression | None = None) -> T:
         catalog = self.catalog
         if catalog is None:
             catalog = read_clickhouse_schema(self._fetch)

@@ -1,6 +1,6 @@
 """A statement's aggregate plan, composed: transparent sources read through (``transparent``), every
 SELECT at risk planned (``deciding.inner_scopes``; the outer one over them corrected), the paging bound
-and the check of every group added, all or nothing (issue 42). ``catalog.plan`` asks it with the
+and the check of every group added, all or nothing (issue 42). ``plan_cache.plan`` asks it with the
 statement's schema facts."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The aggregate fan-out rule on a connection, for a healthy result its pre-screen passed: a kept
 confirmation reused while nothing it read can have changed (``guarded_sqlite._rules.confirmations``), else the
-plan (``catalog.plan``), the check bounded to a paging query's groups (``paging``) within the budget,
+plan (``plan_cache.plan``), the check bounded to a paging query's groups (``paging``) within the budget,
 run read-only or fenced (``guard_statements``), and ``fanout.confirm``'s decision. ``_guard.decide`` calls it;
 the rule's own modules (they load sqlglot) are imported at the first check.
 """
@@ -107,7 +107,7 @@ def check_aggregates(guard: ConnectionState, raw: Any, sql: str, parameters: Any
     a decision (issue 42 item 2): corrected, flagged, refused with the reason, not at risk
     (``AGGREGATE_NOT_AT_RISK``), or checked and right as written (``AGGREGATE_CHECKED``)."""
     if not _AGGREGATE_RULE:  # imported on first use: it loads sqlglot
-        from .._analysis.catalog import known_safe, plan
+        from .._analysis.plan_cache import known_safe, plan
         from .._analysis.trees import Collecting
         from .._rules import confirmations
         from .._rules.fanout import confirm
@@ -357,5 +357,5 @@ def _plain_cursor(guard: ConnectionState) -> Any:
 
 
 _AGGREGATE_RULE: list[Any] = []
-"""``catalog.plan``, ``fanout.confirm``, ``guarded_sqlite._rules.confirmations``, ``catalog.known_safe`` and
+"""``plan_cache.plan``, ``fanout.confirm``, ``guarded_sqlite._rules.confirmations``, ``plan_cache.known_safe`` and
 ``trees.Collecting``, once the rule first runs."""

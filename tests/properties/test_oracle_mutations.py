@@ -114,7 +114,7 @@ def inner_selects_not_planned(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
 
 def _rule_with(monkeypatch: pytest.MonkeyPatch, confirm: Callable[..., Any]) -> None:
     """The aggregate rule's confirmation replaced by ``confirm`` (it is looked up once, then kept)."""
-    from guarded_sqlite._analysis.catalog import known_safe, plan
+    from guarded_sqlite._analysis.plan_cache import known_safe, plan
     from guarded_sqlite._analysis.trees import Collecting
     from guarded_sqlite._guard import aggregate_check
     from guarded_sqlite._rules import confirmations

@@ -35,7 +35,7 @@ def shop(tmp_path: Path) -> Path:
 
 def outlasting_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     """The aggregate rule's plan step, made to return only after the call's limit has passed."""
-    from guarded_sqlite._analysis.catalog import known_safe, plan
+    from guarded_sqlite._analysis.plan_cache import known_safe, plan
     from guarded_sqlite._analysis.trees import Collecting
     from guarded_sqlite._rules import confirmations
     from guarded_sqlite._rules.fanout import confirm

@@ -105,7 +105,7 @@ def test_ordered_by_an_aggregate_keeps_the_whole_check() -> None:
 def plan_for(sql: str) -> AggregatePlan:
     con = guarded_sqlite.connect(":memory:")
     con.executescript(SETUP)
-    from guarded_sqlite._analysis.catalog import plan
+    from guarded_sqlite._analysis.plan_cache import plan
 
     return plan(con._self_guard, sql)
 

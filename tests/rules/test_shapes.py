@@ -1,0 +1,445 @@
+"""One aggregate plan per statement shape (issue 44 item 2, ``guarded_sqlite._analysis.shapes``): the key,
+which literals a shared plan may take as opaque, and that a statement served from its shape's plan is
+served exactly what planning it as written serves (fixtures, and a hypothesis property on SQLite)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlglot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import guarded_sqlite
+from guarded_sqlite._analysis import plan_cache, planning
+from guarded_sqlite._analysis.shapes import free_slots, marked, read_shape
+from guarded_sqlite._rules import confirmations
+from guarded_sqlite._rules.confirmations import REUSED
+from guarded_sqlite.report import AGGREGATE_NOT_AT_RISK
+
+JOIN = "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer_id = c.id"
+AT_RISK = JOIN + " JOIN items i ON i.order_id = o.id"
+
+
+def key(sql: str) -> str | None:
+    shape = read_shape(sql)
+    return None if shape is None else shape.key
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", f"{AT_RISK} WHERE c.id > 123 GROUP BY c.id"),
+        (f"{AT_RISK} WHERE c.name = 'a' GROUP BY c.id", f"{AT_RISK} WHERE c.name = 'it''s' GROUP BY c.id"),
+        (f"{AT_RISK} WHERE o.total < 1.5 GROUP BY c.id", f"{AT_RISK} WHERE o.total < 0.25 GROUP BY c.id"),
+        (f"{AT_RISK} WHERE c.id IN (1, 2) LIMIT 3", f"{AT_RISK} WHERE c.id IN (7, 9) LIMIT 4"),
+    ],
+)
+def test_same_shape_other_literals_same_key(one: str, other: str) -> None:
+    assert key(one) is not None and key(one) == key(other)
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        # identifiers
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", f"{AT_RISK} WHERE o.id > 5 GROUP BY c.id"),
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", f'{AT_RISK} WHERE "c".id > 5 GROUP BY c.id'),
+        # operators
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", f"{AT_RISK} WHERE c.id >= 5 GROUP BY c.id"),
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", f"{AT_RISK} WHERE c.id > -5 GROUP BY c.id"),
+        # literal kinds: integer, decimal, string
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", f"{AT_RISK} WHERE c.id > 5.0 GROUP BY c.id"),
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", f"{AT_RISK} WHERE c.id > '5' GROUP BY c.id"),
+        # how many values
+        (f"{AT_RISK} WHERE c.id IN (1, 2) GROUP BY c.id", f"{AT_RISK} WHERE c.id IN (1, 2, 3) GROUP BY c.id"),
+        # a comment is part of the text
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", f"{AT_RISK} WHERE c.id > 5 /* 6 */ GROUP BY c.id"),
+    ],
+)
+def test_other_shapes_other_keys(one: str, other: str) -> None:
+    assert key(one) != key(other)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"{AT_RISK} GROUP BY c.id",  # no literal
+        f"{AT_RISK} WHERE c.id > ? GROUP BY c.id",  # parameters are already shapes
+        f"{AT_RISK} WHERE c.id > ?1 AND c.name = :n AND o.id = $3 GROUP BY c.id",
+        f"{AT_RISK} WHERE c.id > 1e3 AND o.total > .5 AND c.name = x'00' AND o.id > 0x10 GROUP BY c.id",
+        f"{AT_RISK} WHERE c.name = E'a' GROUP BY c.id",  # a prefixed string
+        f"{AT_RISK} WHERE c.id > 007 GROUP BY c.id",  # a form sqlglot might write otherwise
+        f"{AT_RISK} WHERE c.id > 1234567890123456 GROUP BY c.id",  # more digits than a marker
+        f"{AT_RISK} WHERE c.name = 'a\\b' GROUP BY c.id",  # a backslash
+        f"{AT_RISK} WHERE date(o.day) < date('now') GROUP BY c.id",  # the clock: never shared
+        f"{AT_RISK} WHERE c.name = 'a GROUP BY c.id",  # unterminated string
+        f"{AT_RISK} WHERE c.id > 5 /* unterminated GROUP BY c.id",  # unterminated comment
+        f'{AT_RISK} WHERE "c.id > 5 GROUP BY c.id',  # unterminated quoted name
+        f"{AT_RISK} WHERE c.id > 91827364500000 GROUP BY c.id",  # the markers' own text
+        f"{AT_RISK} WHERE c.name = '__gs_l0' GROUP BY c.id",
+        "SELECT SUM(t1.v) FROM t1 JOIN t2 ON t2.k = t1.k GROUP BY t1.k",  # a number inside a name
+    ],
+)
+def test_no_shape(sql: str) -> None:
+    assert read_shape(sql) is None, read_shape(sql)
+
+
+def free(sql: str) -> list[str]:
+    """The literals (as written) ``free_slots`` takes as opaque."""
+    shape = read_shape(sql)
+    assert shape is not None
+    tree = sqlglot.parse_one(marked(shape), read="sqlite")
+    return [shape.slots[i] for i in sorted(free_slots(tree, shape))]
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        (f"{AT_RISK} WHERE c.id > 5 AND (o.total < 2.5 OR c.name = 'x') GROUP BY c.id", ["5", "2.5", "'x'"]),
+        (f"{AT_RISK} WHERE NOT c.id = 5 GROUP BY c.id HAVING SUM(o.total) > 12", ["5", "12"]),
+        (f"{AT_RISK} WHERE c.id IN (1, 2) AND o.total BETWEEN 1 AND 3 GROUP BY c.id", ["1", "2", "1", "3"]),
+        (f"{AT_RISK} WHERE c.name LIKE 'a%' AND o.id <> -3 GROUP BY c.id", ["'a%'", "3"]),
+        (f"{AT_RISK} WHERE 5 < c.id GROUP BY c.id", ["5"]),
+        # fixed: a join condition, positions, LIMIT/OFFSET, select items, aggregate arguments, calls, CASE
+        (f"{JOIN} AND o.total > 3 JOIN items i ON i.order_id = o.id GROUP BY c.id", []),
+        (f"{AT_RISK} GROUP BY 1 ORDER BY 2 DESC LIMIT 3 OFFSET 1", []),
+        ("SELECT c.name, SUM(o.total * 2) + 1, 'x' FROM customers c JOIN orders o ON o.customer_id = c.id", []),
+        (f"{AT_RISK} WHERE substr(c.name, 1, 2) = 'ab' GROUP BY c.id", ["'ab'"]),
+        (f"{AT_RISK} WHERE CASE WHEN c.id > 3 THEN 1 ELSE 0 END = 1 GROUP BY c.id", ["1"]),  # against an expression
+        (f"{AT_RISK} WHERE 1 = 1 AND c.name = 'a' 'b' GROUP BY c.id", []),  # literal = literal; folded
+        (f"{AT_RISK} WHERE c.name LIKE 'a!%' ESCAPE '!' GROUP BY c.id", []),
+        (f"{AT_RISK} WHERE c.id = (SELECT 5) GROUP BY c.id", []),
+    ],
+)
+def test_free_slots(sql: str, expected: list[str]) -> None:
+    assert free(sql) == expected
+
+
+def _fill(con: Any) -> None:
+    con.executescript(
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, region TEXT);"
+        "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, total REAL, status TEXT);"
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, order_id INTEGER, qty INTEGER);"
+    )
+    con.executemany("INSERT INTO customers VALUES (?, ?, ?)", [(c, f"c{c % 7}", "nsew"[c % 4]) for c in range(1, 13)])
+    con.executemany(
+        "INSERT INTO orders VALUES (?, ?, ?, ?)",
+        [(o, o % 12 + 1, (o % 9) * 1.25 - 2, "ab"[o % 2]) for o in range(1, 41)],
+    )
+    con.executemany("INSERT INTO items VALUES (?, ?, ?)", [(i, i % 43 + 1, i % 5) for i in range(1, 101)])
+    con.commit()
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The texts the aggregate plans are made on, in order."""
+    made: list[str] = []
+    real = planning.aggregate_plan
+
+    def counting(tree: Any, *args: Any, **kwargs: Any) -> Any:
+        made.append(tree.sql(dialect="sqlite"))
+        return real(tree, *args, **kwargs)
+
+    monkeypatch.setattr(plan_cache, "aggregate_plan", counting)
+    yield made
+
+
+def test_a_statement_new_in_its_literals_is_not_planned_again(counted: list[str]) -> None:
+    con = guarded_sqlite.connect(":memory:")
+    _fill(con)
+    sql = AT_RISK + " WHERE c.id > {} AND o.status = '{}' GROUP BY c.id"
+    for bound, status in ((2, "a"), (5, "b"), (7, "a")):
+        report = con.execute(sql.format(bound, status)).guard_report
+        assert report is not None and report.trigger == "aggregate_fanout"
+    assert len(counted) == 1 and "91827364500000" in counted[0] and "'__gs_l1'" in counted[0]
+    # a LIMIT is fixed: another value is another plan
+    con.execute(sql.format(3, "a") + " LIMIT 2").fetchall()
+    con.execute(sql.format(4, "b") + " LIMIT 3").fetchall()
+    assert len(counted) == 3
+
+
+def test_a_partial_unique_index_is_never_shared(counted: list[str]) -> None:
+    """``WHERE o.status = 'a'`` implies the predicate of a unique index on ``orders (customer_id) WHERE
+    status = 'a'``: with 'a' the join cannot fan out, with 'b' it can. Each is planned as written."""
+    con = guarded_sqlite.connect(":memory:")
+    _fill(con)
+    con.execute("DELETE FROM orders WHERE status = 'a' AND id > 12")
+    con.execute("CREATE UNIQUE INDEX one_open ON orders (customer_id) WHERE status = 'a'")
+    sql = (
+        "SELECT c.name, SUM(c.id) FROM customers c JOIN orders o ON o.customer_id = c.id "
+        "WHERE o.status = '{}' GROUP BY c.id"
+    )
+    decisions = []
+    for status in ("a", "b", "a"):
+        report = con.execute(sql.format(status)).guard_report
+        assert report is not None
+        decisions.append((report.trigger, [d.reason for d in report.decisions]))
+    assert decisions[0][0] is None and decisions[1][0] == "aggregate_fanout", decisions
+    assert decisions[2][0] is None
+    written = [text for text in counted if "'__gs_l" not in text]  # as sqlglot writes them
+    assert len(written) == 2 and "'a'" in written[0] and "'b'" in written[1], counted
+
+
+def _served(con: Any, sql: str) -> tuple[Any, ...]:
+    cur = con.execute(sql)
+    rows = cur.fetchall()
+    report = cur.guard_report
+    decisions = tuple((d.rule, d.applied, _reason(d.reason)) for d in report.decisions) if report else ()
+    return (rows, [c[0] for c in cur.description or ()], report and report.trigger, decisions)
+
+
+def _reason(reason: str) -> str:
+    """A decision's reason, but for what says where the answer came from: a confirmation kept by the
+    first execution (the same text drawn twice) is said to be reused, and a kept plan that puts nothing
+    at risk says so rather than why (``plan_cache._SAFE``), as for any statement repeated."""
+    return "not at risk" if reason.startswith(AGGREGATE_NOT_AT_RISK) else reason.replace(f"; {REUSED}", "")
+
+
+_PREDICATES = st.sampled_from(
+    [
+        "c.id > {i}",
+        "c.id <= {i}",
+        "o.total < {d}",
+        "o.total >= {i}",
+        "c.name = {s}",
+        "c.region <> {s}",
+        "o.status = {s} AND c.id < {i}",
+        "c.id IN ({i}, {i})",
+        "o.total BETWEEN {d} AND {i}",
+        "c.name LIKE {s}",
+        "(c.id = {i} OR o.status = {s})",
+    ]
+)
+_TAILS = st.sampled_from(
+    [
+        " GROUP BY c.id",
+        " GROUP BY c.id HAVING SUM(o.total) > {d}",
+        " GROUP BY c.id ORDER BY SUM(o.total) DESC, c.id LIMIT {n}",
+        " GROUP BY c.region ORDER BY 2, 1",
+        " GROUP BY 1 HAVING COUNT(*) > {n}",
+    ]
+)
+_HEADS = st.sampled_from(
+    [
+        AT_RISK,
+        JOIN,
+        "SELECT c.region, AVG(o.total), SUM(i.qty) FROM customers c JOIN orders o ON o.customer_id = c.id "
+        "JOIN items i ON i.order_id = o.id",
+        "SELECT MAX(s) FROM (" + AT_RISK.replace("SUM(o.total)", "SUM(o.total) AS s") + " WHERE c.id > {i}"
+        " GROUP BY c.id)",
+    ]
+)
+_LITERALS = st.fixed_dictionaries(
+    {
+        "i": st.integers(-3, 14).map(str),
+        "d": st.sampled_from(["0.5", "1.25", "2.0", "3.75", "10.5"]),
+        "s": st.sampled_from(["'c1'", "'n'", "'a'", "'b'", "'c%'", "''", "'it''s'"]),
+        "n": st.integers(0, 4).map(str),
+    }
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    head=_HEADS,
+    predicate=_PREDICATES,
+    tail=_TAILS,
+    first=_LITERALS,
+    second=_LITERALS,
+    guard=st.sampled_from(["patch", "text_to_sql"]),
+)
+def test_a_shape_plan_serves_what_planning_serves(
+    head: str, predicate: str, tail: str, first: dict[str, str], second: dict[str, str], guard: str
+) -> None:
+    """A statement served from the plan its shape made for other literals gets exactly the rows, columns,
+    trigger and decisions that a connection planning it as written (no shapes) gives."""
+    template = head + ("" if head.startswith("SELECT MAX") else f" WHERE {predicate}{tail}")
+    warm = guarded_sqlite.connect(":memory:", guard=guard)
+    fresh = guarded_sqlite.connect(":memory:", guard=guard)
+    raw = sqlite3.connect(":memory:")
+    for con in (warm, fresh, raw):
+        _fill(con)
+    # The check's budget is a time (a loaded machine can stop one connection's check and not the
+    # other's): generous here, where what is compared is what each plan serves.
+    budget = confirmations.budget
+    confirmations.budget = lambda *args: 60.0  # type: ignore[assignment]
+    try:
+        warm.execute(template.format(**first)).fetchall()  # the shape's plan, made on other literals
+        sql = template.format(**second)
+        shaped = _served(warm, sql)
+        by_shape = plan_cache._by_shape
+        plan_cache._by_shape = lambda *args: None  # type: ignore[assignment]
+        try:
+            planned = _served(fresh, sql)
+        finally:
+            plan_cache._by_shape = by_shape  # type: ignore[assignment]
+    finally:
+        confirmations.budget = budget  # type: ignore[assignment]
+    assert shaped == planned
+    if guard == "patch":
+        assert shaped[0] == raw.execute(sql).fetchall()
+
+
+_DUCKDB_AT_RISK = AT_RISK.replace("c.name", "c.id", 1)
+_DUCKDB_TEMPLATES = st.sampled_from(
+    [
+        _DUCKDB_AT_RISK + " WHERE {p} GROUP BY c.id",
+        _DUCKDB_AT_RISK + " WHERE {p} GROUP BY c.id HAVING SUM(o.total) > {d}",
+        _DUCKDB_AT_RISK + " WHERE {p} GROUP BY c.id ORDER BY SUM(o.total) DESC, c.id LIMIT {n}",
+        JOIN.replace("c.name", "c.id", 1) + " WHERE {p} GROUP BY c.id",
+        "SELECT c.region, AVG(o.total), SUM(i.qty) FROM customers c JOIN orders o ON o.customer_id = c.id "
+        "JOIN items i ON i.order_id = o.id WHERE {p} GROUP BY c.region ORDER BY 2, 1",
+        "SELECT MAX(s) FROM (" + _DUCKDB_AT_RISK.replace("SUM(o.total)", "SUM(o.total) AS s") + " WHERE {p}"
+        " GROUP BY c.id)",
+    ]
+)
+
+
+def _duckdb(guard: str | None) -> Any:
+    duckdb = pytest.importorskip("duckdb")
+    raw = duckdb.connect()
+    con = raw if guard is None else guarded_sqlite.wrap(raw, guard=guard)
+    con.execute(
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, region TEXT);"
+        "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, total DOUBLE, status TEXT);"
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, order_id INTEGER, qty INTEGER);"
+    )
+    con.executemany("INSERT INTO customers VALUES (?, ?, ?)", [(c, f"c{c % 7}", "nsew"[c % 4]) for c in range(1, 13)])
+    con.executemany(
+        "INSERT INTO orders VALUES (?, ?, ?, ?)",
+        [(o, o % 12 + 1, (o % 9) * 1.25 - 2, "ab"[o % 2]) for o in range(1, 41)],
+    )
+    con.executemany("INSERT INTO items VALUES (?, ?, ?)", [(i, i % 43 + 1, i % 5) for i in range(1, 101)])
+    return con
+
+
+def _served_unordered(con: Any, sql: str) -> tuple[Any, ...]:
+    """``_served`` for DuckDB, whose groups come in any order without ORDER BY: the rows sorted, and the
+    values a reason quotes (those of the first group found) left out."""
+    rows, names, trigger, decisions = _served(con, sql)
+    return (
+        sorted(rows, key=repr),
+        names,
+        trigger,
+        tuple((rule, applied, re.sub(r"-?\d[\d.e+-]*", "#", reason)) for rule, applied, reason in decisions),
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    template=_DUCKDB_TEMPLATES,
+    predicate=_PREDICATES,
+    first=_LITERALS,
+    second=_LITERALS,
+    guard=st.sampled_from(["patch", "text_to_sql"]),
+)
+def test_a_shape_plan_serves_what_planning_serves_on_duckdb(
+    template: str, predicate: str, first: dict[str, str], second: dict[str, str], guard: str
+) -> None:
+    """The property above on DuckDB, whose shape plans are kept with its catalog snapshot's verdicts."""
+    template = template.replace("{p}", predicate)
+    warm, fresh = _duckdb(guard), _duckdb(guard)
+    budget = confirmations.budget
+    confirmations.budget = lambda *args: 60.0  # type: ignore[assignment]
+    try:
+        warm.execute(template.format(**first)).fetchall()
+        sql = template.format(**second)
+        shaped = _served_unordered(warm, sql)
+        by_shape = plan_cache._by_shape
+        plan_cache._by_shape = lambda *args: None  # type: ignore[assignment]
+        try:
+            planned = _served_unordered(fresh, sql)
+        finally:
+            plan_cache._by_shape = by_shape  # type: ignore[assignment]
+    finally:
+        confirmations.budget = budget  # type: ignore[assignment]
+    assert shaped == planned
+    assert warm._self_guard.catalog.shapes.free  # the shape path was taken
+    if guard == "patch":
+        assert shaped[0] == sorted(_duckdb(None).execute(sql).fetchall(), key=repr)
+
+
+@pytest.mark.parametrize(
+    ("template", "parameters"),
+    [
+        (AT_RISK + " WHERE c.id > ? AND o.total < {d} GROUP BY c.id HAVING SUM(o.total) > ?", (2, 1.5)),
+        (AT_RISK + " WHERE c.id > ?1 AND o.total < {d} GROUP BY c.id ORDER BY SUM(o.total) DESC LIMIT ?2", (2, 3)),
+        (AT_RISK + " WHERE c.id > :low AND c.name <> {s} GROUP BY c.id HAVING SUM(o.total) > :high", None),
+        (
+            "SELECT MAX(s) FROM (" + AT_RISK.replace("SUM(o.total)", "SUM(o.total) AS s") + " WHERE c.id > ?"
+            " AND o.total > {d} GROUP BY c.id HAVING SUM(o.total) > ?) WHERE s < ?",
+            (1, 0.5, 100),
+        ),
+    ],
+)
+def test_parameters_beside_free_literals(template: str, parameters: Any) -> None:
+    """Positional, numbered and named parameters bind as in a statement planned as written: the plan
+    holds them where the statement does, and the free literals are written back around them."""
+    bound = parameters if parameters is not None else {"low": 2, "high": 1.5}
+    warm, fresh = guarded_sqlite.connect(":memory:"), guarded_sqlite.connect(":memory:")
+    for con in (warm, fresh):
+        _fill(con)
+    budget = confirmations.budget
+    confirmations.budget = lambda *args: 60.0  # type: ignore[assignment]
+    try:
+        warm.execute(template.format(d="9.5", s="'zz'"), bound).fetchall()
+        sql = template.format(d="2.25", s="'c1'")
+        cur = warm.execute(sql, bound)
+        shaped = (cur.fetchall(), cur.guard_report.trigger, [_reason(d.reason) for d in cur.guard_report.decisions])
+        by_shape = plan_cache._by_shape
+        plan_cache._by_shape = lambda *args: None  # type: ignore[assignment]
+        try:
+            cur = fresh.execute(sql, bound)
+            planned = (
+                cur.fetchall(),
+                cur.guard_report.trigger,
+                [_reason(d.reason) for d in cur.guard_report.decisions],
+            )
+        finally:
+            plan_cache._by_shape = by_shape  # type: ignore[assignment]
+    finally:
+        confirmations.budget = budget  # type: ignore[assignment]
+    assert shaped == planned
+    assert shaped[1] == "aggregate_fanout" or shaped[2], shaped
+    assert warm._self_guard.catalog.shapes.free
+
+
+def test_shapes_kept_are_bounded() -> None:
+    from guarded_sqlite._analysis.shapes import SHAPES, ShapeCache
+
+    cache = ShapeCache()
+    for n in range(SHAPES + 10):
+        cache.put(f"k{n}", frozenset({n}))
+    assert len(cache.free) == SHAPES and cache.get("k0") is None
+    assert cache.get("k10") == frozenset({10})
+    cache.put("new", frozenset())
+    assert "k11" not in cache.free and "k10" in cache.free  # least recently used dropped first
+
+
+def test_a_shape_plan_leaves_no_cyclic_garbage() -> None:
+    """Serving a shape's plan (the token scan, the substitution) and reading a statement's words leave
+    nothing for the cyclic collector (as the rest of the guard, ``tests/reliability``)."""
+    import gc
+
+    con = guarded_sqlite.connect(":memory:")
+    _fill(con)
+    at_risk = AT_RISK + " WHERE c.id > {} AND c.name <> '{}' GROUP BY c.id"
+    keyed = JOIN + " WHERE c.id > {} GROUP BY c.id"
+    for n in range(2):
+        con.execute(at_risk.format(n, f"x{n}")).fetchall()
+        con.execute(keyed.format(n)).fetchall()
+    gc.collect()
+    gc.disable()
+    try:
+        for n in range(3, 8):
+            assert con.execute(at_risk.format(n, f"x{n}")).guard_report.trigger == "aggregate_fanout"
+            con.execute(keyed.format(n)).fetchall()
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert found == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -264,22 +264,7 @@ def test_a_shape_plan_serves_what_planning_serves(
     raw = sqlite3.connect(":memory:")
     for con in (warm, fresh, raw):
         _fill(con)
-    # The check's budget is a time (a loaded machine can stop one connection's check and not the
-    # other's): generous here, where what is compared is what each plan serves.
-    budget = confirmations.budget
-    confirmations.budget = lambda *args: 60.0  # type: ignore[assignment]
-    try:
-        warm.execute(template.format(**first)).fetchall()  # the shape's plan, made on other literals
-        sql = template.format(**second)
-        shaped = _served(warm, sql)
-        by_shape = plan_cache._by_shape
-        plan_cache._by_shape = lambda *args: None  # type: ignore[assignment]
-        try:
-            planned = _served(fresh, sql)
-        finally:
-            plan_cache._by_shape = by_shape  # type: ignore[assignment]
-    finally:
-        confirmations.budget = budget  # type: ignore[assignment]
+    sql, shaped, planned = _shaped_and_planned(warm, fresh, template, first, second, _served)
     assert shaped == planned
     if guard == "patch":
         assert shaped[0] == raw.execute(sql).fetchall()
@@ -344,20 +329,7 @@ def test_a_shape_plan_serves_what_planning_serves_on_duckdb(
     """The property above on DuckDB, whose shape plans are kept with its catalog snapshot's verdicts."""
     template = template.replace("{p}", predicate)
     warm, fresh = _duckdb(guard), _duckdb(guard)
-    budget = confirmations.budget
-    confirmations.budget = lambda *args: 60.0  # type: ignore[assignment]
-    try:
-        warm.execute(template.format(**first)).fetchall()
-        sql = template.format(**second)
-        shaped = _served_unordered(warm, sql)
-        by_shape = plan_cache._by_shape
-        plan_cache._by_shape = lambda *args: None  # type: ignore[assignment]
-        try:
-            planned = _served_unordered(fresh, sql)
-        finally:
-            plan_cache._by_shape = by_shape  # type: ignore[assignment]
-    finally:
-        confirmations.budget = budget  # type: ignore[assignment]
+    sql, shaped, planned = _shaped_and_planned(warm, fresh, template, first, second, _served_unordered)
     assert shaped == planned
     assert warm._self_guard.catalog.shapes.free  # the shape path was taken
     if guard == "patch":
@@ -443,3 +415,32 @@ def test_a_shape_plan_leaves_no_cyclic_garbage() -> None:
     finally:
         gc.enable()
     assert found == 0
+
+
+def _shaped_and_planned(
+    warm: Any,
+    fresh: Any,
+    template: str,
+    first: dict[str, Any],
+    second: dict[str, Any],
+    served: Callable[[Any, str], Any],
+) -> tuple[str, Any, Any]:
+    """The statement of ``template`` with ``second``'s literals, what ``warm`` serves for it from the plan
+    its shape got with ``first``'s, and what ``fresh`` serves planning it as written (no shapes)."""
+    # The check's budget is a time (a loaded machine can stop one connection's check and not the
+    # other's): generous here, where what is compared is what each plan serves.
+    budget = confirmations.budget
+    confirmations.budget = lambda *args: 60.0  # type: ignore[assignment]
+    try:
+        warm.execute(template.format(**first)).fetchall()  # the shape's plan, made on other literals
+        sql = template.format(**second)
+        shaped = served(warm, sql)
+        by_shape = plan_cache._by_shape
+        plan_cache._by_shape = lambda *args: None  # type: ignore[assignment]
+        try:
+            planned = served(fresh, sql)
+        finally:
+            plan_cache._by_shape = by_shape  # type: ignore[assignment]
+    finally:
+        confirmations.budget = budget  # type: ignore[assignment]
+    return sql, shaped, planned

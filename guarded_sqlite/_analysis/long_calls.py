@@ -66,6 +66,8 @@ _KEEPS_SIZE: tuple[type[exp.Expression], ...] = (
     exp.Paren,
     exp.Alias,
     exp.Nullif,
+    exp.Max,  # one of the values it reads
+    exp.Min,
 )
 """Functions whose result is no longer than their longest argument (or one of them)."""
 

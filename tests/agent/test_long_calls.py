@@ -27,6 +27,7 @@ SERVED = [
     "SELECT name FROM c WHERE name LIKE %s",  # a parameter: the caller's value
     "SELECT LOWER(x) AS x FROM c ORDER BY LOCATE('a', x)",
     "SELECT @@version LIKE '%MariaDB%' AS m",
+    "SELECT LOCATE('x', MAX(name)) FROM c GROUP BY city",
     "SELECT (SELECT 1 FROM e WHERE e.k LIKE d.x) FROM (SELECT name AS x FROM c) AS d",
     "UPDATE c SET name = REPLACE(name, 'a', 'b') WHERE name LIKE 'x%'",
     "SELECT LOCATE('" + "a" * MAX_LITERAL_CHARS + "', name) FROM c",

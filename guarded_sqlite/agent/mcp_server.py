@@ -25,6 +25,7 @@ model can read and act on, never a protocol error. The SDK is imported when a se
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 try:
@@ -202,18 +203,25 @@ def build_server(
         arrived = time.monotonic()
         return await anyio.to_thread.run_sync(functools.partial(run_query, sql, arrived))
 
-    def run_query(sql: str, started: float) -> CallToolResult:
+    def answer(tool: str, sql: str | None, started: float, call: Callable[[], Any]) -> Any:
+        """``call()``'s value, or the tool result that answers instead: a refusal (the model's to act on:
+        its message says why and what to do instead), a failure, or a call the audit log did not record."""
         try:
-            result = db.query(sql, time_limit=db.timeout - (time.monotonic() - started))
+            value = call()
         except QueryRefused as refusal:
-            _audit(audit, "query", sql, db.dialect, started, refusal=refusal.kind)
-            # A refusal is the model's to act on: its message says why and what to do instead.
+            _audit(audit, tool, sql, db.dialect, started, refusal=refusal.kind)
             return _text_result(str(refusal), error=True)
         except Exception as failure:
-            _audit(audit, "query", sql, db.dialect, started, failed=True)
-            return _unexpected("query", failure)
-        if not _audit(audit, "query", sql, db.dialect, started, result=result) and not audit_best_effort:
-            return _unrecorded("query")
+            _audit(audit, tool, sql, db.dialect, started, failed=True)
+            return _unexpected(tool, failure)
+        recorded = _audit(audit, tool, sql, db.dialect, started, **({"result": value} if sql is not None else {}))
+        return value if recorded or audit_best_effort else _unrecorded(tool)
+
+    def run_query(sql: str, started: float) -> CallToolResult:
+        left = db.timeout - (time.monotonic() - started)
+        result = answer("query", sql, started, lambda: db.query(sql, time_limit=left))
+        if isinstance(result, CallToolResult):
+            return result
         return _text_result(result.observation(), structured=result.as_dict())
 
     @server.tool(
@@ -223,17 +231,9 @@ def build_server(
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def schema() -> Annotated[CallToolResult, SchemaOutput]:
-        started = time.monotonic()
-        try:
-            info = db.schema()
-        except QueryRefused as refusal:
-            _audit(audit, "schema", None, db.dialect, started, refusal=refusal.kind)
-            return _text_result(str(refusal), error=True)
-        except Exception as failure:
-            _audit(audit, "schema", None, db.dialect, started, failed=True)
-            return _unexpected("schema", failure)
-        if not _audit(audit, "schema", None, db.dialect, started) and not audit_best_effort:
-            return _unrecorded("schema")
+        info = answer("schema", None, time.monotonic(), db.schema)
+        if isinstance(info, CallToolResult):
+            return info
         return _text_result(info.text(), structured=info.as_dict())
 
     return server

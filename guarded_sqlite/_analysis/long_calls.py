@@ -144,7 +144,10 @@ def _long_call(sql: str) -> str | None:
     if len(trees) != 1:
         return None  # no statement, or several: the one-statement rule refuses those
     tree = trees[0]
-    scopes = traverse_scope(tree) if isinstance(tree, exp.Query) else []
+    try:
+        scopes = traverse_scope(tree) if isinstance(tree, exp.Query) else []
+    except (SqlglotError, ValueError, KeyError):  # scopes sqlglot cannot build: no column can be followed
+        return "a statement whose columns this tool cannot follow to their tables, around a search function"
     if not scopes:  # not a query (a write, with writes allowed): its columns are stored ones
         return next((_written(call) for call in tree.find_all(*_SEARCHES) if not _call_bounded(call, None)), None)
     for scope in scopes:

@@ -77,7 +77,7 @@ def add_mcp_parser(commands: Any) -> None:
         action="store_true",
         help="UNSAFE: serve a PostgreSQL role or MySQL/MariaDB account that may do more than read (server files, "
         "other sessions, administration, or writes without --allow-writes); by default such an account is "
-        "refused at start with an error naming its grants",
+        "refused: its grants are named on stderr and in every tool call's answer, and nothing runs",
     )
     command.add_argument(
         "--max-rows",

@@ -34,8 +34,7 @@ from tests.agent.test_agent_hostile import (
     Scene,
     Server,
     check_call,
-    finish,
-    record,
+    played,
 )
 
 SHOP = """
@@ -240,21 +239,23 @@ CLICKHOUSE_ONLY = [
 ]
 
 
-def test_hand_written_corpus_through_the_mcp_server(chdb_required: str, tmp_path: Path, canary: Canary) -> None:
+def hostile_scene(tmp_path: Path, canary: Canary) -> Scene:
+    """test_agent_hostile's scene on a chDB folder of the shop."""
     folder = tmp_path / "db" / "shop"
     make_folder(folder)
     outside = f"/tmp/guarded-hostile-{os.urandom(8).hex()}"
-    scene = Scene("clickhouse", f"chdb://{folder}", lambda: folder_state(folder), tmp_path / "server", canary, outside)
+    return Scene("clickhouse", f"chdb://{folder}", lambda: folder_state(folder), tmp_path / "server", canary, outside)
+
+
+def test_hand_written_corpus_through_the_mcp_server(chdb_required: str, tmp_path: Path, canary: Canary) -> None:
+    scene = hostile_scene(tmp_path, canary)
     server = Server(scene.target, scene.home)
-    listing = scene.listing()
-    try:
+
+    def corpus() -> None:
         for template in COMMON + CLICKHOUSE_ONLY:
             check_call(server, scene, scene.fill(template), LIMITS)
-        finish(server, scene, listing)
-    finally:
-        if server.process.poll() is None:
-            server.close()
-        record(scene.engine, server.calls)
+
+    played(server, scene, scene.listing(), corpus, scene.engine)
 
 
 CLICKHOUSE_WORDS = [
@@ -269,10 +270,7 @@ CLICKHOUSE_WORDS = [
 
 def test_generated_corpus_through_the_mcp_server(chdb_required: str, tmp_path: Path, canary: Canary) -> None:
     """Token soups of every engine's hostile words and ClickHouse's, with test_agent_hostile's checks."""
-    folder = tmp_path / "db" / "shop"
-    make_folder(folder)
-    outside = f"/tmp/guarded-hostile-{os.urandom(8).hex()}"
-    scene = Scene("clickhouse", f"chdb://{folder}", lambda: folder_state(folder), tmp_path / "server", canary, outside)
+    scene = hostile_scene(tmp_path, canary)
     server = Server(scene.target, scene.home)
     listing = scene.listing()
 
@@ -281,10 +279,4 @@ def test_generated_corpus_through_the_mcp_server(chdb_required: str, tmp_path: P
     def soup(template: str) -> None:
         check_call(server, scene, scene.fill(template), LIMITS)
 
-    try:
-        soup()
-        finish(server, scene, listing)
-    finally:
-        if server.process.poll() is None:
-            server.close()
-        record(scene.engine, server.calls)
+    played(server, scene, listing, soup, scene.engine)

@@ -68,7 +68,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -914,6 +914,18 @@ def record(engine: str, calls: list[Call]) -> None:
     print(f"\n{engine}: {entry}")
 
 
+def played(server: Server, scene: Scene, listing: dict[str, list[str]], play: Callable[[], None], label: str) -> None:
+    """``play()`` (a corpus's calls on ``server``), then ``finish``'s checks; however it ends, the server
+    is closed and its calls recorded under ``label``."""
+    try:
+        play()
+        finish(server, scene, listing)
+    finally:
+        if server.process.poll() is None:
+            server.close()
+        record(label, server.calls)
+
+
 ENGINES = [
     pytest.param("sqlite", False, id="sqlite"),
     pytest.param("sqlite", True, id="sqlite-read-only"),
@@ -934,18 +946,16 @@ def test_hand_written_corpus_through_the_mcp_server(
         scene.target, scene.home, read_only=read_only, db_port=scene.db_port, allow_privileged=scene.privileged
     )
     listing = scene.listing()
-    try:
+
+    def corpus() -> None:
         for template in CORPUS[scene.engine]:
             check_call(server, scene, scene.fill(template), LIMITS)
-        finish(server, scene, listing)
-        # Every path in this corpus is inside a string literal, which the audit log hides (in the generated
-        # soups a lone quote can leave one outside, where the engine does not read it as a string either).
-        logged = server.log.read_text(encoding="utf-8")
-        assert scene.outside not in logged and "/etc/passwd" not in logged
-    finally:
-        if server.process.poll() is None:
-            server.close()
-        record(scene.engine, server.calls)
+
+    played(server, scene, listing, corpus, scene.engine)
+    # Every path in this corpus is inside a string literal, which the audit log hides (in the generated
+    # soups a lone quote can leave one outside, where the engine does not read it as a string either).
+    logged = server.log.read_text(encoding="utf-8")
+    assert scene.outside not in logged and "/etc/passwd" not in logged
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "duckdb", "postgres", "mysql"])
@@ -963,13 +973,7 @@ def test_generated_corpus_through_the_mcp_server(
     def soup(template: str) -> None:
         check_call(server, scene, scene.fill(template), LIMITS)
 
-    try:
-        soup()
-        finish(server, scene, listing)
-    finally:
-        if server.process.poll() is None:
-            server.close()
-        record(engine, server.calls)
+    played(server, scene, listing, soup, engine)
 
 
 SLOW = {

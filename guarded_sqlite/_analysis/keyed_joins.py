@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from .._core.probe import VALUE_AGGREGATE_NAMES
 from .schema import SchemaFacts, TableFacts, fold
 
 __all__ = ["JoinReading", "cannot_fan_out", "read_joins"]
@@ -43,7 +44,6 @@ _REFUSED = frozenset(
     }
 )  # fmt: skip
 _CLAUSE_ENDS = frozenset({("word", word) for word in ("where", "group", "having", "order", "limit")})
-_VALUE_AGGREGATES = frozenset({"sum", "avg", "mean", "total", "group_concat", "string_agg", "listagg"})
 # Bare words an aggregate's argument may hold besides qualified columns and function names.
 _ARGUMENT_WORDS = frozenset(
     {"case", "when", "then", "else", "end", "and", "or", "is", "null", "like", "between", "in", "cast", "as",
@@ -181,7 +181,7 @@ def _aggregated(tokens: list[tuple[str, str]]) -> set[str] | None:
     at = 0
     while at < len(tokens):
         kind, text = tokens[at]
-        if kind == "word" and text in _VALUE_AGGREGATES and at + 1 < len(tokens) and tokens[at + 1][1] == "(":
+        if kind == "word" and text in VALUE_AGGREGATE_NAMES and at + 1 < len(tokens) and tokens[at + 1][1] == "(":
             depth, at = 1, at + 2
             argument: list[tuple[str, str]] = []
             while at < len(tokens) and depth:

@@ -26,8 +26,12 @@ def mentions_distinct(sql: str) -> bool:
     return "distinct" in sql.lower()
 
 
+VALUE_AGGREGATE_NAMES = frozenset({"sum", "avg", "mean", "total", "group_concat", "string_agg", "listagg"})
+"""The value aggregates' names, lower-cased, that a statement's text is screened for (and
+``_analysis.keyed_joins`` reads): an aggregate whose value a join can inflate."""
+
 # A value aggregate's name (bare or quoted), then its parenthesis; read after comments are taken out.
-_VALUE_AGGREGATE_TEXT = r"(?:\b|[\"`\[])(?:sum|avg|mean|total|group_concat|string_agg|listagg)[\"`\]]?\s*\("
+_VALUE_AGGREGATE_TEXT = r"(?:\b|[\"`\[])(?:" + "|".join(sorted(VALUE_AGGREGATE_NAMES)) + r")[\"`\]]?\s*\("
 # What the screen skips: comments and string literals (their text is not SQL), replaced by a space.
 _SKIPPED_TEXT = r"--[^\n]*|/\*.*?(?:\*/|$)|'(?:[^']|'')*(?:'|$)"
 # Quoted names, which the join scan reads as one word (a table named "order" ends no FROM clause).

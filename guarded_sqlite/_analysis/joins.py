@@ -169,8 +169,11 @@ class JoinGraph:
                     None,
                     opaque_reason=f"unknown table {shown}",
                 )
-            body = view_body(facts, self.dialect)
-            if body is not None:  # a view whose text the catalog holds: its keys are its body's
+            create = view_definition(facts, self.dialect)
+            # A view whose text the catalog holds has its body's keys, unless it renames the body's
+            # columns by position (``CREATE VIEW v (a, b) AS ...``), where keys found by name would be wrong.
+            if create is not None and not isinstance(create.this, exp.Schema):
+                body = cast(exp.Expression, keep(create.args["expression"].copy()))
                 return self._derived(body, label, display, name, f"view {name}")
             return self._from_facts(facts, label, display)
         if isinstance(source, exp.Subquery):
@@ -544,13 +547,12 @@ def _column_list(source: exp.Expression, ctes: dict[str, exp.Expression]) -> str
     return ""
 
 
-def view_body(facts: TableFacts, dialect: str) -> exp.Expression | None:
-    """The parsed SELECT of the view ``facts`` describes, where the catalog holds its text and the view
-    does not rename its columns by position (``CREATE VIEW v (a, b) AS ...``); else None."""
+def view_definition(facts: TableFacts, dialect: str) -> exp.Create | None:
+    """The parsed ``CREATE VIEW`` of the view ``facts`` describes, with a query as its body, where the
+    catalog holds its text; else None."""
     if not facts.is_view or not facts.view_sql:
         return None
     parsed = parse_single(facts.view_sql, dialect)
-    if not isinstance(parsed, exp.Create) or isinstance(parsed.this, exp.Schema):
-        return None
-    body = parsed.args.get("expression")
-    return cast(exp.Expression, keep(body.copy())) if isinstance(body, exp.Query) else None
+    if isinstance(parsed, exp.Create) and isinstance(parsed.args.get("expression"), exp.Query):
+        return parsed
+    return None

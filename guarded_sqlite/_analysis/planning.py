@@ -13,8 +13,9 @@ from sqlglot import exp
 
 from .aggregates import AggregatePlan, grouped_only, plan_aggregates
 from .deciding import inner_scopes, plan_whole, substituted
+from .joins import view_definition
 from .paging import pages_groups, plan_bound
-from .provenance import NUMBERED_NAME, numbers_back, parse_statement
+from .provenance import NUMBERED_NAME, numbers_back
 from .schema import SchemaFacts
 from .sqltree import rerun_hazard
 from .transparent import flattened
@@ -77,10 +78,8 @@ def _statement_plan(
 def _view_body(facts: SchemaFacts, dialect: str, table: exp.Table) -> exp.Select | None:
     """The parsed body of the view ``table`` names, where the catalog holds its text; else None."""
     found = facts.table(table.name, table.db or None)
-    if found is None or not found.view_sql:
-        return None
-    parsed = parse_statement(found.view_sql, dialect)
-    body = parsed.args.get("expression") if isinstance(parsed, exp.Create) else None
+    create = None if found is None else view_definition(found, dialect)
+    body = None if create is None else create.args["expression"]
     return body.copy() if isinstance(body, exp.Select) else None
 
 

@@ -137,18 +137,15 @@ def _read_duckdb_catalog(fetch: Callable[[str], list[tuple[Any, ...]]]) -> Schem
 # ------------------------------------------------------------------------------------------ PostgreSQL
 
 _PG_RELATIONS = """
-SELECT c.oid, n.nspname, c.relname, c.relkind IN ('v', 'm'), c.relkind = 'f'
+SELECT c.oid, n.nspname, c.relname, c.relkind IN ('v', 'm'), c.relkind = 'f',
+  CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) END
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
   AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
   AND (n.nspname NOT LIKE 'pg_temp%' OR n.oid = pg_my_temp_schema())
 """
-_PG_VIEWS = """
-SELECT c.oid, pg_get_viewdef(c.oid)
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind = 'v' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-"""
-"""Plain views' bodies (a materialized view's rows are stored: its body is not read through)."""
+"""The tables and views, with a plain view's body (a materialized view's rows are stored: its body is
+not read through)."""
 _PG_COLUMNS = """
 SELECT a.attrelid, a.attnum, a.attname, a.attnotnull
 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -207,10 +204,9 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
             schemas = fetch("SELECT current_schemas(true)")
             search = [str(s) for s in (schemas[0][0] if schemas else ["public"])]
             relations = {
-                int(oid): (str(ns), str(name), bool(view), bool(foreign))
-                for oid, ns, name, view, foreign in fetch(_PG_RELATIONS)
+                int(oid): (str(ns), str(name), bool(view), bool(foreign), str(body or ""))
+                for oid, ns, name, view, foreign, body in fetch(_PG_RELATIONS)
             }
-            bodies = {int(oid): str(body or "") for oid, body in fetch(_PG_VIEWS)}
             columns: dict[int, dict[int, tuple[str, bool]]] = {}
             for relid, num, name, notnull in fetch(_PG_COLUMNS):
                 columns.setdefault(int(relid), {})[int(num)] = (str(name), bool(notnull))
@@ -239,7 +235,7 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
     except Exception:  # an odd catalog: no keys rather than an error
         return SchemaFacts()
     tables = []
-    for oid, (ns, name, view, foreign) in relations.items():
+    for oid, (ns, name, view, foreign, body) in relations.items():
         cols = columns.get(oid, {})
         tables.append(
             TableFacts(
@@ -252,7 +248,7 @@ def read_postgres_schema(con: Any) -> SchemaFacts:
                 view,
                 partial_keys=() if view else tuple(partial.get(oid, [])),
                 foreign=foreign,
-                view_sql=_pg_create_view(ns, name, bodies.get(oid, "")),
+                view_sql=_pg_create_view(ns, name, body),
             )
         )
     order = tuple(fold(s) for s in [*temp, *search])

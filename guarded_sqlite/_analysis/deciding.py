@@ -39,7 +39,7 @@ from .aggregate_sql import aggregate_function, is_aggregate, outer_parts
 from .aggregates import AggregatePlan, AggregateRisk, ScopeCheck, grouped_only, plan_aggregates, served_sql
 from .schema import SchemaFacts, fold
 from .sqltree import outer_reference, outer_scope, within
-from .trees import keep, text_of
+from .trees import forget_positions, keep, text_of
 
 __all__ = ["InnerScopes", "inner_scopes", "plan_whole", "reads_aggregate", "substituted"]
 
@@ -63,7 +63,7 @@ def plan_whole(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
     if not (by_having or limited):
         # Every group is in the check's rows already: only their order is decided.
         return dataclasses.replace(plan, decides=decides)
-    check = keep(sqlglot.parse_one(plan.check_sql, read=dialect))
+    check = keep(forget_positions(sqlglot.parse_one(plan.check_sql, read=dialect)))
     if not isinstance(check, exp.Select):
         return plan
     _drop_tail(check)
@@ -130,11 +130,11 @@ def inner_scopes(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Inne
         if why:
             refusals.append(f"{label} {why}: not checked")
             continue
-        whole = keep(sqlglot.parse_one(found.check_sql, read=dialect))
+        whole = keep(forget_positions(sqlglot.parse_one(found.check_sql, read=dialect)))
         _drop_tail(whole)
         # Its own HAVING, ORDER BY, LIMIT and OFFSET are left out, with their parameters (D5).
         tail = _tail_positional(inner)
-        corrected = keep(sqlglot.parse_one(served_sql(found, None) or "", read=dialect))
+        corrected = keep(forget_positions(sqlglot.parse_one(served_sql(found, None) or "", read=dialect)))
         keep(corrected.args.get("with_"))
         corrected.set("with_", None)  # in its place the statement's own CTEs are in scope again
         check = ScopeCheck(label, found.risks, text_of(whole, dialect), (0, inside - tail), found.width)

@@ -34,7 +34,7 @@ from .._core.serving import row_values
 from .aggregate_sql import is_aggregate
 from .aggregates import AggregatePlan
 from .deciding import reads_aggregate
-from .trees import keep, text_of
+from .trees import forget_positions, keep, text_of
 
 __all__ = ["MAX_KEYS", "bounded_check", "pages_groups", "plan_bound"]
 
@@ -79,7 +79,7 @@ def plan_bound(plan: AggregatePlan, tree: exp.Expression, dialect: str) -> Aggre
             )
             return dataclasses.replace(plan, paging=why)
         positions.append(position)
-    check = keep(sqlglot.parse_one(plan.check_sql, read=dialect))
+    check = keep(forget_positions(sqlglot.parse_one(plan.check_sql, read=dialect)))
     if not isinstance(check, exp.Select):
         return plan
     from_ = check.args.get("from_") or check.args.get("from")

@@ -16,7 +16,7 @@ from sqlglot.errors import SqlglotError
 
 from .rewrite import quiet_sqlglot
 from .schema import SchemaFacts, fold
-from .trees import keep, release, text_of
+from .trees import forget_positions, keep, release, text_of
 
 __all__ = [
     "ROWID_NAMES",
@@ -543,7 +543,7 @@ def parse_single(sql: str, dialect: str) -> exp.Expression | str:
     except (SqlglotError, ValueError, RecursionError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         return f"unparseable SQL: {first}"
-    keep(trees)  # by the rule's analysis, until it is done
+    keep(forget_positions(trees))  # by the rule's analysis, until it is done
     if len(trees) != 1:
         return "not a single statement"
     tree = cast(exp.Expression, trees[0])

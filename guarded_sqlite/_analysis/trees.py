@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from sqlglot import Dialect, exp
 
-__all__ = ["Collecting", "dialect_named", "keep", "release", "spent_text", "text_of"]
+__all__ = ["Collecting", "dialect_named", "forget_positions", "keep", "release", "spent_text", "text_of"]
 
 _Node = exp.Expr
 T = TypeVar("T")
@@ -46,6 +46,32 @@ def release(*trees: Any) -> None:
                     push(value)
         elif isinstance(node, (list, tuple)):
             extend(node)
+
+
+_POSITION_KEYS = frozenset(("line", "col", "start", "end"))  # what sqlglot's parser records per node
+
+
+def forget_positions(tree: T) -> T:
+    """``tree`` (a node, or a list of nodes) with the source positions sqlglot's parser records on most
+    nodes dropped: nothing here reads them, and every copy of a tree (the rewrite makes dozens per
+    statement) deep-copied each node's position dict through ``copy.deepcopy``, about two thirds of the
+    copy's time. Metadata other than positions (a comment's ``sqlglot.meta``) is kept."""
+    stack: list[Any] = [tree]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        node = pop()
+        if isinstance(node, _Node):
+            meta = node._meta
+            if meta is not None and meta.keys() <= _POSITION_KEYS:
+                node._meta = None
+            for value in node.args.values():
+                if isinstance(value, list):
+                    extend(value)
+                elif isinstance(value, _Node):
+                    push(value)
+        elif isinstance(node, (list, tuple)):
+            extend(node)
+    return tree
 
 
 def keep(tree: T) -> T:

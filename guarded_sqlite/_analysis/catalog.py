@@ -286,7 +286,7 @@ rows and its ``PRAGMA index_list``."""
 class SqliteSchemaView:
     """One SQLite connection's verdicts and table facts, reused only on identical declarations."""
 
-    __slots__ = ("calls", "places", "raw_ref", "safe_aggregates", "shapes", "tables", "verdicts")
+    __slots__ = ("calls", "places", "raw_ref", "reads", "safe_aggregates", "shapes", "tables", "verdicts")
 
     def __init__(self, raw_ref: Callable[[], Any]) -> None:
         # The connection as its guard state holds it (weakly when the state belongs to it: the
@@ -296,6 +296,8 @@ class SqliteSchemaView:
         self.places: dict[tuple[tuple[str, ...], Name], tuple[int | None, tuple[int, ...]]] = {}
         # (schema, declarations without rowids, index list) -> facts
         self.tables: dict[tuple[Any, ...], TableFacts] = {}
+        # (schema list, names, through views) -> (check statements, their answers, the names' facts)
+        self.reads: dict[tuple[Any, ...], tuple[tuple[Statement, ...], tuple[list[Any], ...], SchemaFacts]] = {}
         # SQL text -> ``_safe_stamp`` when its aggregate plan put nothing at risk (see ``plan``)
         self.safe_aggregates: dict[str, tuple[int, int]] = {}
         self.shapes = ShapeCache()  # shape key -> the slots its plan takes as opaque (``plan_cache``)
@@ -325,19 +327,10 @@ class SqliteSchemaView:
             names = table_names(parsed)
             if len(names) > MAX_NAMES:
                 return analyser.unknown(f"the statement names more than {MAX_NAMES} tables: not analysed")
-            temp_names = sqlite_temp_names(cur)
-            entries, facts = self._read(cur, schemas, temp_names, names)
-            for _ in range(_VIEW_DEPTH if planning else 0):
-                # The aggregate rule reads views through (``transparent``): their tables' facts too.
-                more = _view_table_names(facts, names)
-                if not more or len(names) + len(more) > MAX_NAMES:
-                    break
-                names = tuple(sorted({*names, *more}, key=lambda n: (n[0] or "", n[1])))
-                entries, facts = self._read(cur, schemas, temp_names, names)
-            plan = self._plan(schemas, names)
-            answers = _answers(cur, plan)
-            if self._entries(schemas, names, answers) != entries:  # DDL by another connection meanwhile
+            read = self._current(cur, schemas, names, through_views=planning)
+            if read is None:  # DDL by another connection meanwhile
                 return analyser.unknown("the schema changed while its catalog was read")
+            plan, answers, facts = read
             return self._keep(key, plan, answers, analyser.answer(parsed, facts, "sqlite"))
         except CatalogUnreadable as why:
             return analyser.unknown(f"catalog unreadable: {why}")
@@ -349,13 +342,45 @@ class SqliteSchemaView:
         declaration), or None where the catalog cannot be read or changed while it was."""
         try:
             cur = self.own_cursor()
-            schemas = sqlite_schemas(cur)
-            entries, facts = self._read(cur, schemas, sqlite_temp_names(cur), names)
-            if self._entries(schemas, names, _answers(cur, self._plan(schemas, names))) != entries:
-                return None
+            # Followed through views as the aggregate rule's plans read them: the plan of the same
+            # statement then finds these reads kept.
+            read = self._current(cur, sqlite_schemas(cur), names, through_views=True)
         except (CatalogUnreadable, TypeError, ValueError, sqlite3.Error):
             return None
-        return facts
+        return None if read is None else read[2]
+
+    def _current(
+        self, cur: sqlite3.Cursor, schemas: tuple[str, ...], names: tuple[Name, ...], through_views: bool
+    ) -> tuple[tuple[Statement, ...], tuple[list[Any], ...], SchemaFacts] | None:
+        """What ``names`` stand for now: the check statements, their answers and the tables' facts, or
+        None where DDL by another connection came in between the reads. ``through_views``: the tables of
+        the views among them too (``transparent``), to ``_VIEW_DEPTH``.
+
+        Kept per set of names and reused while the check statements answer as they did: the criterion
+        a verdict is reused on (``_still``), so a statement new to the connection over tables it has read
+        pays the lookups, not the declarations' reads again (issue 44)."""
+        key = (schemas, names, through_views)
+        known = self.reads.get(key)
+        if known is not None and _still(cur, known[0], known[1]):
+            return known
+        temp_names = sqlite_temp_names(cur)
+        entries, facts = self._read(cur, schemas, temp_names, names)
+        for _ in range(_VIEW_DEPTH if through_views else 0):
+            # The aggregate rule reads views through (``transparent``): their tables' facts too.
+            more = _view_table_names(facts, names)
+            if not more or len(names) + len(more) > MAX_NAMES:
+                break
+            names = tuple(sorted({*names, *more}, key=lambda n: (n[0] or "", n[1])))
+            entries, facts = self._read(cur, schemas, temp_names, names)
+        plan = self._plan(schemas, names)
+        answers = _answers(cur, plan)
+        if self._entries(schemas, names, answers) != entries:
+            return None
+        reads = self.reads
+        if len(reads) >= VERDICTS and key not in reads:
+            del reads[next(iter(reads))]
+        reads[key] = (plan, answers, facts)
+        return plan, answers, facts
 
     def _keep(self, key: tuple[str, str], plan: tuple[Statement, ...], answers: tuple[list[Any], ...], verdict: T) -> T:
         verdicts = self.verdicts

@@ -402,3 +402,31 @@ def test_a_repeated_single_row_shares_its_state_and_each_statement_reports_its_o
     assert again.guard_report.preset == "patch" and again.guard_report.rows == again.guard_report.unique_rows == 1
     report = again.guard_report
     assert (report.trigger, report.action, report.final_sql, report.detect_us) == (None, "none", sql, 0)
+
+
+def test_a_repeated_single_row_that_cannot_be_hashed_goes_the_general_way() -> None:
+    # The fast path serves a repeated point query's kept state inline (sqlite_fast._statement); a row it
+    # cannot hash (a text_factory's bytearray) must reach decide.after_fetch as before, not raise.
+    con = guarded_sqlite.connect(":memory:")
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+    con.execute("INSERT INTO t VALUES (1, 'a')")
+    sql = "SELECT name FROM t WHERE id = 1"
+    con.execute(sql).fetchall()
+    kept = con.execute(sql)._self_state
+    con.text_factory = bytearray
+    cur = con.execute(sql)
+    assert cur.fetchall() == [(bytearray(b"a"),)]
+    assert cur._self_state is not kept  # judged anew: the kept state was not served for it
+    report = cur.guard_report
+    assert (report.rows, report.unique_rows, report.trigger, report.action) == (1, 1, None, "none")
+
+
+def test_a_repeated_single_row_of_an_aggregate_at_risk_is_still_checked() -> None:
+    # The inline lane serves a kept state only where the aggregate pre-screen said no for the SQL.
+    con = guarded_sqlite.connect(":memory:")
+    fill_fanout(con)
+    sql = "SELECT SUM(c.id) FROM customers c JOIN orders o ON o.customer_id = c.id"
+    for _ in range(3):
+        cur = con.execute(sql)
+        assert len(cur.fetchall()) == 1
+        assert cur.guard_report.trigger == "aggregate_fanout"

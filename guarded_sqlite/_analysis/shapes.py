@@ -37,6 +37,7 @@ Nothing here changes what is planned for a statement seen as written: a shape th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import OrderedDict
 from typing import Any, NamedTuple
@@ -97,6 +98,15 @@ def read_shape(sql: str, dialect: str = "sqlite") -> Shape | None:
     >>> read_shape("SELECT x FROM t1 WHERE a = ?1 AND b = x'0a' AND c = 1e5") is None
     True
     """
+    # A pure reading of the text, kept for the last statements read (a statement repeated, a paging
+    # query run page after page, is read once); a long text is read each time rather than held.
+    return _read_kept(sql, dialect) if len(sql) <= _KEPT_LENGTH else _read(sql, dialect)
+
+
+_KEPT_LENGTH = 4096
+
+
+def _read(sql: str, dialect: str) -> Shape | None:
     if _KEY_MARK in sql or any(root in sql for root in _MARKER_ROOTS):
         return None
     if dialect != "sqlite" and _DOLLAR_QUOTE.search(sql):
@@ -129,6 +139,9 @@ def read_shape(sql: str, dialect: str = "sqlite") -> Shape | None:
     parts.append(sql[at:])
     key = "".join(part + _KEY_MARK + kind for part, kind in zip(parts, kinds)) + parts[-1]
     return Shape(key, tuple(parts), tuple(slots), "".join(kinds))
+
+
+_read_kept = functools.lru_cache(maxsize=512)(_read)
 
 
 def marker(index: int, kind: str) -> str:

@@ -444,3 +444,16 @@ def _shaped_and_planned(
     finally:
         confirmations.budget = budget  # type: ignore[assignment]
     return sql, shaped, planned
+
+
+def test_a_shape_is_read_once_per_text_and_a_long_text_is_not_held() -> None:
+    from guarded_sqlite._analysis import shapes
+
+    sql = "SELECT SUM(o.v) FROM o JOIN c ON c.id = o.c WHERE c.id > 41 AND c.r = 'kept'"
+    first = shapes.read_shape(sql)
+    assert first is not None and shapes.read_shape(sql) is first  # the kept reading, not a new one
+    long_sql = sql + " AND c.note <> '" + "x" * shapes._KEPT_LENGTH + "'"
+    before = shapes._read_kept.cache_info().currsize
+    long_shape = shapes.read_shape(long_sql)
+    assert long_shape is not None and long_shape.slots[:2] == ("41", "'kept'")
+    assert shapes._read_kept.cache_info().currsize == before  # read, not kept

@@ -10,7 +10,8 @@ execution (nothing kept: the kept confirmations are dropped before each run; the
 50,000 customers and 300,000 orders, never reused: its confirmation is bounded to the served groups,
 ``guarded_sqlite._analysis.paging``) <= 3x. Issue 34 adds the shapes where the sum decides the rows
 (first execution <= 3x) and a statement new to a warm connection (planning included: what text-to-SQL
-pays, since its statements are new).
+pays, since its statements are new). Issue 44 sets the targets printed: the repeated statement <= 1.1x,
+its first execution <= 2x, the derived table, c13 and a new statement <= 3x (ranking and HAVING keep 3x).
 
 Issue 44 adds the *text-to-SQL workload*: 100 statement shapes (five heads at risk and five not, each
 with ten WHERE predicates) with three literals each, every statement new to a warm connection and run
@@ -285,12 +286,14 @@ def main(argv: list[str] | None = None) -> int:
         ratio = median[f"at-risk aggregate, {name}"] / own
         print(f"at-risk aggregate, {name}: {ratio:.2f}× the statement's own time under observe (confirmation included)")
     raw = median["at-risk aggregate, raw"]
+    # Issue 44's targets (the repeated statement 1.1x, its first execution 2x, the derived table, c13 and a
+    # new statement 3x); ranking and HAVING keep issue 34's 3x.
     targets = (
-        ("repeated at-risk statement, unchanged data, patch", median["at-risk aggregate, patch"] / raw, 1.3),
+        ("repeated at-risk statement, unchanged data, patch", median["at-risk aggregate, patch"] / raw, 1.1),
         (
             "first execution of the at-risk statement, patch",
             median["at-risk aggregate, patch, first execution"] / raw,
-            3.0,
+            2.0,
         ),
         ("c13's paging query, patch", median["paging (c13), patch"] / median["paging (c13), raw"], 3.0),
         (

@@ -7,7 +7,7 @@ twice. ``read_joins`` reads such a statement from its words (SQLite's): one SELE
 or set operation), a FROM clause of bare table names with optional aliases joined by ``JOIN``, ``INNER
 JOIN`` or ``LEFT [OUTER] JOIN ... ON``, every value aggregate's argument reading the columns of one
 alias only, qualified (``o.total``). Anything else (a comma, a parenthesis, a quoted or qualified name,
-USING, NATURAL, RIGHT/FULL/CROSS, OR in an ON condition, a window, FILTER, ROLLUP, a comment, a bare
+USING, NATURAL, RIGHT/FULL/CROSS, OR or BETWEEN in an ON condition, a window, FILTER, ROLLUP, a comment, a bare
 column in an aggregate, ...) makes the reading None and the statement is planned in full: a reading
 that is not sure is no reading.
 
@@ -145,8 +145,10 @@ def _read_from(
             at += 1
         if not condition or any(text in ("(", ")", ",") for _, text in condition):
             return None
-        if ("word", "or") in condition:
-            continue  # no conjunct can be told apart: the join is filtered, not determined
+        if ("word", "or") in condition or ("word", "between") in condition:
+            # No conjunct can be told apart: the join is filtered, not determined. BETWEEN's AND is no
+            # conjunction: ``o.v BETWEEN 0 AND c.id = o.c`` is ``(o.v BETWEEN 0 AND c.id) = o.c``.
+            continue
         for conjunct in _split(condition):
             pair = _equality(conjunct)
             if pair is not None:

@@ -102,10 +102,26 @@ def test_recognised(sql: str) -> None:
         "SELECT SUM(i.qty) FROM items i JOIN customers c ON c.id > 0 LEFT JOIN orders o ON o.id = i.order_id "
         "AND c.id = o.id",
         "SELECT SUM(o.total) FROM customers c LEFT JOIN orders o ON o.customer_id = c.id",
+        # BETWEEN's AND is no conjunction: the ON condition is (o.total BETWEEN 0 AND c.id) = o.customer_id
+        "SELECT SUM(o.total) FROM orders o JOIN customers c ON o.total BETWEEN 0 AND c.id = o.customer_id",
+        "SELECT SUM(o.total) FROM orders o JOIN customers c ON o.total NOT BETWEEN 9 AND c.id = o.customer_id",
     ],
 )
 def test_not_recognised(sql: str) -> None:
     assert not _keyed(_connect(), sql)
+
+
+def test_between_in_an_on_condition_is_checked_not_taken_for_a_conjunction() -> None:
+    # Each order meets every customer whose id is at least its total: SUM(o.total) is inflated, and a
+    # reading that split the condition at BETWEEN's AND saw c.id = o.customer_id and said "not at risk".
+    con = _connect()
+    con.execute("INSERT INTO orders VALUES (4, 1, 0.5, NULL, 4, 'z')")  # 0.5 BETWEEN 0 AND c.id: every c
+    sql = "SELECT SUM(o.total) FROM orders o JOIN customers c ON o.total BETWEEN 0 AND c.id = o.customer_id"
+    cur = con.execute(sql)
+    assert cur.fetchall() == [(1.0,)]  # order 4 once per customer, served as sqlite3 returns it
+    report = cur.guard_report
+    assert report is not None
+    assert not any(d.reason.startswith("not at risk") for d in report.decisions), report.decisions
 
 
 def test_a_recognised_statement_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,7 +189,7 @@ def _statements(draw: Any) -> str:
                     left, right = draw(st.sampled_from(pairs))
                 conjuncts.append(f"{left} = {right}" if draw(st.booleans()) else f"{right} = {left}")
         kind = draw(st.sampled_from(["JOIN", "LEFT JOIN", "INNER JOIN", "LEFT OUTER JOIN"]))
-        glue = draw(st.sampled_from([" AND ", " AND ", " OR "]))
+        glue = draw(st.sampled_from([" AND ", " AND ", " OR ", " BETWEEN 0 AND "]))
         parts.append(f"{kind} {tables[i]} {aliases[i]} ON {glue.join(conjuncts)}")
     at = draw(st.integers(0, count - 1))
     argument = f"{aliases[at]}.{draw(st.sampled_from(_COLUMNS[tables[at]]))}"

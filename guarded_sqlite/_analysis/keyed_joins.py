@@ -7,9 +7,10 @@ twice. ``read_joins`` reads such a statement from its words (SQLite's): one SELE
 or set operation), a FROM clause of bare table names with optional aliases joined by ``JOIN``, ``INNER
 JOIN`` or ``LEFT [OUTER] JOIN ... ON``, every value aggregate's argument reading the columns of one
 alias only, qualified (``o.total``). Anything else (a comma, a parenthesis, a quoted or qualified name,
-USING, NATURAL, RIGHT/FULL/CROSS, OR or BETWEEN in an ON condition, a window, FILTER, ROLLUP, a comment, a bare
-column in an aggregate, ...) makes the reading None and the statement is planned in full: a reading
-that is not sure is no reading.
+USING, NATURAL, RIGHT/FULL/CROSS, a window, FILTER, ROLLUP, a comment, a bare column in an aggregate,
+...) makes the reading None and the statement is planned in full; an ON condition with OR, BETWEEN or
+CASE (whose ANDs are not all conjunctions) matches its table on nothing. A reading that is not sure
+is no reading.
 
 ``cannot_fan_out`` then decides from the catalog facts: starting from the aggregated alias, a table is
 *determined* where an ON condition (a top-level conjunct ``y.k = z.c`` of the join that introduces ``y``,
@@ -44,6 +45,8 @@ _REFUSED = frozenset(
     }
 )  # fmt: skip
 _CLAUSE_ENDS = frozenset({("word", word) for word in ("where", "group", "having", "order", "limit")})
+# Words after which an ON condition's ANDs are not all its conjunctions (OR: none of them is one).
+_NESTING = frozenset({"or", "between", "case"})
 # Bare words an aggregate's argument may hold besides qualified columns and function names.
 _ARGUMENT_WORDS = frozenset(
     {"case", "when", "then", "else", "end", "and", "or", "is", "null", "like", "between", "in", "cast", "as",
@@ -145,9 +148,10 @@ def _read_from(
             at += 1
         if not condition or any(text in ("(", ")", ",") for _, text in condition):
             return None
-        if ("word", "or") in condition or ("word", "between") in condition:
-            # No conjunct can be told apart: the join is filtered, not determined. BETWEEN's AND is no
-            # conjunction: ``o.v BETWEEN 0 AND c.id = o.c`` is ``(o.v BETWEEN 0 AND c.id) = o.c``.
+        if not _NESTING.isdisjoint(text for _, text in condition):
+            # No conjunct can be told apart: the join is filtered, not determined. An AND of BETWEEN or
+            # inside CASE is no conjunction: ``o.v BETWEEN 0 AND c.id = o.c`` is ``(o.v BETWEEN 0 AND
+            # c.id) = o.c``, and ``CASE WHEN 1 AND c.id = o.c AND 1 THEN 0 ELSE 1 END`` matches the others.
             continue
         for conjunct in _split(condition):
             pair = _equality(conjunct)

@@ -105,6 +105,9 @@ def test_recognised(sql: str) -> None:
         # BETWEEN's AND is no conjunction: the ON condition is (o.total BETWEEN 0 AND c.id) = o.customer_id
         "SELECT SUM(o.total) FROM orders o JOIN customers c ON o.total BETWEEN 0 AND c.id = o.customer_id",
         "SELECT SUM(o.total) FROM orders o JOIN customers c ON o.total NOT BETWEEN 9 AND c.id = o.customer_id",
+        # an AND inside CASE: the condition holds for every customer but the order's own
+        "SELECT SUM(o.total) FROM orders o JOIN customers c ON CASE WHEN 1 AND c.id = o.customer_id AND 1 "
+        "THEN 0 ELSE 1 END",
     ],
 )
 def test_not_recognised(sql: str) -> None:

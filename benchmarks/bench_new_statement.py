@@ -12,7 +12,11 @@ the checked-out code has, so the same file measures the code before issue 44 and
 * the rest: the statement itself, the probe, the catalog lookups, ``EXPLAIN``, the data token, the
   decision and the report (the total minus the above).
 
-    PYTHONPATH=<checkout> python benchmarks/bench_new_statement.py [--statements 200] [--rounds 5]
+With ``--new-shapes`` each statement is also of a shape the connection has not seen (its sum named
+``AS s<n>``, a name of its own: what a text-to-SQL pipeline's first question of a kind costs), so the
+whole analysis runs for each.
+
+    PYTHONPATH=<checkout> python benchmarks/bench_new_statement.py [--statements 200] [--rounds 5] [--new-shapes]
 """
 
 from __future__ import annotations
@@ -72,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--statements", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--new-shapes", action="store_true", help="every statement of a shape of its own too")
     args = parser.parse_args(argv)
+    template = NEW_STATEMENT.replace("SUM(o.total)", "SUM(o.total) AS s{name}") if args.new_shapes else NEW_STATEMENT
     raw = sqlite3.connect(":memory:")
     guarded = guarded_sqlite.connect(":memory:")
     for con in (raw, guarded):
@@ -88,14 +94,16 @@ def main(argv: list[str] | None = None) -> int:
                 spent[phase] = 0
             started = time.perf_counter_ns()
             for _ in range(args.statements):
-                con.execute(NEW_STATEMENT.format(bound=next(bounds))).fetchall()
+                bound = next(bounds)
+                con.execute(template.format(bound=bound, name=-bound)).fetchall()
             samples[name].append((time.perf_counter_ns() - started) / args.statements)
             if name == "guarded":
                 for phase in PHASES:
                     samples[phase].append(spent[phase] / args.statements)
     median = {name: statistics.median(values) for name, values in samples.items()}
     print(f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, {guarded_sqlite.__file__}")
-    print(f"{args.rounds} rounds of {args.statements} new statements; medians of the mean per statement")
+    kind = "new statements, each of a new shape" if args.new_shapes else "new statements"
+    print(f"{args.rounds} rounds of {args.statements} {kind}; medians of the mean per statement")
     print("| phase | ms |")
     print("|---|---:|")
     print(f"| raw sqlite3, the statement | {median['raw'] / 1e6:.3f} |")

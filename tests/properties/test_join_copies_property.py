@@ -171,20 +171,24 @@ def build_mariadb(raw: Any, shop: dict[str, Any]) -> None:
 
 
 ACTING_FLOOR = 0.6
-"""The share of the MariaDB property's examples in which the guard must act: its data has join copies
-to remove in each (``shops(copies=True)``), so a guard that never acts fails, where it passed with the
-guard acting in 5-32% of examples (issue 46 item 5)."""
+"""The share of the MariaDB property's examples in which the guard must act, counted over the examples
+where it can: ``p`` keyed by an integer (a row identity) and the projection reading ``p`` alone (parent,
+pinned). Its data has join copies to remove in each (``shops(copies=True)``), so a guard that never acts
+fails, where it passed with the guard acting in 5-32% of examples (issue 46 item 5). Over all examples
+the share was a draw of hypothesis's (a nullable text key, or a keyless ``d`` read by the projection,
+leaves no row identity: nothing to act on), and it fell below the floor in one run of three (23 of 40
+"none"); over these it measured 42 of 43, the one left a collation refusal ('Ana' and 'ana')."""
 
 
 def test_mariadb_patch_serves_the_rows_or_the_rows_without_join_copies(mariadb_params: dict[str, Any]) -> None:
     """The property on MariaDB, where the names 'Ana' and 'ana' are one value to SQL's DISTINCT (the
     default collation) and two to the oracle, and where a keyless table has no row identity; the guard
-    acts in at least ``ACTING_FLOOR`` of the examples."""
+    acts in at least ``ACTING_FLOOR`` of the examples where it can."""
     import uuid
 
     import pymysql
 
-    actions: list[str] = []
+    actions: list[tuple[str, str]] = []  # (key and shape, action)
 
     @settings(max_examples=40, deadline=None)
     @given(shops(copies=True))
@@ -220,7 +224,7 @@ def test_mariadb_patch_serves_the_rows_or_the_rows_without_join_copies(mariadb_p
             report = guarded.guard_report
             note(f"{sql}: {report.action}, {report.provenance}, {[d.reason for d in report.decisions]}")
             event(f"action {report.action}")
-            actions.append(report.action)
+            actions.append((f"{shop['key']} {shop['shape']}", report.action))
             if report.action == "none":
                 assert Counter(served) == Counter(rows)
             else:
@@ -234,5 +238,9 @@ def test_mariadb_patch_serves_the_rows_or_the_rows_without_join_copies(mariadb_p
             admin.close()
 
     check()
-    acted = sum(action != "none" for action in actions)
-    assert acted >= ACTING_FLOOR * len(actions), Counter(actions)
+    eligible = [action for kind, action in actions if kind in _CAN_ACT]
+    acted = sum(action != "none" for action in eligible)
+    assert acted >= ACTING_FLOOR * len(eligible), Counter(actions)
+
+
+_CAN_ACT = frozenset(f"{key} {shape}" for key in ("integer", "unique") for shape in ("parent", "pinned"))

@@ -39,7 +39,7 @@ def _statement_plan(
     statement with the others corrected (``deciding.inner_scopes``), all or none corrected; derived
     tables, CTEs and views that only join and filter read through first (``transparent.flattened``)."""
     tree = flattened(tree, functools.partial(_view_body, facts, dialect)) or tree
-    inner = inner_scopes(tree, facts, dialect)
+    inner = inner_scopes(tree, facts, dialect, scanned)  # a subquery's check of every group may be pre-grouped
     if scanned is not None and (pages_groups(tree) or inner.planned):
         scanned = grouped_only  # the check bounded to the served groups, or one over corrected subqueries
     found = plan_aggregates(tree, facts, dialect, scanned)

@@ -227,17 +227,22 @@ def test_declared_types_convert_the_same_columns() -> None:
     assert sorted(rows) == [("<ana>", 100.0), ("<bo>", 150.0), ("<cy>", 210.0)]
 
 
-@pytest.mark.parametrize("params", [(1, 3), {"a": 1, "b": 3}])
-def test_parameters_inside_and_outside_the_subquery_bind_alike(params: Any) -> None:
+INNER = f"SELECT c.id, SUM(o.total) AS s {J} WHERE c.id >= {{a}} GROUP BY c.id"
+BOUND = {
+    "positional, inside": (f"SELECT MAX(s) FROM ({INNER.format(a='?')})", (1,)),
+    "positional, outside": (f"SELECT MAX(s) FROM ({INNER.format(a='1')}) WHERE id <= ?", (3,)),
+    "named, both sides": (f"SELECT MAX(s) FROM ({INNER.format(a=':a')}) WHERE id <= :b", {"a": 1, "b": 3}),
+    "numbered, both sides": (f"SELECT MAX(s) FROM ({INNER.format(a='?2')}) WHERE id <= ?1", (3, 1)),
+}
+
+
+@pytest.mark.parametrize("bound", sorted(BOUND))
+def test_parameters_inside_and_outside_the_subquery_bind_alike(bound: str) -> None:
     """The fused query holds every parameter the statement holds, and binds them as the statement does."""
     raw = database()
-    if isinstance(params, dict):
-        sql = f"SELECT MAX(s) FROM (SELECT c.id, SUM(o.total) AS s {J} WHERE c.id >= :a GROUP BY c.id) WHERE id <= :b"
-    else:
-        sql = f"SELECT MAX(s) FROM (SELECT c.id, SUM(o.total) AS s {J} WHERE c.id >= ? GROUP BY c.id)"
-        params = params[:1]
+    sql, params = BOUND[bound]
     rows, report, checks = run(raw, sql, "text_to_sql", fused=True, params=params)
     before_rows, before, _ = run(raw, sql, "text_to_sql", fused=False, params=params)
-    assert len(checks) == 1 and checks[0].startswith('WITH "__gs_f0"')
+    assert len(checks) == 1 and checks[0].startswith('WITH "__gs_f0"'), checks
     assert rows == before_rows == [(210.0,)]
     assert comparable(report) == comparable(before)

@@ -29,7 +29,7 @@ clauses end a SELECT, so their parameters are its last ones); named ones bind by
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import sqlglot
@@ -83,14 +83,20 @@ class InnerScopes(NamedTuple):
     """Labels and notes of SELECTs with a value aggregate the analysis could not read."""
 
 
-def inner_scopes(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> InnerScopes:
+def inner_scopes(
+    tree: exp.Expression, facts: SchemaFacts, dialect: str, scanned: Callable[[str], bool] | None = None
+) -> InnerScopes:
     """Every SELECT inside ``tree`` (subqueries, derived tables, CTE bodies, set-operation branches, any
     depth) whose value aggregate a join puts at risk, each planned alone: its corrected tree and its
     check over every group. A SELECT that cannot be checked alone is a refusal that names it: one that
     reads the outer query's columns (correlated), one whose positional parameters cannot be told apart
     from the statement's (some inside it and some outside: they bind by place), one inside another at
     risk, one in a recursive query, one whose correction the planner refuses. The caller serves a
-    corrected statement only where there is no refusal at all (issue 42: all or nothing)."""
+    corrected statement only where there is no refusal at all (issue 42: all or nothing).
+
+    ``scanned`` is ``plan_aggregates``' (SQLite: whether the statement reads a table whole, by its
+    alias): a SELECT whose one repeating table the statement scans whole has the pre-grouped correction
+    and check (``pregroup``, exact as the grouped ones); without it, the grouped ones."""
     if not isinstance(tree, (exp.Select, exp.SetOperation)):
         return InnerScopes()
     with_ = tree.args.get("with_") or tree.args.get("with")
@@ -110,7 +116,10 @@ def inner_scopes(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> Inne
         alone = keep(inner.copy())
         if with_ is not None and any(fold(table.name) in ctes for table in inner.find_all(exp.Table)):
             alone.set("with_", with_.copy())
-        found = plan_aggregates(alone, facts, dialect, grouped_only)  # its own check runs alone
+        # Its own check runs alone. Whether the statement scans its leaf whole is read from the statement's
+        # query plan by the leaf's alias, which another SELECT may share: a wrong guess costs time, not
+        # an answer (either form is exact).
+        found = plan_aggregates(alone, facts, dialect, scanned or grouped_only)
         if found.unanalysed:
             unanalysed.append(f"{label}: {found.note}")
             continue

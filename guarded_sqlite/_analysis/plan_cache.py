@@ -46,8 +46,9 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
 
     On SQLite, where one table can be pre-grouped (``pregroup``), the plan's check is the pre-grouped
     one if the statement's query plan (with ``parameters``, the first execution's) reads that table by a
-    full scan, else the grouped one: asked once per plan (``EXPLAIN QUERY PLAN`` prepares the statement,
-    it runs nothing), and never for a paging query, whose check is bounded to the groups it served.
+    full scan, else the grouped one: read once per plan (``EXPLAIN QUERY PLAN`` prepares the statement,
+    it runs nothing), for the statement's own SELECT and each subquery's check of every group, and never
+    for a paging query's own SELECT, whose check is bounded to the groups it served.
     Either check is exact; a shape's plan keeps the choice made for its first statement.
 
     On SQLite and DuckDB a statement with free literals (``shapes``) is served its shape's plan, made once;
@@ -67,11 +68,15 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     if view.safe_aggregates.get(sql) == version:
         return _SAFE
 
+    explained: list[list[Any]] = []  # the statement's query plan, read once for every SELECT that asks
+
     def scanned(leaf: str) -> bool:
         try:
-            cur = view.own_cursor()
-            execute_with(cur, f"EXPLAIN QUERY PLAN {sql}", parameters)
-            return scans_whole(cur.fetchall(), leaf)
+            if not explained:
+                cur = view.own_cursor()
+                execute_with(cur, f"EXPLAIN QUERY PLAN {sql}", parameters)
+                explained.append(cur.fetchall())
+            return scans_whole(explained[0], leaf)
         except (sqlite3.Error, TypeError, ValueError):  # the grouped check stays: it needs no plan
             return False
 

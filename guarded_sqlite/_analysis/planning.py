@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from .aggregates import AggregatePlan, grouped_only, plan_aggregates
 from .deciding import inner_scopes, plan_whole, substituted
+from .fusing import fused_check
 from .joins import view_definition
 from .paging import pages_groups, plan_bound
 from .provenance import NUMBERED_NAME, numbers_back
@@ -38,7 +39,7 @@ def _statement_plan(
     statement with the others corrected (``deciding.inner_scopes``), all or none corrected; derived
     tables, CTEs and views that only join and filter read through first (``transparent.flattened``)."""
     tree = flattened(tree, functools.partial(_view_body, facts, dialect)) or tree
-    inner = inner_scopes(tree, facts, dialect)
+    inner = inner_scopes(tree, facts, dialect, scanned)  # a subquery's check of every group may be pre-grouped
     if scanned is not None and (pages_groups(tree) or inner.planned):
         scanned = grouped_only  # the check bounded to the served groups, or one over corrected subqueries
     found = plan_aggregates(tree, facts, dialect, scanned)
@@ -64,7 +65,18 @@ def _statement_plan(
     if not found.risks:
         written = text_of(statement, dialect)
         decides = "an outer query" + (" with ORDER BY" if tree.args.get("order") is not None else "")
-        return AggregatePlan(inner.risks, written, check_sql=written, hazard=hazard, decides=decides, scopes=checks)
+        # The statement corrected and each SELECT's check of every group in one query, where that is exact.
+        fused = fused_check(tree, inner, dialect)
+        return AggregatePlan(
+            inner.risks,
+            written,
+            check_sql=written,
+            hazard=hazard,
+            decides=decides,
+            scopes=checks,
+            fused_sql=None if fused is None else fused[0],
+            fused_widths=() if fused is None else fused[1],
+        )
     # The outer SELECT's plan, made on the statement with its subqueries corrected: its check reads them so.
     again = plan_aggregates(statement, facts, dialect, grouped_only)
     if again.corrected_sql is None or [(r.function, r.argument) for r in again.risks] != [
@@ -86,7 +98,7 @@ def _view_body(facts: SchemaFacts, dialect: str, table: exp.Table) -> exp.Select
 def _numbered_back(plan: AggregatePlan) -> AggregatePlan:
     """``plan`` with SQLite's numbered parameters, read as names to parse (``parse_statement``), written
     back as ``?N`` in every query it runs."""
-    texts = (plan.corrected_sql, plan.check_sql, plan.whole_sql, plan.bounded_sql)
+    texts = (plan.corrected_sql, plan.check_sql, plan.whole_sql, plan.bounded_sql, plan.fused_sql)
     if not any(text is not None and NUMBERED_NAME in text for text in texts):
         return plan
     pregrouped = plan.pregrouped
@@ -97,6 +109,7 @@ def _numbered_back(plan: AggregatePlan) -> AggregatePlan:
         check_sql=None if plan.check_sql is None else numbers_back(plan.check_sql),
         whole_sql=None if plan.whole_sql is None else numbers_back(plan.whole_sql),
         bounded_sql=None if plan.bounded_sql is None else numbers_back(plan.bounded_sql),
+        fused_sql=None if plan.fused_sql is None else numbers_back(plan.fused_sql),
         pregrouped=None
         if pregrouped is None
         else (pregrouped[0], numbers_back(pregrouped[1]), numbers_back(pregrouped[2])),

@@ -107,6 +107,13 @@ class AggregatePlan:
     """The statement's other SELECTs with an aggregate at risk, every one corrected in ``corrected_sql``
     (and in ``check_sql``, which reads them corrected) and checked on its own: a corrected statement is
     served only when every one of them is (``guarded_sqlite._analysis.deciding.inner_scopes``)."""
+    fused_sql: str | None = None
+    """SQLite, a statement whose own SELECT has no aggregate at risk: one query holding ``check_sql``'s rows
+    and every scope's ``whole_sql`` rows, each scope's check evaluated once for both (``guarded_sqlite.
+    _analysis.fusing``); the rule splits its rows by ``fused_widths``. None: the queries run on their own."""
+    fused_widths: tuple[int, ...] = ()
+    """With ``fused_sql``: how many columns ``check_sql`` has, then each scope's ``whole_sql``, in
+    ``scopes`` order (the fused query's rows hold each part in its own columns, after a part number)."""
     unanalysed: bool = False
     """The statement could not be analysed (a shape the analysis does not read: RIGHT/FULL JOIN, ROLLUP,
     unparseable SQL ...; ``note`` says which): whether an aggregate is at risk is unknown, and the rule

@@ -24,8 +24,9 @@ argument and ``COUNT(*)``.
 
 Cheaper only where the statement reads the whole leaf anyway: grouping it reads every row, which a
 statement that looks its rows up by index (a paging query, a selective WHERE) never does.
-``scans_whole`` reads that from the statement's ``EXPLAIN QUERY PLAN``; ``catalog.cheaper_check`` asks
-it once per plan.
+``scans_whole`` reads that from the statement's ``EXPLAIN QUERY PLAN``, which ``plan_cache.plan`` reads
+once per plan, for the statement's own SELECT and for each subquery's check of every group alike (a
+statement that also corrects its subqueries, or pages its groups, keeps the grouped form for its own).
 """
 
 from __future__ import annotations

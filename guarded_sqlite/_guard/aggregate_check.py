@@ -172,10 +172,12 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
             # Read before the check runs: a commit meanwhile makes the kept rows older than the token says.
             token = _data_token(guard, kept)
         checked_plan = (
-            found if check_sql == found.check_sql else dataclasses.replace(found, check_sql=check_sql, note=note)
+            found
+            if check_sql == found.check_sql
+            else dataclasses.replace(found, check_sql=check_sql, note=note, fused_sql=None)  # fused with the other
         )
         plain, shape = guard.engine.plain_rows(raw)
-        ran: list[list[Any] | None] = []
+        ran: list[tuple[str, list[Any] | None]] = []  # each check run, with its rows
         started = guard.started
         own = (perf_counter_ns() - started) / 1e9 if started else None
         left = time_left(None)
@@ -214,6 +216,8 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
         )
 
         def rerun(new_sql: str, max_rows: int, bound: Any = parameters) -> list[Any] | None:
+            if stopped:  # a check stopped at the budget: the outcome is "over budget" whatever runs next
+                raise RerunRefused("the check's time budget is spent")
             began = perf_counter_ns()
             try:
                 checked = read_only_fetch(
@@ -230,7 +234,7 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
                 if (perf_counter_ns() - began) / 1e9 >= limit * 0.9:
                     stopped.append(True)
                 raise
-            ran.append(checked)
+            ran.append((new_sql, checked))
             return checked
 
         whole: Callable[[str, int], list[Any] | None] | None = None
@@ -270,7 +274,11 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
         if stopped:
             return _not_looked(sql, rows, kept.over_budget(limit, own, left, model))
         if token is not None and ran and not found.hazard:
-            checked = ran[0]  # the corrected query's rows: every check runs it first
+            checked = ran[0][1]  # the corrected query's rows: every check runs it first
+            if checked_plan.fused_sql is not None:  # or its part of the fused query's
+                from .._rules.fanout import corrected_rows
+
+                checked = corrected_rows(checked_plan, ran, guard.policy.row_cap)
             # ``functions`` was read before the check; a registration since moved the epoch in the token.
             if (
                 functions is not None

@@ -83,7 +83,9 @@ def confirm(
     The statement's other SELECTs at risk (``plan.scopes``) are corrected in the same check query; where
     its rows differ from the statement's, ``scope_run(scope, whole_sql, max_rows)`` runs each one's
     check over every group (binding what it holds). A check that cannot run leaves the statement as
-    written (with the findings so far): a statement corrected in part is never served."""
+    written (with the findings so far): a statement corrected in part is never served. Where the plan has
+    ``fused_sql`` (SQLite), that one query gives the check query's rows and every scope's check over every
+    group, split back (``fused_parts``) and read as the separate queries' rows would be."""
     if not plan.risks:
         return None
     started = time.perf_counter_ns()
@@ -93,7 +95,8 @@ def confirm(
     if not is_read_only_query(sql, dialect):
         return None
     width = plan.width
-    checked = _attempt(rerun, check_sql, row_cap, "corrected query")
+    fused = _fused(rerun, plan, row_cap) if plan.fused_sql is not None else None
+    checked = _attempt(rerun, check_sql, row_cap, "corrected query") if fused is None else fused[0]
     if isinstance(checked, str):
         return _unconfirmed(sql, rows, checked, started)
     findings: list[AggregateFinding] = []
@@ -126,9 +129,10 @@ def confirm(
     if plan.scopes and _other_rows(AggregatePlan(width=width, decides=plan.decides), rows, checked):
         # The other SELECTs at risk, corrected in the same query, changed the answer: whether their groups
         # counted a row several times, each by its own check over every group.
-        for scope in plan.scopes:
-            every_group = _attempt(scope_run and functools.partial(scope_run, scope), scope.whole_sql, row_cap,
-                                   f"check of {scope.label}")  # fmt: skip
+        for k, scope in enumerate(plan.scopes):
+            every_group = fused[k + 1] if fused is not None else (
+                _attempt(scope_run and functools.partial(scope_run, scope), scope.whole_sql, row_cap,
+                         f"check of {scope.label}"))  # fmt: skip
             if isinstance(every_group, str):
                 return _left(sql, rows, findings, every_group, started)
             changes = realised(AggregatePlan(scope.risks, width=scope.width), every_group)
@@ -173,7 +177,55 @@ def _attempt(run: Rerun | None, check: str | None, row_cap: int, what: str) -> l
         raise
     except Exception as error:
         return f"{what} failed: {describe_error(error)}"
-    return f"{what} returned more than row_cap={row_cap} rows" if checked is None else checked
+    return _over_cap(what, row_cap) if checked is None else checked
+
+
+def _fused(rerun: Rerun, plan: AggregatePlan, row_cap: int) -> list[list[Any] | str] | None:
+    """``plan.fused_sql``'s rows split into the corrected query's and each scope's check of every group
+    (``fused_parts``), or None where the queries must run on their own: the fused query failed (the
+    check's written values can overflow where the corrected query does not: each query then says what
+    it says) or returned more rows than its parts may hold together (which one is over is unknown)."""
+    try:
+        rows = rerun(plan.fused_sql or "", row_cap * len(plan.fused_widths))
+    except TransactionLost:
+        raise
+    except Exception:
+        return None
+    return None if rows is None else fused_parts(plan, rows, row_cap)
+
+
+def fused_parts(
+    plan: AggregatePlan, rows: Sequence[Sequence[Any]], row_cap: int, count: int | None = None
+) -> list[list[Any] | str]:
+    """The rows of ``plan.fused_sql`` as the queries it fuses return them: the corrected query's, then
+    each scope's check of every group (``guarded_sqlite._analysis.fusing``), or the first ``count`` of
+    them; a part with more than ``row_cap`` rows is what ``_attempt`` says of it."""
+    labels = ["corrected query", *(f"check of {scope.label}" for scope in plan.scopes)]
+    parts: list[list[Any] | str] = []
+    start = 1  # after the part's number, each part's columns at their own place
+    for k, width in enumerate(plan.fused_widths[:count]):
+        end = start + width
+        # One pass per part, in C mostly: a loop appending each row to its part cost twice as much.
+        part = [row[start:end] for row in rows if row[0] == k]
+        parts.append(part if len(part) <= row_cap else _over_cap(labels[k], row_cap))
+        start = end
+    return parts
+
+
+def corrected_rows(plan: AggregatePlan, ran: Sequence[tuple[str, list[Any] | None]], row_cap: int) -> list[Any] | None:
+    """The corrected query's rows among the checks ``ran`` (each query with its rows, in the order run):
+    its own, or its part of the fused query's (None: more than ``row_cap``). The first run is one of them."""
+    for sql, rows in ran:
+        if sql == plan.check_sql:
+            return rows
+        if sql == plan.fused_sql and rows is not None:
+            part = fused_parts(plan, rows, row_cap, 1)[0]
+            return None if isinstance(part, str) else part
+    return ran[0][1]
+
+
+def _over_cap(what: str, row_cap: int) -> str:
+    return f"{what} returned more than row_cap={row_cap} rows"
 
 
 def _unconfirmed(sql: str, rows: list[Any], why: str, started: int) -> FanoutOutcome:

@@ -165,6 +165,48 @@ def test_the_guard_pre_groups_only_where_the_statement_scans_the_table_whole() -
     con.close()
 
 
+def test_a_subquerys_check_of_every_group_is_pre_grouped_where_the_statement_scans_the_table_whole() -> None:
+    """Issue 44: a derived table's check of every group (fused with the statement corrected) is the
+    pre-grouped one where the statement's query plan scans the repeating table whole, the grouped one
+    where it looks its rows up by index; the served rows are the truth either way."""
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    con.executescript(SHOP)
+    derived = f"SELECT MAX(s) FROM ({FANOUT.replace('SUM(o.total)', 'SUM(o.total) AS s')})"
+    (check,) = _checks_run(con, derived)
+    assert "__gs_n" in check and 'WITH "__gs_f0"' in check
+    assert con.execute(derived).fetchall() == [(150.0,)]
+    con.execute("CREATE INDEX items_order ON items (order_id)")
+    selective = derived.replace("GROUP BY", "WHERE c.id = ? GROUP BY")
+    (check,) = _checks_run(con, selective, (1,))
+    assert "__gs_n" not in check and "MIN(" in check
+    assert con.execute(selective, (1,)).fetchall() == [(150.0,)]
+    con.close()
+
+
+def test_the_statements_query_plan_is_read_once_for_all_its_selects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two derived tables at risk, each asking whether the statement scans its repeating table whole:
+    one ``EXPLAIN QUERY PLAN`` answers both (SQLite traces no EXPLAIN: the plan cache's calls are counted),
+    and both checks of every group are the pre-grouped ones."""
+    from guarded_sqlite._analysis import plan_cache
+
+    explained: list[str] = []
+
+    def execute_with(cursor: Any, sql: str, parameters: Any) -> Any:
+        explained.append(sql)
+        return plan_cache_execute(cursor, sql, parameters)
+
+    plan_cache_execute = plan_cache.execute_with
+    monkeypatch.setattr(plan_cache, "execute_with", execute_with)
+    con = guarded_sqlite.connect(":memory:")
+    con.executescript(SHOP)
+    one = FANOUT.replace("SELECT c.name, SUM(o.total)", "SELECT SUM(o.total) AS s").replace(" GROUP BY c.id", "")
+    sql = f"SELECT a.s - b.s FROM ({one} WHERE c.id = 1) a, ({one} WHERE c.id = 2) b"
+    (check,) = _checks_run(con, sql)
+    assert explained == [f"EXPLAIN QUERY PLAN {sql}"]
+    assert check.count('"__gs_n"') >= 2 and 'WITH "__gs_f0"' in check and '"__gs_f1"' in check
+    con.close()
+
+
 @pytest.mark.parametrize(
     ("details", "alias", "whole"),
     [

@@ -338,18 +338,16 @@ def _statement(
                     raise
                 rows, state = rescued
             else:
-                kept = guard.one_row
-                screen = guard.aggregate_screen
+                kept, screen = guard.one_row, guard.aggregate_screen
                 if (
                     kept is not None
                     and len(rows) == 1
                     and kept[1] == sql
-                    and (screen is None or screen.get(sql) is False)
                     and rescue_inputs is None
+                    and (screen is None or screen.get(sql) is False)
                 ):
-                    # decide.after_fetch's quick lane, inline for its commonest case (a point query
-                    # repeated): the one row needs only to be hashable, as set() would need it, and
-                    # the state kept for this SQL is served again. A frame less is 0.1 us of 1.4.
+                    # decide.after_fetch's quick lane inline for a repeated point query (a frame less: 0.1
+                    # of 1.4 us): its row need only be hashable, as set() needs it; its kept state serves.
                     try:
                         hash(rows[0])
                         state = kept
@@ -510,8 +508,7 @@ class ConnectionMethods(UnseenChanges, GuardedConnection):
         so by any library that made its own); None before the first."""
         return last_report(self._self_guard)
 
-    # sqlite3's registrations; the guard remembers each name, so that it never runs a statement that
-    # calls the function a second time (the join-copy check).
+    # sqlite3's registrations, each name remembered: the guard never runs a second time what calls it.
     def create_function(self, name: str, *args: Any, **kwargs: Any) -> None:
         sqlite3.Connection.create_function(self, name, *args, **kwargs)
         note_function(self._self_guard, name)

@@ -119,6 +119,8 @@ def test_a_shape_plan_serves_what_planning_serves_on_servers(
         sql, shaped, planned = _shaped_and_planned(warm, fresh, template, first, second, _served_unordered)
         assert shaped == planned
         assert view_of(warm).shapes.free  # the shape path was taken
+        # The plan served is the plan made for the statement as written, texts and all.
+        assert plan_cache.plan(warm.con._self_guard, sql) == view_of(fresh).explain(sql, AGGREGATES)
         if guard == "patch":
             raw = server.connect(None)
             assert shaped[0] == sorted(raw.execute(sql).fetchall(), key=repr)

@@ -56,8 +56,6 @@ from typing import Any, NamedTuple
 
 from sqlglot import exp
 
-from .provenance import table_names
-
 __all__ = ["SHAPES", "Shape", "ShapeCache", "free_slots", "marked", "read_shape", "shareable", "substituted"]
 
 SHAPES = 256
@@ -159,7 +157,7 @@ def _read(sql: str, dialect: str) -> Shape | None:
             kind = "i" if _INTEGER.fullmatch(text) else "d" if _DECIMAL.fullmatch(text) else ""
         elif group == "string":
             start = match.start()
-            # x'0a', E'..', N'..', _utf8mb4'..' and, but on SQLite, PostgreSQL's U&'..'
+            # x'0a', E'..', N'..', _utf8mb4'..'; off SQLite also PostgreSQL's U&'..' (& is its prefix)
             prefixed = start > 0 and (sql[start - 1].isalnum() or sql[start - 1] in ("_$" if sqlite else "_$&"))
             # 'now' makes a date function read the clock (``sqltree.rerun_hazard``): never a slot.
             if not prefixed and _PLAIN_STRING.fullmatch(text) and text[1:-1].strip().lower() != "now":
@@ -252,15 +250,19 @@ def shareable(tree: exp.Expression, facts: Any) -> bool:
     names has a unique partial index (a WHERE literal may imply its predicate and so make a key).
 
     ``facts`` may hold more than the statement's tables (PostgreSQL's snapshot holds the database's):
-    the tables its names resolve to are asked, as the analysis resolves them; where one is a view,
-    whose tables the analysis reads through, every table of ``facts`` is."""
+    each table name in ``tree`` is looked up as the analysis looks it up, a CTE's name too (a table
+    of that name may be read where the CTE is not in scope); where one is a view, whose tables the
+    analysis reads through, every table of ``facts`` is asked."""
     named = []
-    for schema, name in table_names(tree):
-        table = facts.table(name, schema)
+    for node in tree.find_all(exp.Table):
+        if not isinstance(node.this, exp.Identifier) or not node.name:
+            continue  # a table function, a subquery's alias: no catalog table
+        table = facts.table(node.name, node.db or None)
         if table is not None and table.is_view:
             return not any(table.partial_keys for table in facts.tables)
-        named.append(table)
-    return not any(table.partial_keys for table in named if table is not None)
+        if table is not None:
+            named.append(table)
+    return not any(table.partial_keys for table in named)
 
 
 def substituted(value: Any, shape: Shape, free: frozenset[int]) -> Any:

@@ -536,3 +536,6 @@ def test_shareable_asks_the_tables_the_statement_reads() -> None:
     assert not shareable(tree("SELECT SUM(a.x) FROM a JOIN b ON b.id = a.id WHERE a.id IN (SELECT k FROM p)"), facts)
     assert not shareable(tree("SELECT SUM(a.x) FROM a JOIN public.p ON p.k = a.id"), facts)
     assert not shareable(tree("SELECT SUM(a.x) FROM a JOIN v ON v.k = a.id WHERE a.id > 1"), facts)
+    # a CTE's name is a table's where the CTE is not in scope
+    in_scope = "WITH p AS (SELECT 1 AS k) SELECT SUM(a.x) FROM a JOIN p ON p.k = a.id"
+    assert not shareable(tree(f"SELECT * FROM ({in_scope}) AS s, (SELECT SUM(k) FROM p) AS t"), facts)

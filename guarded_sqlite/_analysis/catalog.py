@@ -520,7 +520,8 @@ def _schema_position(schemas: tuple[str, ...], qualifier: str) -> int | None:
 
 
 class SnapshotSchemaView:
-    """DuckDB's or PostgreSQL's whole catalog, read on first need, with verdicts per SQL text."""
+    """DuckDB's, PostgreSQL's or MySQL/MariaDB's whole catalog, read on first need, with verdicts per SQL text
+    (and per statement shape: ``plan_cache``)."""
 
     __slots__ = ("context", "dialect", "engine", "facts", "raw", "reader", "shapes", "verdicts")
 
@@ -533,7 +534,7 @@ class SnapshotSchemaView:
         self.facts: SchemaFacts | None = None
         self.verdicts: dict[tuple[Any, ...], Any] = {}  # (question, SQL text[, what ClickHouse proved])
         self.context: Any = None
-        self.shapes = ShapeCache()  # DuckDB: shape key -> its free literals (``plan_cache``)
+        self.shapes = ShapeCache()  # shape key -> its free literals (``plan_cache``; not ClickHouse)
 
     def current_facts(self) -> SchemaFacts:
         """The catalog as unqualified names resolve now: read anew where what they resolve against

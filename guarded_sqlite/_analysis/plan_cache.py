@@ -1,6 +1,8 @@
 """The aggregate rule's plans on a connection: made by ``planning.aggregate_plan`` on the catalog facts
-``catalog`` reads, kept per SQL text and, on SQLite, per statement shape (``shapes``: a statement new
-only in its literals is served its shape's plan with its own literals written back, issue 44 item 2).
+``catalog`` reads, kept per SQL text and, on SQLite, DuckDB, PostgreSQL and MySQL/MariaDB, per statement
+shape (``shapes``: a statement new only in its literals is served its shape's plan with its own literals
+written back, issue 44 item 2). Not on ClickHouse, whose verdicts rest on keys proven on the data for
+each statement (``catalog.ClickHouseSchemaView``).
 
 A shape's plan is kept exactly as a statement's is: under the text it was made on (the statement with
 markers for its free literals), reused while the catalog rows it rests on answer as they did, made
@@ -26,10 +28,14 @@ from .provenance import Provenance, parse_statement
 from .schema import SchemaFacts
 from .shapes import Shape, free_slots, marked, read_shape, shareable, substituted
 
-__all__ = ["SHAPED", "known_safe", "plan"]
+__all__ = ["SHAPED", "SNAPSHOT_SHAPES", "known_safe", "plan"]
 
 SHAPED = f"{AGGREGATES.kind}, by shape"
 """The verdict kind of a shape's plan (kept beside statements' plans, under the marked text)."""
+
+SNAPSHOT_SHAPES = frozenset({"duckdb", "postgres", "mysql"})
+"""The dialects of ``SnapshotSchemaView``s whose statements are served their shape's plan. Not
+ClickHouse's (``ClickHouseSchemaView``): its verdicts rest on keys proven on the data per statement."""
 
 
 def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
@@ -51,13 +57,15 @@ def plan(guard: Guarded, sql: str, parameters: Any = None) -> AggregatePlan:
     for a paging query's own SELECT, whose check is bounded to the groups it served.
     Either check is exact; a shape's plan keeps the choice made for its first statement.
 
-    On SQLite and DuckDB a statement with free literals (``shapes``) is served its shape's plan, made once;
-    on SQLite one whose joins cannot repeat what it sums is recognised from its words (``keyed_joins``)."""
+    On SQLite, DuckDB, PostgreSQL and MySQL/MariaDB a statement with free literals (``shapes``) is served
+    its shape's plan, made once; on SQLite one whose joins cannot repeat what it sums is recognised from
+    its words (``keyed_joins``)."""
     view = schema_view(guard)
     if not isinstance(view, SqliteSchemaView):
-        if type(view) is SnapshotSchemaView and view.dialect == "duckdb":
-            # DuckDB's snapshot is dropped on DDL with its verdicts: a shape's plan is kept with them.
-            shaped = _by_shape(view, sql, read_shape(sql, "duckdb"), None, aggregate_plan, "duckdb")
+        if type(view) is SnapshotSchemaView and view.dialect in SNAPSHOT_SHAPES:
+            # The snapshot is dropped on DDL with its verdicts: a shape's plan is kept with them.
+            dialect = view.dialect
+            shaped = _by_shape(view, sql, read_shape(sql, dialect), None, aggregate_plan, dialect)
             if shaped is not None:
                 return shaped
         return view.explain(sql, AGGREGATES)
@@ -126,7 +134,8 @@ def _by_shape(
 ) -> AggregatePlan | None:
     """``sql``'s plan from its shape's (made now if the shape is new), or None where the statement has no
     free literal or its shape's plan may not serve other literals (``shapes.shareable``). ``version``:
-    SQLite's stamp for plans that put nothing at risk (None on DuckDB, whose verdicts are all kept)."""
+    SQLite's stamp for plans that put nothing at risk (None on the snapshot engines, whose verdicts are
+    all kept)."""
     if shape is None:
         return None
     free = view.shapes.get(shape.key)
@@ -145,6 +154,11 @@ def _by_shape(
         return _SAFE
 
     def shaped(tree: exp.Expression, facts: SchemaFacts, dialect: str) -> tuple[AggregatePlan, bool]:
+        # Each free marker must parse, in this very text, as the opaque literal it was read as in the
+        # shape's (the fixed literals written back are other tokens: a scan that misread where a string
+        # ends would show here), or the plan is not shared.
+        if free_slots(tree, shape) != free:
+            return AGGREGATES.unknown("a free literal is not read as one in the text planned"), False
         return answer(tree, facts, dialect), shareable(tree, facts)
 
     found, share = view.explain(text, Analyser(SHAPED, shaped, lambda why: (AGGREGATES.unknown(why), False)), tree)

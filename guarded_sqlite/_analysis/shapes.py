@@ -14,6 +14,12 @@ How, exactly:
   Comments, strings and quoted names are read by the aggregate pre-screen's own patterns
   (``guarded_sqlite._core.probe``), so the two readings agree on where SQL is. The shape's key is the
   text with each slot replaced by its *kind* (integer, decimal, string): another kind is another shape.
+  On PostgreSQL and MySQL/MariaDB a text this scan would read otherwise than the engine has no shape:
+  a backslash anywhere (MySQL's escapes, PyMySQL's ``\'`` among them; PostgreSQL's ``E'..'``), a
+  dollar quote, a comment inside a comment (PostgreSQL's nest), MySQL's ``#`` comments, a ``--`` MySQL
+  does not read as one (``5--3``), executable comments and hints; a prefixed string (``U&'..'``,
+  ``_utf8mb4'..'``) and MySQL's ``"double-quoted"`` strings are kept as written. Parameters (``?``,
+  ``$1``, ``%s``, ``%(name)s``) are words: never slots.
 * ``free_slots`` decides, on the parse of the text with every slot replaced by a marker literal of its
   kind, which slots the plan may take as opaque: an operand of a comparison (``=``, ``<``, ``IN``,
   ``BETWEEN``, ``LIKE``, ...) whose other operand is not a literal, in a WHERE or HAVING condition
@@ -21,12 +27,18 @@ How, exactly:
   constant (a pin, a bound). Every other slot is *fixed*: its value is part of the key. So a literal in
   a join condition, a select item, an aggregate's argument, a function call (``date('now')``), a CASE,
   GROUP BY or ORDER BY (positions), LIMIT or OFFSET, or one sqlglot folds (``'a' 'b'``) is never shared.
-  The free slots depend on the key alone (the same tokens parse to the same tree).
+  The free slots depend on the key alone (the same tokens parse to the same tree). A literal's kind is
+  its marker's: PostgreSQL types ``5`` (integer), ``5.5`` (numeric) and ``'5'`` (unknown) apart, and
+  each statement's own literals are what the engine reads in the queries the plan makes (markers are
+  the analysis's only: it reads no literal's value or type where it takes it as opaque).
 * The plan is made on the text with the free slots as markers (``marked``) and kept as any statement's
   (``catalog``: on SQLite reused while the catalog rows it rests on are unchanged, made again otherwise;
-  on DuckDB kept with the catalog snapshot's verdicts, which DDL drops). Where
-  the statement's tables have a unique partial index (a WHERE literal can imply its predicate, which
-  makes a key) the plan is not shared: ``shareable`` says so and the statement is planned as written.
+  on DuckDB, PostgreSQL and MySQL/MariaDB kept with the catalog snapshot's verdicts, which DDL through
+  the connection drops, as another search path or database does). The free markers must parse, in that
+  text, as the opaque literals they were read as, or the plan is not shared. Where the tables the
+  statement reads have a unique partial index (a WHERE literal can imply its predicate, which makes a
+  key; PostgreSQL's catalog reports them, MySQL has none) the plan is not shared either: ``shareable``
+  says so and the statement is planned as written.
 * ``substituted`` writes each free slot's own text back in place of its marker, in every text of the
   plan (the literal's text as written: sqlglot writes these forms back unchanged).
 
@@ -68,6 +80,18 @@ _PLAIN_STRING = re.compile(r"'(?:[^'\\\x00-\x1f]|'')*'")
 _MARKER_ROOTS = ("91827364", "__gs_l")
 _KEY_MARK = "\x01"
 _DOLLAR_QUOTE = re.compile(r"\$(?:[A-Za-z_]\w*)?\$")
+# What this scan would read otherwise than the engine reads it, where that engine's statements get no
+# shape. A backslash: MySQL's strings escape with it (PyMySQL writes a quote in a value as \'), and so
+# do PostgreSQL's E'..' strings. MySQL also comments with # (to the end of the line), reads -- as a
+# comment only before a space or a control character (5--3 is 5 - -3), and runs /*! ... */ (an
+# executable comment) and reads /*+ ... */ (an optimizer hint).
+_UNREAD = {
+    "postgres": re.compile(r"\\"),
+    "mysql": re.compile(r"[\\#]|--(?![\x00-\x20])|/\*[!+]|/\*M!"),
+}
+_NESTING = frozenset({"postgres", "duckdb"})
+"""The dialects whose block comments nest (``/* a /* b */ c */`` is one comment): a comment holding
+``/*`` gives no shape there."""
 
 
 class Shape(NamedTuple):
@@ -85,8 +109,9 @@ class Shape(NamedTuple):
 
 def read_shape(sql: str, dialect: str = "sqlite") -> Shape | None:
     """``sql`` read as a shape, or None where it has no slot, an unterminated string, comment or quoted
-    name, or the text of the markers (which could not then be told from its own literals); on DuckDB
-    (``dialect``), also where it may hold a dollar-quoted string, which this scan does not read.
+    name, or the text of the markers (which could not then be told from its own literals); on DuckDB,
+    PostgreSQL and MySQL (``dialect``), also where it may hold a dollar-quoted string, which this scan
+    does not read, and on PostgreSQL and MySQL where it holds what the module docstring lists.
 
     >>> shape = read_shape("SELECT SUM(o.v) FROM o JOIN c ON c.id = o.c WHERE c.id > 17 AND c.r = 'n'")
     >>> shape.slots, shape.kinds
@@ -111,6 +136,11 @@ def _read(sql: str, dialect: str) -> Shape | None:
         return None
     if dialect != "sqlite" and _DOLLAR_QUOTE.search(sql):
         return None
+    unread = _UNREAD.get(dialect)
+    if unread is not None and unread.search(sql):
+        return None  # text this scan would read otherwise than the engine (see ``_UNREAD``)
+    nested = dialect in _NESTING
+    sqlite = dialect == "sqlite"
     parts: list[str] = []
     slots: list[str] = []
     kinds: list[str] = []
@@ -121,11 +151,14 @@ def _read(sql: str, dialect: str) -> Shape | None:
             return None  # an unterminated string, comment or quoted name
         text = match.group()
         kind = ""
+        if group == "comment" and nested and "/*" in text[2:]:
+            return None  # a comment inside a comment: it ends at a later ``*/`` than this scan's
         if group == "number":
             kind = "i" if _INTEGER.fullmatch(text) else "d" if _DECIMAL.fullmatch(text) else ""
         elif group == "string":
             start = match.start()
-            prefixed = start > 0 and (sql[start - 1].isalnum() or sql[start - 1] in "_$")  # x'0a', E'..'
+            # x'0a', E'..', N'..', _utf8mb4'..'; off SQLite also PostgreSQL's U&'..' (& is its prefix)
+            prefixed = start > 0 and (sql[start - 1].isalnum() or sql[start - 1] in ("_$" if sqlite else "_$&"))
             # 'now' makes a date function read the clock (``sqltree.rerun_hazard``): never a slot.
             if not prefixed and _PLAIN_STRING.fullmatch(text) and text[1:-1].strip().lower() != "now":
                 kind = "s"
@@ -214,8 +247,22 @@ def _opaque(literal: exp.Literal) -> bool:
 
 def shareable(tree: exp.Expression, facts: Any) -> bool:
     """Whether a plan made on ``tree`` with markers may serve other literals: not where a table it
-    names has a unique partial index (a WHERE literal may imply its predicate and so make a key)."""
-    return not any(table.partial_keys for table in facts.tables)
+    names has a unique partial index (a WHERE literal may imply its predicate and so make a key).
+
+    ``facts`` may hold more than the statement's tables (PostgreSQL's snapshot holds the database's):
+    each table name in ``tree`` is looked up as the analysis looks it up, a CTE's name too (a table
+    of that name may be read where the CTE is not in scope); where one is a view, whose tables the
+    analysis reads through, every table of ``facts`` is asked."""
+    named = []
+    for node in tree.find_all(exp.Table):
+        if not isinstance(node.this, exp.Identifier) or not node.name:
+            continue  # a table function, a subquery's alias: no catalog table
+        table = facts.table(node.name, node.db or None)
+        if table is not None and table.is_view:
+            return not any(table.partial_keys for table in facts.tables)
+        if table is not None:
+            named.append(table)
+    return not any(table.partial_keys for table in named)
 
 
 def substituted(value: Any, shape: Shape, free: frozenset[int]) -> Any:

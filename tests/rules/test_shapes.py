@@ -89,6 +89,57 @@ def test_no_shape(sql: str) -> None:
     assert read_shape(sql) is None, read_shape(sql)
 
 
+@pytest.mark.parametrize(
+    ("dialect", "where", "slots"),
+    [
+        # parameters are never slots, whatever their style
+        ("postgres", "c.id > %s AND c.name = %(name)s AND o.id > 5", ["5"]),
+        ("mysql", "c.id > %s AND c.name = %(name)s AND o.id > 5", ["5"]),
+        ("postgres", "c.name LIKE 'c%%' AND c.id > 5", ["'c%%'", "5"]),
+        # strings this scan would read otherwise than the engine: no shape
+        ("mysql", "c.name = 'it\\'s' AND c.id > 5", None),  # PyMySQL's escaped quote
+        ("mysql", "c.name = 'a\\\\' AND c.id > 5", None),
+        ("postgres", "c.name = E'it\\'s' AND c.id > 5", None),
+        ("postgres", "c.name = 'a\\' AND c.id > 5", None),  # standard_conforming_strings off would escape
+        ("postgres", "c.name = $$it's$$ AND c.id > 5", None),
+        ("postgres", "c.name = $q$x$q$ AND c.id > 5", None),
+        ("postgres", "c.id > 5 /* a /* nested */ ' */ AND c.name = 'x'", None),
+        ("mysql", "c.id > 5 # it's\nAND c.name = 'x'", None),  # MySQL's comment to the end of the line
+        ("mysql", "c.id > 5--3\nAND c.name = 'x'", None),  # 5 - -3 in MySQL, not a comment
+        ("mysql", "c.id > 5 /*!50000 AND c.id < 9 */", None),
+        ("mysql", "c.id > 5 /*+ NO_RANGE_OPTIMIZATION(c) */", None),
+        # prefixed strings, and MySQL's double-quoted strings, are kept as written (never slots)
+        ("postgres", "c.name = U&'x' AND c.id > 5", ["5"]),
+        ("postgres", "c.name = E'x' AND c.id > 5", ["5"]),
+        ("mysql", "c.name = \"x\" AND c.name <> _utf8mb4'y' AND c.name <> N'z' AND c.id > 5", ["5"]),
+        ("mysql", "c.name = 'x' -- a comment\nAND c.id > 5", ["'x'", "5"]),
+        # a comment inside a comment ends where MySQL's does (they do not nest there)
+        ("mysql", "c.id > 5 /* a /* b */ AND c.name = 'x'", ["5", "'x'"]),
+    ],
+)
+def test_shapes_on_servers_read_as_the_engine_reads(dialect: str, where: str, slots: list[str] | None) -> None:
+    shape = read_shape(f"{AT_RISK} WHERE {where} GROUP BY c.id", dialect)
+    assert (None if shape is None else list(shape.slots)) == slots
+
+
+def test_a_free_literal_the_text_planned_does_not_bear_out_is_not_shared() -> None:
+    """Were the scan to misread the text (a free literal that is, in the text the plan is made on, no
+    comparison's operand), the shape's plan is not shared: the statement is planned as written."""
+    from guarded_sqlite._analysis.catalog import schema_view
+
+    con = guarded_sqlite.connect(":memory:")
+    _fill(con)
+    sql = AT_RISK + " WHERE c.id > 2 GROUP BY c.id ORDER BY 1"
+    shape = read_shape(sql)
+    assert shape is not None and shape.slots == ("2", "1")
+    view = schema_view(con._self_guard)
+    view.shapes.put(shape.key, frozenset({0, 1}))  # ORDER BY's position too, as if it had been read as free
+    version = plan_cache._safe_stamp(view, con._self_guard)
+    assert plan_cache._by_shape(view, sql, shape, version, planning.aggregate_plan) is None
+    assert con.execute(sql).guard_report.trigger == "aggregate_fanout"
+    assert ("aggregates", sql) in view.verdicts  # planned as written
+
+
 def free(sql: str) -> list[str]:
     """The literals (as written) ``free_slots`` takes as opaque."""
     shape = read_shape(sql)
@@ -457,3 +508,34 @@ def test_a_shape_is_read_once_per_text_and_a_long_text_is_not_held() -> None:
     long_shape = shapes.read_shape(long_sql)
     assert long_shape is not None and long_shape.slots[:2] == ("41", "'kept'")
     assert shapes._read_kept.cache_info().currsize == before  # read, not kept
+
+
+def test_shareable_asks_the_tables_the_statement_reads() -> None:
+    """A unique partial index of a table the statement does not read leaves its shape shared (PostgreSQL's
+    snapshot holds the whole database); one of a table it reads, or of any table where it reads a view
+    (read through by the analysis), does not."""
+    from guarded_sqlite._analysis.schema import PartialKey, SchemaFacts, TableFacts
+    from guarded_sqlite._analysis.shapes import shareable
+
+    partial = (PartialKey(frozenset({"k"}), "id > 0"),)
+    facts = SchemaFacts(
+        (
+            TableFacts("a", "public"),
+            TableFacts("b", "public"),
+            TableFacts("p", "public", partial_keys=partial),
+            TableFacts("v", "public", is_view=True),
+        ),
+        ("public",),
+    )
+
+    def tree(sql: str) -> Any:
+        return sqlglot.parse_one(sql, read="postgres")
+
+    assert shareable(tree("SELECT SUM(a.x) FROM a JOIN b ON b.id = a.id WHERE a.id > 1"), facts)
+    assert not shareable(tree("SELECT SUM(a.x) FROM a JOIN p ON p.k = a.id WHERE p.id > 1"), facts)
+    assert not shareable(tree("SELECT SUM(a.x) FROM a JOIN b ON b.id = a.id WHERE a.id IN (SELECT k FROM p)"), facts)
+    assert not shareable(tree("SELECT SUM(a.x) FROM a JOIN public.p ON p.k = a.id"), facts)
+    assert not shareable(tree("SELECT SUM(a.x) FROM a JOIN v ON v.k = a.id WHERE a.id > 1"), facts)
+    # a CTE's name is a table's where the CTE is not in scope
+    in_scope = "WITH p AS (SELECT 1 AS k) SELECT SUM(a.x) FROM a JOIN p ON p.k = a.id"
+    assert not shareable(tree(f"SELECT * FROM ({in_scope}) AS s, (SELECT SUM(k) FROM p) AS t"), facts)

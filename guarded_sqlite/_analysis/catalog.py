@@ -22,7 +22,9 @@ if, now,
 These are lookups, whatever the size of the schema: four statements for a repeated two-table
 statement (the schema list; the TEMP tables of those names and the rows by rowid, in one; an index
 list per table). Their answers are kept with the verdict as sqlite3 returned them and compared as they
-are. A declaration not seen before is found by one scan of its schema's catalog, and its facts are
+are; they are also kept per set of table names with those tables' facts, so a statement new to the
+connection over tables it has read is answered by the same lookups, not by reading the declarations
+again. A declaration not seen before is found by one scan of its schema's catalog, and its facts are
 read with that schema's ``PRAGMA``s (``schema.sqlite_table_facts``) and kept per declaration; then the
 check statements run once and their answers must say what the reads said, or DDL by another
 connection came in between: the verdict is then ``unknown`` and nothing is kept. Whatever cannot be

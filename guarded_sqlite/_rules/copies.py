@@ -47,6 +47,10 @@ class CopyCount(NamedTuple):
     """Whether the check returned the rows in the statement's own order (the usual case: the same
     plan), so that its rows tell which of the statement's rows is the first of its combination."""
 
+    firsts: list[int] | None = None
+    """Where aligned and no identity holds NULL: the positions of the first row of each combination, in
+    order (the rows ``without_copies`` serves)."""
+
 
 def plain_values(row: Any) -> tuple[Any, ...] | None:
     """A fetched row's values as a tuple (a tuple, a ``sqlite3.Row``, a mapping's values), or None for a
@@ -88,26 +92,30 @@ def count_copies(values: Sequence[tuple[Any, ...]], checked: Sequence[Sequence[A
     rows whose identity holds NULL take a Python loop."""
     if len(checked) != len(values):
         return f"the check returned {len(checked)} rows where the statement returned {len(values)}"
-    if checked and min(map(len, checked)) <= width:
+    if checked and len(checked[0]) <= width:  # a result's rows are all as wide
         return "the check returned fewer columns than expected"
     prefix = itemgetter(slice(0, width))
     rows = _tuples(checked)
     try:
         checked_values = list(map(prefix, rows))
-        aligned = checked_values == list(values)  # the same rows in the same order: the usual case
+        aligned = checked_values == (values if type(values) is list else list(values))  # the usual case
         if not aligned and Counter(checked_values) != Counter(values):
             return "the check returned other rows than the statement (non-deterministic, or the data changed)"
-        combinations = set(rows)
+        # Each combination with the position of its first row: the dict is filled from the last row
+        # back, so an earlier row's position overwrites a later one's (C-level, as a set would be).
+        first = dict(zip(reversed(rows), range(len(rows) - 1, -1, -1)))
     except TypeError:  # unhashable values from a converter: the caller may retry with stand-ins
         return UNCOMPARABLE
-    if _null_identity(rows, width):
+    null_identity = _null_identity(rows, width)
+    if null_identity:
         # An identity NULL throughout: that row is its own, each one kept.
-        kept: Counter[tuple[Any, ...]] = Counter(row[:width] for row in combinations if not _unidentified(row, width))
+        kept: Counter[tuple[Any, ...]] = Counter(row[:width] for row in first if not _unidentified(row, width))
         kept.update(value for value, row in zip(checked_values, rows) if _unidentified(row, width))
     else:
-        kept = Counter(map(prefix, combinations))
+        kept = Counter(map(prefix, first))
     kept_rows = dict(kept)
-    return CopyCount(kept_rows, len(values) - sum(kept_rows.values()), aligned)
+    firsts = None if null_identity or not aligned else sorted(first.values())
+    return CopyCount(kept_rows, len(values) - sum(kept_rows.values()), aligned, firsts)
 
 
 def _tuples(rows: Sequence[Sequence[Any]]) -> Sequence[tuple[Any, ...]]:
@@ -139,6 +147,8 @@ def without_copies(
     order matched the statement's (``CopyCount.aligned``), the first row of each combination, read
     from the check's rows; else the first ``kept[value]`` rows of each value (the same rows by value;
     only which of several equal rows stands where may differ)."""
+    if count.firsts is not None and len(rows) == len(values):
+        return [rows[position] for position in count.firsts]
     if count.aligned and checked:
         full = _tuples(checked)
         seen: set[tuple[Any, ...]] = set()

@@ -59,10 +59,11 @@ def test_without_copies_keeps_the_first_row_of_each_combination_in_order() -> No
     checked = [("a", 1), ("b", 7), ("a", 1), ("a", 2), ("b", 7)]
     count = count_copies(values, checked, width=1)
     assert isinstance(count, CopyCount) and count.aligned
+    assert count.firsts == [0, 1, 3]  # the first row of each combination, found in the count's one pass
     assert without_copies(rows, values, count, checked, 1) == ["a1", "b1", "a3"]
     # the check in another order (another plan): the same rows by value, first occurrences kept
     count = count_copies(values, list(reversed(checked)), width=1)
-    assert isinstance(count, CopyCount) and not count.aligned
+    assert isinstance(count, CopyCount) and not count.aligned and count.firsts is None
     assert without_copies(rows, values, count, list(reversed(checked)), 1) == ["a1", "b1", "a2"]
     # nothing to remove: no-op
     distinct = [("a", 1), ("b", 7), ("a", 2), ("a", 3), ("b", 8)]

@@ -33,12 +33,23 @@ def release(*trees: Any) -> None:
     """Clear the parent link of every node under each of ``trees`` (nodes, or lists and tuples of
     them; anything else is skipped). A node attached to a larger tree is then held by it only one
     way: release a tree only once nothing reads its nodes' parents any more."""
-    stack = list(trees)
+    _visit(list(trees), parents=True)
+
+
+def _visit(stack: list[Any], parents: bool) -> None:
+    """Every node under the trees in ``stack``: its parent link cleared (``parents``), else its source
+    positions (``forget_positions``). One walk for both, with the choice made per node rather than a
+    generator's frame per node: releasing is on every planned statement's path."""
     pop, push, extend = stack.pop, stack.append, stack.extend
     while stack:
         node = pop()
         if isinstance(node, _Node):
-            node.parent = None
+            if parents:
+                node.parent = None
+            else:
+                meta = node._meta
+                if meta is not None and meta.keys() <= _POSITION_KEYS:
+                    node._meta = None
             for value in node.args.values():
                 if isinstance(value, list):
                     extend(value)
@@ -56,21 +67,7 @@ def forget_positions(tree: T) -> T:
     nodes dropped: nothing here reads them, and every copy of a tree (the rewrite makes dozens per
     statement) deep-copied each node's position dict through ``copy.deepcopy``, about two thirds of the
     copy's time. Metadata other than positions (a comment's ``sqlglot.meta``) is kept."""
-    stack: list[Any] = [tree]
-    pop, push, extend = stack.pop, stack.append, stack.extend
-    while stack:
-        node = pop()
-        if isinstance(node, _Node):
-            meta = node._meta
-            if meta is not None and meta.keys() <= _POSITION_KEYS:
-                node._meta = None
-            for value in node.args.values():
-                if isinstance(value, list):
-                    extend(value)
-                elif isinstance(value, _Node):
-                    push(value)
-        elif isinstance(node, (list, tuple)):
-            extend(node)
+    _visit([tree], parents=False)
     return tree
 
 

@@ -289,12 +289,14 @@ def _walk(item: Any, texts: tuple[tuple[str, str], ...]) -> Any:
     kind = type(item)
     if kind is str:
         return _back(item, texts) if any(root in item for root in _MARKER_ROOTS) else item
-    if kind in _ATOMS:
+    if kind in _ATOMS or (kind in _EMPTY and not item):
         return item
     names = _FIELDS.get(kind)
-    if names is None and dataclasses.is_dataclass(item):
-        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(item))
-    if names is not None:
+    if names is None:  # read once per type: a plan's walk meets the same few types every time
+        names = _FIELDS[kind] = (
+            tuple(f.name for f in dataclasses.fields(item)) if dataclasses.is_dataclass(item) else ()
+        )
+    if names:
         changes = {}
         for name in names:
             before = getattr(item, name)
@@ -316,6 +318,7 @@ def _walk(item: Any, texts: tuple[tuple[str, str], ...]) -> Any:
 
 
 _ATOMS = (int, float, bool, type(None))
+_EMPTY = frozenset({tuple, list, frozenset, dict})  # an empty one holds no marker
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 

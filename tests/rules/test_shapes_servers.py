@@ -19,7 +19,13 @@ from guarded_sqlite._analysis.catalog import AGGREGATES
 from guarded_sqlite._rules import confirmations
 from guarded_sqlite.report import AGGREGATE_CHECKED, AGGREGATE_NOT_AT_RISK
 from tests.engines.test_engines import MariaDatabase, PgSchema, maria_database, pg_schema  # noqa: F401 (fixtures)
-from tests.rules.test_shapes import _LITERALS, _PREDICATES, _served_unordered, _shaped_and_planned
+from tests.rules.test_shapes import (
+    _LITERALS,
+    _PREDICATES,
+    _served_unordered,
+    _shaped_and_planned,
+    planned_once_per_shape,
+)
 
 SERVERS = ["postgres", "mysql"]
 
@@ -150,16 +156,7 @@ def planned_texts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_statement_new_in_its_literals_is_not_planned_again(server: Server, planned_texts: list[str]) -> None:
-    con = server.connect("text_to_sql")
-    sql = AT_RISK + " WHERE c.id > {} AND o.status = '{}' GROUP BY c.id"
-    for bound, status in ((2, "a"), (5, "b"), (7, "a")):
-        report = con.execute(sql.format(bound, status)).guard_report
-        assert report is not None and report.trigger == "aggregate_fanout"
-    assert len(planned_texts) == 1 and "91827364500000" in planned_texts[0] and "'__gs_l1'" in planned_texts[0]
-    # a LIMIT is fixed: another value is another plan
-    con.execute(sql.format(3, "a") + " LIMIT 2").fetchall()
-    con.execute(sql.format(4, "b") + " LIMIT 3").fetchall()
-    assert len(planned_texts) == 3
+    planned_once_per_shape(server.connect("text_to_sql"), planned_texts, AT_RISK)
 
 
 @pytest.mark.parametrize(

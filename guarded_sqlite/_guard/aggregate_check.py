@@ -274,11 +274,10 @@ def _check(guard: ConnectionState, raw: Any, sql: str, parameters: Any, rows: li
         if stopped:
             return _not_looked(sql, rows, kept.over_budget(limit, own, left, model))
         if token is not None and ran and not found.hazard:
-            checked = ran[0][1]  # the corrected query's rows: every check runs it first
-            if checked_plan.fused_sql is not None:  # or its part of the fused query's
-                from .._rules.fanout import corrected_rows
+            from .._rules.fanout import corrected_rows  # loaded with ``confirm``: a lookup
 
-                checked = corrected_rows(checked_plan, ran, guard.policy.row_cap)
+            # The corrected query's rows (every check runs it first), or its part of the fused query's.
+            checked = corrected_rows(checked_plan, ran, guard.policy.row_cap)
             # ``functions`` was read before the check; a registration since moved the epoch in the token.
             if (
                 functions is not None

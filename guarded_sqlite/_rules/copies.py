@@ -23,11 +23,11 @@ a copy: nothing at all tells which rows it stands for.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple, cast
 
-__all__ = ["UNCOMPARABLE", "CopyCount", "count_copies", "plain_values", "values_of", "without_copies"]
+__all__ = ["UNCOMPARABLE", "CopyCount", "count_copies", "plain_values", "same_multiset", "values_of", "without_copies"]
 
 UNCOMPARABLE = "the rows hold values that cannot be compared (unhashable)"
 """``count_copies``' answer for rows whose values cannot go into a set."""
@@ -99,7 +99,7 @@ def count_copies(values: Sequence[tuple[Any, ...]], checked: Sequence[Sequence[A
     try:
         checked_values = list(map(prefix, rows))
         aligned = checked_values == (values if type(values) is list else list(values))  # the usual case
-        if not aligned and Counter(checked_values) != Counter(values):
+        if not aligned and not same_multiset(checked_values, values):
             return "the check returned other rows than the statement (non-deterministic, or the data changed)"
         # Each combination with the position of its first row: the dict is filled from the last row
         # back, so an earlier row's position overwrites a later one's (C-level, as a set would be).
@@ -116,6 +116,13 @@ def count_copies(values: Sequence[tuple[Any, ...]], checked: Sequence[Sequence[A
     kept_rows = dict(kept)
     firsts = None if null_identity or not aligned else sorted(first.values())
     return CopyCount(kept_rows, len(values) - sum(kept_rows.values()), aligned, firsts)
+
+
+def same_multiset(rows: Iterable[Any], others: Iterable[Any]) -> bool:
+    """Whether ``rows`` and ``others`` hold the same values as often each (raises ``TypeError`` on an
+    unhashable value). Compared as dicts: ``Counter.__eq__`` walks both in Python, three times the
+    cost, to treat missing values as zero counts, which counts of rows never hold."""
+    return dict.__eq__(Counter(rows), Counter(others)) is True
 
 
 def _tuples(rows: Sequence[Sequence[Any]]) -> Sequence[tuple[Any, ...]]:

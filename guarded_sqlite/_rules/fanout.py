@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from decimal import Decimal
 from operator import itemgetter
@@ -36,6 +35,7 @@ from .._analysis.aggregates import AggregatePlan, AggregateRisk, ScopeCheck, ser
 from .._analysis.rewrite import is_read_only_query
 from .._core.serving import row_values
 from .._engines import RerunRefused
+from .copies import same_multiset
 from ..errors import TransactionLost, describe_error
 from ..findings import AggregateFinding
 from ..report import RuleDecision
@@ -280,7 +280,7 @@ def _other_rows(
     corrected = [pick(row) for row in checked]
     if "ORDER BY" in plan.decides:
         return written != corrected
-    return Counter(written) != Counter(corrected)
+    return not same_multiset(written, corrected)
 
 
 def _picker(positions: list[int]) -> Callable[[Sequence[Any]], Any]:

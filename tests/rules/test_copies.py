@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from guarded_sqlite._analysis.rewrite import append_columns
-from guarded_sqlite._rules.copies import CopyCount, count_copies, plain_values, without_copies
+from guarded_sqlite._rules.copies import CopyCount, count_copies, plain_values, same_multiset, without_copies
 
 # (statement's rows, check's rows: values then identity, copies, kept per value)
 COUNTS: list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int, dict[tuple[Any, ...], int]]] = [
@@ -124,3 +127,33 @@ def test_append_columns(sql: str, expected: str) -> None:
 def test_append_columns_refuses(sql: str, why: str) -> None:
     result = append_columns(sql, ('"c"."rowid"',))
     assert result.sql is None and why in result.reason
+
+
+@pytest.mark.parametrize(
+    ("rows", "others", "same"),
+    [
+        ([("a",), ("b",), ("a",)], [("b",), ("a",), ("a",)], True),  # order never counts
+        ([("a",), ("b",)], [("a",), ("b",), ("b",)], False),  # one more copy of b
+        ([("a",), ("a",)], [("a",), ("b",)], False),  # as many rows, other values
+        ([], [], True),  # no-op: nothing on either side
+        ([(1,), (None,)], [(None,), (1.0,)], True),  # 1 and 1.0 are one value, as Python compares rows
+    ],
+)
+def test_same_multiset(rows: list[tuple[Any, ...]], others: list[tuple[Any, ...]], same: bool) -> None:
+    assert same_multiset(rows, others) is same
+    assert same_multiset(others, rows) is same
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", None])), max_size=8),
+    st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", None])), max_size=8),
+)
+def test_same_multiset_agrees_with_counter_equality(rows: list[Any], others: list[Any]) -> None:
+    assert same_multiset(rows, others) is (Counter(rows) == Counter(others))
+    assert same_multiset(rows, list(reversed(rows))) is True
+
+
+def test_same_multiset_refuses_unhashable_values() -> None:
+    with pytest.raises(TypeError):
+        same_multiset([([1],)], [([1],)])

@@ -56,7 +56,17 @@ from typing import Any, NamedTuple
 
 from sqlglot import exp
 
-__all__ = ["SHAPES", "Shape", "ShapeCache", "free_slots", "marked", "read_shape", "shareable", "substituted"]
+__all__ = [
+    "SHAPES",
+    "Shape",
+    "ShapeCache",
+    "free_slots",
+    "marked",
+    "read_shape",
+    "shaped_text",
+    "shareable",
+    "substituted",
+]
 
 SHAPES = 256
 """Shapes kept per connection, least recently used dropped first."""
@@ -193,6 +203,29 @@ def marked(shape: Shape, free: frozenset[int] | None = None) -> str:
         out.append(marker(index, kind) if free is None or index in free else slot)
         out.append(shape.parts[index + 1])
     return "".join(out)
+
+
+_READ_AS_ENGINES = frozenset({"sqlite", "duckdb", "postgres", "mysql"})
+"""The dialects whose texts ``read_shape`` reads as their engines do (or not at all): not ClickHouse's,
+whose strings escape with a backslash."""
+
+
+def shaped_text(sql: str, dialect: str = "sqlite") -> str:
+    """``sql`` with every slot written as its marker (``marked``), or ``sql`` itself where it has no
+    shape, is longer than the texts whose shapes are kept, or is of a dialect not listed in
+    ``_READ_AS_ENGINES``. A token-level reading that reads no literal's value (``rewrite.
+    is_read_only_query``) then reads a text of one shape once: the markers are literals of the slots'
+    kinds, so every other token, and their order, are ``sql``'s own.
+
+    >>> shaped_text("SELECT SUM(v) FROM o WHERE id > 17") == shaped_text("SELECT SUM(v) FROM o WHERE id > 18")
+    True
+    >>> shaped_text("SELECT SUM(v) FROM o WHERE id > 1e5")
+    'SELECT SUM(v) FROM o WHERE id > 1e5'
+    """
+    if len(sql) > _KEPT_LENGTH or dialect not in _READ_AS_ENGINES:
+        return sql
+    shape = read_shape(sql, dialect)
+    return sql if shape is None else marked(shape)
 
 
 # Comparisons whose literal operand is, to the analysis, a constant like a parameter (a pin, a bound).

@@ -33,12 +33,13 @@ from typing import Any, NamedTuple
 
 from .._analysis.aggregates import AggregatePlan, AggregateRisk, ScopeCheck, served_sql
 from .._analysis.rewrite import is_read_only_query
+from .._analysis.shapes import shaped_text
 from .._core.serving import row_values
 from .._engines import RerunRefused
-from .copies import same_multiset
 from ..errors import TransactionLost, describe_error
 from ..findings import AggregateFinding
 from ..report import RuleDecision
+from .copies import same_multiset
 
 Rerun = Callable[[str, int], list[Any] | None]
 
@@ -92,7 +93,8 @@ def confirm(
     check_sql, corrected_sql = plan.check_sql, served_sql(plan, names)
     if check_sql is None or corrected_sql is None:
         return _unconfirmed(sql, rows, f"aggregate at risk, not checked: {plan.note}", started)
-    if not is_read_only_query(sql, dialect):
+    # Once per shape: a statement new only in its literals (text-to-SQL's) is not tokenized again.
+    if not is_read_only_query(shaped_text(sql, dialect), dialect):
         return None
     width = plan.width
     fused = _fused(rerun, plan, row_cap) if plan.fused_sql is not None else None

@@ -546,3 +546,44 @@ def test_shareable_asks_the_tables_the_statement_reads() -> None:
     # a CTE's name is a table's where the CTE is not in scope
     in_scope = "WITH p AS (SELECT 1 AS k) SELECT SUM(a.x) FROM a JOIN p ON p.k = a.id"
     assert not shareable(tree(f"SELECT * FROM ({in_scope}) AS s, (SELECT SUM(k) FROM p) AS t"), facts)
+
+
+@pytest.mark.parametrize(
+    ("sql", "dialect", "same_as_itself"),
+    [
+        (f"{AT_RISK} WHERE c.id > 5 AND c.name = 'it''s' GROUP BY c.id", "sqlite", False),
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", "postgres", False),
+        # no-op cases: the text itself
+        (f"{AT_RISK} GROUP BY c.id", "sqlite", True),  # no slot
+        (f"{AT_RISK} WHERE c.id > 5 GROUP BY c.id", "clickhouse", True),  # strings escape with a backslash
+        (f"{AT_RISK} WHERE c.id > 5 AND c.name <> '{'x' * 4096}' GROUP BY c.id", "sqlite", True),  # not kept
+    ],
+)
+def test_shaped_text(sql: str, dialect: str, same_as_itself: bool) -> None:
+    from guarded_sqlite._analysis.shapes import shaped_text
+
+    assert (shaped_text(sql, dialect) == sql) is same_as_itself
+    if not same_as_itself:  # another statement of the shape reads as the same text
+        other = sql.replace("> 5", "> 123").replace("'it''s'", "'b'")
+        assert other != sql and shaped_text(other, dialect) == shaped_text(sql, dialect)
+
+
+_READ_ONLY_PIECES = st.sampled_from(
+    [
+        "SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "REPLACE", "INTO", "SET", "VALUES", "RETURNING",
+        "x", "t", "(", ")", ",", "=", ">", ";", "5", "12.5", "'a'", "'it''s'", "'DELETE'", "'--'", "-- c\n",
+        "/* DROP */", '"name"', "[q]", "`b`", "0x1f", "1e5", "?", ":n", "'", '"', "/*",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_READ_ONLY_PIECES, min_size=1, max_size=14), st.sampled_from(["sqlite", "postgres", "mysql", "duckdb"]))
+def test_a_shape_reads_as_read_only_as_its_own_text(pieces: list[str], dialect: str) -> None:
+    """The guard asks whether a statement reads only once per shape (``fanout.confirm``): the shaped
+    text's answer is the statement's own, writes and unreadable texts included."""
+    from guarded_sqlite._analysis.rewrite import is_read_only_query
+    from guarded_sqlite._analysis.shapes import shaped_text
+
+    sql = " ".join(pieces)
+    assert is_read_only_query(shaped_text(sql, dialect), dialect) is is_read_only_query(sql, dialect)

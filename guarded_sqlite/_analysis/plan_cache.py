@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from typing import Any
+from typing import Any, cast
 
 from sqlglot import exp
 
@@ -170,10 +170,9 @@ def _by_shape(
             _keep_safe(view, sql, found, version)  # the statement repeated is then served by ``known_safe``
         return found
     try:
-        served: AggregatePlan = substituted(found, shape, free)
+        return view.shapes.serve(sql, found, lambda: cast(AggregatePlan, substituted(found, shape, free)))
     except KeyError:  # a marker the plan holds that is no free slot's: planned as written instead
         return None
-    return served
 
 
 def _keep_safe(view: SqliteSchemaView, text: str, found: AggregatePlan, version: tuple[int, int]) -> None:

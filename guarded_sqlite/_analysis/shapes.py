@@ -52,7 +52,8 @@ import dataclasses
 import functools
 import re
 from collections import OrderedDict
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlglot import exp
 
@@ -68,8 +69,13 @@ __all__ = [
     "substituted",
 ]
 
+T = TypeVar("T")
+
 SHAPES = 256
 """Shapes kept per connection, least recently used dropped first."""
+
+SERVED = 64
+"""Texts whose plan, written back from their shape's, is kept per connection (``ShapeCache.serve``)."""
 
 # One pass: a comment, a string, a quoted name, a number, or a word (a name, a keyword, a parameter,
 # kept whole so that no number is read out of ``t1``, ``?1`` or ``0x1f``); what starts a comment, a
@@ -357,12 +363,32 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 
 class ShapeCache:
     """Per connection: each shape key's free slots (syntax only: they hold whatever the schema), least
-    recently used dropped first."""
+    recently used dropped first; and the plans last served to texts of a shape (``serve``)."""
 
-    __slots__ = ("free",)
+    __slots__ = ("free", "served")
 
     def __init__(self) -> None:
         self.free: OrderedDict[str, frozenset[int]] = OrderedDict()
+        # SQL text -> (its shape's plan, that plan with the text's literals written back)
+        self.served: dict[str, tuple[Any, Any]] = {}
+
+    def serve(self, sql: str, plan: Any, written_back: Callable[[], T]) -> T:
+        """``written_back()``, the shape's ``plan`` with ``sql``'s literals written back, kept for the last
+        ``SERVED`` texts while ``plan`` is the one kept for their shape: a statement repeated (its first
+        execution once its confirmation is dropped, a paging query page after page) takes its literals
+        once. What ``written_back`` raises is raised, and nothing is kept."""
+        served = self.served
+        kept = served.get(sql)
+        if kept is not None and kept[0] is plan:
+            return cast(T, kept[1])
+        value = written_back()
+        try:
+            if len(served) >= SERVED and sql not in served:
+                del served[next(iter(served))]
+        except (KeyError, StopIteration, RuntimeError):  # another thread's change meanwhile: bounded next time
+            pass
+        served[sql] = (plan, value)
+        return value
 
     def get(self, key: str) -> frozenset[int] | None:
         found = self.free.get(key)

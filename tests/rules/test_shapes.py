@@ -587,3 +587,64 @@ def test_a_shape_reads_as_read_only_as_its_own_text(pieces: list[str], dialect: 
 
     sql = " ".join(pieces)
     assert is_read_only_query(shaped_text(sql, dialect), dialect) is is_read_only_query(sql, dialect)
+
+
+def test_a_text_takes_its_literals_once_while_its_shapes_plan_stands() -> None:
+    from guarded_sqlite._analysis.shapes import SERVED, ShapeCache
+
+    cache = ShapeCache()
+    plan, other_plan = object(), object()
+    made: list[str] = []
+
+    def write_back(sql: str) -> Any:
+        made.append(sql)
+        return ("served", sql, len(made))
+
+    first = cache.serve("a", plan, lambda: write_back("a"))
+    assert cache.serve("a", plan, lambda: write_back("a")) is first and made == ["a"]
+    # another plan kept for the shape (its catalog changed): written back again
+    again = cache.serve("a", other_plan, lambda: write_back("a"))
+    assert again is not first and made == ["a", "a"]
+
+    def fails() -> Any:
+        raise KeyError("a marker of no free slot")
+
+    with pytest.raises(KeyError):
+        cache.serve("b", plan, fails)
+    assert "b" not in cache.served  # nothing kept for it
+    for n in range(SERVED + 5):
+        cache.serve(f"t{n}", plan, lambda n=n: write_back(f"t{n}"))  # type: ignore[misc]
+    assert len(cache.served) == SERVED and "a" not in cache.served and f"t{SERVED + 4}" in cache.served
+
+
+def test_a_repeated_statement_is_served_its_shapes_plan_as_kept() -> None:
+    """The same text again is served the plan written back the first time (no substitution); a table
+    changed under the shape makes its plan, and the text's, anew."""
+    from guarded_sqlite._analysis import shapes
+
+    con = guarded_sqlite.connect(":memory:")
+    _fill(con)
+    sql = AT_RISK + " WHERE c.id > 1 GROUP BY c.id HAVING SUM(o.total) > 2"
+    calls: list[int] = []
+    substituted = shapes.substituted
+
+    def counting(*args: Any) -> Any:
+        calls.append(1)
+        return substituted(*args)
+
+    plan_cache.substituted = counting  # type: ignore[assignment]
+    try:
+        con.execute(AT_RISK + " WHERE c.id > 0 GROUP BY c.id HAVING SUM(o.total) > 2").fetchall()  # the shape
+        reports = []
+        for _ in range(3):
+            con._self_guard.confirmations.clear()  # each a first execution: the check runs
+            reports.append(con.execute(sql).guard_report)
+        assert len(calls) == 2, calls  # the shape's first text, then this one once
+        con.execute("CREATE INDEX by_status ON orders (status)")  # the catalog rows the plan rests on
+        con._self_guard.confirmations.clear()
+        reports.append(con.execute(sql).guard_report)
+        assert len(calls) == 3, calls
+    finally:
+        plan_cache.substituted = substituted  # type: ignore[assignment]
+    assert all(r is not None and r.trigger == "aggregate_fanout" for r in reports)
+    assert len({(r.decisions, r.aggregates) for r in reports}) == 1

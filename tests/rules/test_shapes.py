@@ -572,7 +572,8 @@ _READ_ONLY_PIECES = st.sampled_from(
     [
         "SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "REPLACE", "INTO", "SET", "VALUES", "RETURNING",
         "x", "t", "(", ")", ",", "=", ">", ";", "5", "12.5", "'a'", "'it''s'", "'DELETE'", "'--'", "-- c\n",
-        "/* DROP */", '"name"', "[q]", "`b`", "0x1f", "1e5", "?", ":n", "'", '"', "/*",
+        "/* DROP */", '"name"', "[q]", "`b`", "0x1f", "1e5", "?", ":n", "'", '"', "/*", "$$", "\\", "#",
+        "E'x'", "x'0a'", "--",
     ]
 )  # fmt: skip
 

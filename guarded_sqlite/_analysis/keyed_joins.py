@@ -32,9 +32,13 @@ from .schema import SchemaFacts, TableFacts, fold
 
 __all__ = ["JoinReading", "cannot_fan_out", "read_joins"]
 
+# A comment (``--``, ``/*``) is "other": what it holds is not SQL to SQLite, and read as words it could
+# supply an ON equality the statement does not have (``ON 1 -- AND c.id = o.customer_id``). Spaces are
+# SQLite's only (its tokenizer reads a no-break space as part of a name) and digits ASCII.
 _TOKEN = re.compile(
-    r"(?P<string>'(?:[^']|'')*')|(?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)|(?P<word>[A-Za-z_][\w$]*)"
-    r"|(?P<parameter>[?:@$][\w$]*)|(?P<sign><>|<=|>=|!=|==|\|\||[-+*/%=<>(),.&|~])|(?P<space>\s+)|(?P<other>.)",
+    r"(?P<string>'(?:[^']|'')*')|(?P<other>--|/\*)|(?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+)"
+    r"|(?P<word>[A-Za-z_][\w$]*)|(?P<parameter>[?:@$][\w$]*)|(?P<sign><>|<=|>=|!=|==|\|\||[-+*/%=<>(),.&|~])"
+    r"|(?P<space>[ \t\n\v\f\r]+)|(?P<anything>.)",
     re.DOTALL,
 )
 # Words that make the statement more than this module reads: it is planned in full.
@@ -79,8 +83,8 @@ def read_joins(sql: str) -> JoinReading | None:
         kind = match.lastgroup or "other"
         if kind == "space":
             continue
-        if kind == "other":
-            return None  # a quote, a bracket, a comment, a semicolon: not read here
+        if kind in ("other", "anything"):
+            return None  # a comment, a quote, a bracket, a semicolon, another space: not read here
         text = match.group()
         tokens.append((kind, fold(text) if kind == "word" else text))
     words = [text for kind, text in tokens if kind == "word"]

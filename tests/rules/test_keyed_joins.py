@@ -93,6 +93,12 @@ def test_recognised(sql: str) -> None:
         "SELECT SUM(total) FROM orders o JOIN customers c ON c.id = o.customer_id",
         "SELECT SUM(o.total) OVER () FROM orders o JOIN customers c ON c.id = o.customer_id",
         "SELECT SUM(o.total) FROM orders o JOIN customers c ON c.id = o.customer_id -- comment",
+        # a comment's words are not SQL: an equality in one matches nothing (the join is ON 1 to SQLite)
+        "SELECT SUM(o.total) FROM orders o JOIN customers c ON 1 -- AND c.id = o.customer_id\n",
+        "SELECT SUM(o.total) FROM orders o JOIN customers c ON 1 /* AND c.id = o.customer_id AND */",
+        # a space SQLite reads as part of a name, and a digit it does not read as one
+        "SELECT SUM(o.total) FROM orders o JOIN customers c ON c.id\u00a0= o.customer_id",
+        "SELECT SUM(o.total) FROM orders o JOIN customers c ON c.id = o.customer_id AND o.id > \u0663",
         'SELECT SUM(o.total) FROM orders o JOIN "customers" c ON c.id = o.customer_id',
         "SELECT SUM(o.total) FROM orders o JOIN main.customers c ON c.id = o.customer_id",
         "SELECT SUM(o.total), SUM(c.id) FROM orders o JOIN customers c ON c.id = o.customer_id",
@@ -125,6 +131,20 @@ def test_between_in_an_on_condition_is_checked_not_taken_for_a_conjunction() -> 
     report = cur.guard_report
     assert report is not None
     assert not any(d.reason.startswith("not at risk") for d in report.decisions), report.decisions
+
+
+@pytest.mark.parametrize("comment", ["-- AND c.id = o.customer_id\n", "/* AND c.id = o.customer_id AND */"])
+def test_an_equality_in_a_comment_matches_nothing(comment: str) -> None:
+    # ON 1: every order meets both customers, its total summed twice. A reading that took the comment's
+    # words for SQL saw c matched on its key and served the doubled sums as "not at risk".
+    con = _connect()
+    sql = f"SELECT o.id, SUM(o.total) FROM orders o JOIN customers c ON 1 {comment} GROUP BY o.id ORDER BY o.id"
+    assert not _keyed(con, sql)
+    with con.guard_scope("text_to_sql"):
+        cur = con.execute(sql)
+        rows = cur.fetchall()
+    assert rows == [(1, 5.0), (2, 7.0), (3, 1.0)], rows  # each order's total once
+    assert cur.guard_report is not None and cur.guard_report.trigger == "aggregate_fanout"
 
 
 def test_a_recognised_statement_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,7 +213,13 @@ def _statements(draw: Any) -> str:
                 conjuncts.append(f"{left} = {right}" if draw(st.booleans()) else f"{right} = {left}")
         kind = draw(st.sampled_from(["JOIN", "LEFT JOIN", "INNER JOIN", "LEFT OUTER JOIN"]))
         glue = draw(st.sampled_from([" AND ", " AND ", " OR ", " BETWEEN 0 AND "]))
-        parts.append(f"{kind} {tables[i]} {aliases[i]} ON {glue.join(conjuncts)}")
+        condition = glue.join(conjuncts)
+        hidden = draw(st.sampled_from(["", "", "--", "/*"]))  # the condition in a comment: ON 1 to SQLite
+        if hidden == "--":
+            condition = f"1 -- AND {condition}\n"
+        elif hidden == "/*":
+            condition = f"1 /* AND {condition} AND */"
+        parts.append(f"{kind} {tables[i]} {aliases[i]} ON {condition}")
     at = draw(st.integers(0, count - 1))
     argument = f"{aliases[at]}.{draw(st.sampled_from(_COLUMNS[tables[at]]))}"
     function = draw(st.sampled_from(["SUM", "AVG", "TOTAL", "GROUP_CONCAT"]))

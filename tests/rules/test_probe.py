@@ -55,3 +55,40 @@ def test_probe_large_scans_everything_for_an_explosion() -> None:
 )
 def test_distinct_pre_screen(sql: str, mentions: bool) -> None:
     assert probe.mentions_distinct(sql) is mentions
+
+
+@pytest.mark.parametrize(
+    ("sql", "joins"),
+    [
+        # a comment's or a string's characters inside a quoted name start nothing: the join after it counts
+        ('SELECT SUM(o.total) FROM "or--ders" o JOIN items i ON i.order_id = o.id', True),
+        ("SELECT SUM(o.total) FROM [it's] o JOIN items i ON i.order_id = o.id WHERE i.sku = 'a'", True),
+        ("SELECT SUM(o.total) FROM `x/*y` o, items i WHERE i.order_id = o.id", True),
+        ('SELECT SUM(o.total) FROM orders o JOIN "it\'s ""/*""" i ON i.order_id = o.id', True),
+        # no-op cases: what comments and strings hold is still not SQL
+        ("SELECT SUM(o.total) FROM orders o -- JOIN items i ON i.order_id = o.id", False),
+        ("SELECT SUM(o.total) FROM orders o WHERE o.note = ' JOIN items i'", False),
+        ('SELECT SUM(o.total) FROM orders o /* "a", JOIN b */ WHERE o.id > 1', False),
+    ],
+)
+def test_the_aggregate_screen_reads_quoted_names_whole(sql: str, joins: bool) -> None:
+    probe.AGGREGATE_SCREEN.pop(sql, None)
+    assert (probe.mentions_value_aggregate_over_join(sql) is True) is joins
+    assert probe.view_joins(sql.replace("SUM(o.total)", "o.total")) is joins
+
+
+def test_a_fan_out_through_a_quoted_name_with_dashes_is_checked() -> None:
+    """End to end: the join of a table whose name holds ``--`` was not seen by the screen, so the SUM the
+    join repeats went unchecked; it is now corrected under ``text_to_sql``."""
+    import guarded_sqlite
+
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    con.executescript(
+        'CREATE TABLE "or--ders" (id INTEGER PRIMARY KEY, total INTEGER);'
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, order_id INTEGER);"
+        'INSERT INTO "or--ders" VALUES (1, 10), (2, 5);'
+        "INSERT INTO items VALUES (1, 1), (2, 1), (3, 1), (4, 2);"
+    )
+    cur = con.execute('SELECT SUM(o.total) FROM "or--ders" o JOIN items i ON i.order_id = o.id')
+    assert cur.fetchall() == [(15,)]  # each order once (as written: 35)
+    assert cur.guard_report is not None and cur.guard_report.trigger == "aggregate_fanout"

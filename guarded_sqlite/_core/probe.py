@@ -83,12 +83,22 @@ def mentions_value_aggregate_over_join(sql: str) -> bool | frozenset[str]:
             known = False
         elif _joins(re.sub(_QUOTED_NAMES, " x ", text)):
             known = True
-        else:  # an aggregate and no join: its words, for the views that join (c35)
-            known = frozenset(word.lower() for word in re.findall(r"\w+", text)) or False
+        else:  # an aggregate and no join: its words and quoted names, for the views that join (c35)
+            known = _names(text) or False
         if len(AGGREGATE_SCREEN) >= _SCREEN_SIZE:
             AGGREGATE_SCREEN.clear()
         AGGREGATE_SCREEN[sql] = known
     return known
+
+
+def _names(text: str) -> frozenset[str]:
+    """The words of ``text`` (comments and strings taken out), lower-cased, and each quoted name's own
+    text, so that a view named ``"order lines"`` is found among them as one name."""
+    names = {word.lower() for word in re.findall(r"\w+", text)}
+    for quoted in re.findall(_QUOTED_NAMES, text):
+        inner = quoted[1:-1] if len(quoted) > 1 and quoted[-1] in '"`]' else quoted[1:]
+        names.add((inner.replace('""', '"') if quoted[0] == '"' else inner).lower())
+    return frozenset(names)
 
 
 def view_joins(body: str) -> bool:

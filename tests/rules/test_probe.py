@@ -92,3 +92,38 @@ def test_a_fan_out_through_a_quoted_name_with_dashes_is_checked() -> None:
     cur = con.execute('SELECT SUM(o.total) FROM "or--ders" o JOIN items i ON i.order_id = o.id')
     assert cur.fetchall() == [(15,)]  # each order once (as written: 35)
     assert cur.guard_report is not None and cur.guard_report.trigger == "aggregate_fanout"
+
+
+@pytest.mark.parametrize(
+    ("sql", "name"),
+    [
+        ('SELECT SUM(total) FROM "order lines"', "order lines"),
+        ("SELECT SUM(total) FROM [Order Lines]", "order lines"),
+        ("SELECT SUM(total) FROM `order-lines`", "order-lines"),
+        ('SELECT SUM(total) FROM "say ""hi"""', 'say "hi"'),
+        ("SELECT SUM(total) FROM order_lines", "order_lines"),  # no-op: a bare name is a word already
+    ],
+)
+def test_an_aggregate_without_a_join_is_screened_with_its_quoted_names(sql: str, name: str) -> None:
+    probe.AGGREGATE_SCREEN.pop(sql, None)
+    words = probe.mentions_value_aggregate_over_join(sql)
+    assert isinstance(words, frozenset) and name in words
+
+
+@pytest.mark.parametrize("quoted", ['"order lines"', "[order lines]", '"Order Lines"'])
+def test_a_joining_view_with_a_space_in_its_name_is_checked(quoted: str) -> None:
+    """End to end (c35's view through a name with a space): the screen's words split the name, no view
+    was found to join, and the SUM the view's join repeats went unchecked."""
+    import guarded_sqlite
+
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    con.executescript(
+        "CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER);"
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, order_id INTEGER);"
+        "INSERT INTO orders VALUES (1, 10), (2, 5);"
+        "INSERT INTO items VALUES (1, 1), (2, 1), (3, 1), (4, 2);"
+        'CREATE VIEW "order lines" AS SELECT o.id, o.total FROM orders o JOIN items i ON i.order_id = o.id;'
+    )
+    cur = con.execute(f"SELECT SUM(total) FROM {quoted}")
+    assert cur.fetchall() == [(15,)]  # each order once (as written: 35)
+    assert cur.guard_report is not None and cur.guard_report.trigger == "aggregate_fanout"

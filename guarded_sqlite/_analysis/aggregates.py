@@ -52,7 +52,7 @@ from .aggregate_sql import (
     window_reads,
     without_counts,
 )
-from .joins import Col, Unanalysable
+from .joins import Col, Unanalysable, view_definition
 from .plans import AggregatePlan, AggregateRisk, ScopeCheck
 from .pregroup import Leaf, leaf_join, pregrouped
 from .provenance import MAX_NODES, Analysis
@@ -117,6 +117,55 @@ def _copied(value: Any) -> Any:
     return value
 
 
+def _join_hidden_in(
+    source: exp.Expression, ctes: dict[str, exp.Expression], schema: SchemaFacts, dialect: str, depth: int = 0
+) -> str:
+    """What names ``source`` (a FROM clause's only source) where it is a derived table, CTE or view whose
+    body joins, or reads one that does, with no DISTINCT, GROUP BY or aggregate making its rows
+    distinct; else "". A view whose body cannot be read, or too deep a nesting, counts as joining."""
+    if isinstance(source, exp.Subquery):
+        body, what = source.this, f"derived table {source.alias}".rstrip()
+    elif isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
+        if not source.db and fold(source.name) in ctes:
+            body, what = ctes[fold(source.name)], f"CTE {source.name}"
+        else:
+            table = schema.table(source.name, source.db or None)
+            if table is None or not table.is_view:
+                return ""
+            create = view_definition(table, dialect)
+            body, what = (create.expression if create is not None else None), f"view {source.name}"
+    else:
+        return ""
+    if not isinstance(body, exp.Query) or depth >= _HIDDEN_DEPTH:
+        return what
+    return what if _body_joins(body, ctes, schema, dialect, depth + 1) else ""
+
+
+def _body_joins(
+    body: exp.Query, ctes: dict[str, exp.Expression], schema: SchemaFacts, dialect: str, depth: int
+) -> bool:
+    """Whether the rows of ``body`` may repeat rows it joins (``_join_hidden_in``)."""
+    if isinstance(body, exp.SetOperation):
+        if body.args.get("distinct"):
+            return False
+        return any(
+            isinstance(branch, exp.Query) and _body_joins(branch, ctes, schema, dialect, depth)
+            for branch in (body.left, body.right)
+        )
+    if not isinstance(body, exp.Select) or body.args.get("distinct") or body.args.get("group"):
+        return False
+    if any(isinstance(node, exp.AggFunc) for item in body.expressions for node in item.walk()):
+        return False
+    if body.args.get("joins"):
+        return True
+    from_ = body.args.get("from_") or body.args.get("from")
+    return from_ is not None and bool(_join_hidden_in(from_.this, ctes, schema, dialect, depth))
+
+
+_HIDDEN_DEPTH = 8
+"""Views, CTEs and derived tables followed into one another before a source counts as joining."""
+
+
 def grouped_only(leaf: str) -> bool:
     """``plan_aggregates``' ``scanned`` where only the grouped check may run (a paging query, a subquery)."""
     return False
@@ -159,6 +208,11 @@ class _Planner(Analysis):
         for join in select.args.get("joins") or ():
             self._add_join(join, None)
         if len(self.instances) < 2:
+            joining = _join_hidden_in(from_.this, self.ctes, self.schema, self.dialect)
+            if joining:
+                # Not read through (``transparent``: a ``*``, an outer join, ...): its rows may repeat
+                # what it joins, which "one table" would call safe without looking.
+                return AggregatePlan(note=f"{joining} joins and is not read through", unanalysed=True)
             return AggregatePlan(note="one table: nothing repeats its rows")
         where = select.args.get("where")
         if where is not None:

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, c
 
 from sqlglot import exp
 
-from .._core.probe import view_joins
+from .._core.probe import joining_view_names
 from .._engines import SQLITE, execute_with
 from ..errors import describe_error
 from .aggregates import AggregatePlan
@@ -212,9 +212,7 @@ def joining_views(guard: Guarded) -> frozenset[str]:
     if type(view) is not SnapshotSchemaView:  # ClickHouse's views are not read through (yet)
         return frozenset()
     facts = view.current_facts()
-    return frozenset(
-        fold(table.name) for table in facts.tables if table.is_view and table.view_sql and view_joins(table.view_sql)
-    )
+    return joining_view_names((fold(table.name), table.view_sql) for table in facts.tables if table.is_view)
 
 
 def schema_view(guard: Guarded) -> SqliteSchemaView | SnapshotSchemaView:

@@ -64,8 +64,9 @@ def _candidates(
         from_ = select.args.get("from_")
         if from_ is None:
             continue
-        for source in (from_.this, *(join.this for join in select.args.get("joins") or ())):
-            body, alias = _body_of(source, ctes, view_body)
+        sources = (from_.this, *(join.this for join in select.args.get("joins") or ()))
+        for source in sources:
+            body, alias = _body_of(source, ctes, view_body, len(sources))
             if body is not None and alias and _transparent(body):
                 return True
     return False
@@ -90,7 +91,7 @@ def _merge_one(
             continue
         if join is not None and (join.method or ""):
             continue  # NATURAL
-        body, alias = _body_of(source, ctes, view_body)
+        body, alias = _body_of(source, ctes, view_body, len(sources))
         if body is None or not alias or not _transparent(body):
             continue
         if _merge(select, position, source, join, body.copy(), alias, len(sources)):
@@ -99,10 +100,16 @@ def _merge_one(
 
 
 def _body_of(
-    source: exp.Expression, ctes: dict[str, exp.Expression], view_body: Callable[[exp.Table], exp.Select | None]
+    source: exp.Expression,
+    ctes: dict[str, exp.Expression],
+    view_body: Callable[[exp.Table], exp.Select | None],
+    source_count: int,
 ) -> tuple[exp.Select | None, str]:
+    """A source's body and the alias its tables are renamed under: a derived table without an alias
+    (SQLite takes one) is read through as ``subquery`` where it is its SELECT's only source, whose
+    columns are then all unqualified."""
     if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
-        return source.this, source.alias
+        return source.this, source.alias or ("subquery" if source_count == 1 else "")
     if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
         alias = source.alias_or_name
         if not source.db and fold(source.name) in ctes:

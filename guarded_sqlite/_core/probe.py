@@ -91,6 +91,22 @@ def mentions_value_aggregate_over_join(sql: str) -> bool | frozenset[str]:
     return known
 
 
+def joining_view_names(views: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The names, lower-cased, of the views among ``views`` (name, ``CREATE VIEW`` text) whose body
+    joins, or reads a view that does, at any depth: a view over a joining view repeats its rows."""
+    bodies = {str(name).lower(): body for name, body in views if body}
+    joining = {name for name, body in bodies.items() if view_joins(body)}
+    reading = {name: _names(_sql_only(body)) for name, body in bodies.items() if name not in joining}
+    grown = True
+    while grown:
+        grown = False
+        for name, words in reading.items():
+            if name not in joining and not words.isdisjoint(joining):
+                joining.add(name)
+                grown = True
+    return frozenset(joining)
+
+
 def _names(text: str) -> frozenset[str]:
     """The words of ``text`` (comments and strings taken out), lower-cased, and each quoted name's own
     text, so that a view named ``"order lines"`` is found among them as one name."""

@@ -16,7 +16,7 @@ from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core.deadlines import time_left
-from .._core.probe import view_joins as _joins
+from .._core.probe import joining_view_names
 from .._engines import NO_PARAMETERS, SQLITE, RerunRefused
 from ..errors import TransactionLost, describe_error
 from ..report import AGGREGATE_CHECKED, AGGREGATE_NOT_AT_RISK, RuleDecision
@@ -87,7 +87,7 @@ def joining_views(guard: ConnectionState) -> frozenset[str]:
 
         stamp = guard.epoch
         rows = sqlite3.Cursor(guard.raw).execute(_SQLITE_VIEWS).fetchall()
-        names = frozenset(str(name).lower() for name, body in rows if body and _joins(str(body)))
+        names = joining_view_names((str(name), str(body)) for name, body in rows if body)
         guard.views = (stamp, names)
         return names
     from .._analysis.catalog import joining_views as snapshot_views

@@ -127,3 +127,15 @@ def test_a_joining_view_with_a_space_in_its_name_is_checked(quoted: str) -> None
     cur = con.execute(f"SELECT SUM(total) FROM {quoted}")
     assert cur.fetchall() == [(15,)]  # each order once (as written: 35)
     assert cur.guard_report is not None and cur.guard_report.trigger == "aggregate_fanout"
+
+
+def test_a_view_over_a_joining_view_joins() -> None:
+    views = [
+        ("V1", "CREATE VIEW v1 AS SELECT o.id, o.total FROM orders o JOIN items i ON i.order_id = o.id"),
+        ("v2", "CREATE VIEW v2 AS SELECT * FROM v1 WHERE total > 0"),
+        ("v3", 'CREATE VIEW v3 AS SELECT id FROM "V2"'),
+        ("solo", "CREATE VIEW solo AS SELECT * FROM orders -- v1"),  # a comment names v1: no read of it
+        ("named", "CREATE VIEW named AS SELECT 'v1' AS t FROM orders"),  # nor does a string
+        ("empty", ""),
+    ]
+    assert probe.joining_view_names(views) == {"v1", "v2", "v3"}

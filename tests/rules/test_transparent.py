@@ -56,6 +56,11 @@ REWRITTEN = [
         "SELECT b.total * 2 FROM big_orders b",
         "SELECT b__orders.total * 2 FROM orders AS b__orders WHERE b__orders.total > 90",
     ),
+    (  # a derived table without an alias (SQLite takes one), its SELECT's only source
+        "SELECT SUM(total) FROM (SELECT o.total FROM orders o JOIN items i ON i.order_id = o.id) WHERE total > 1",
+        "SELECT SUM(subquery__o.total) FROM orders AS subquery__o JOIN items AS subquery__i "
+        "ON subquery__i.order_id = subquery__o.id WHERE subquery__o.total > 1",
+    ),
 ]
 
 LEFT_ALONE = [
@@ -76,6 +81,8 @@ LEFT_ALONE = [
     # A RIGHT JOIN after it: the source's condition in WHERE would drop the rows it NULL-extends.
     "SELECT c.name, l.total FROM order_lines l JOIN customers c ON c.id = l.customer_id "
     "RIGHT JOIN orders o ON o.id = 1",
+    # A derived table without an alias beside another source: its columns' owner is not known here.
+    "SELECT SUM(total) FROM (SELECT o.total FROM orders o JOIN items i ON i.order_id = o.id) JOIN customers c ON 1",
     # A plain table and no source to read through.
     "SELECT SUM(o.total) FROM orders o JOIN customers c ON c.id = o.customer_id",
 ]
@@ -178,3 +185,54 @@ def test_property_a_rewrite_returns_the_same_rows(query: tuple[str, str], items:
         return
     rewritten = result.sql("sqlite")
     assert sorted(db.execute(rewritten).fetchall(), key=repr) == sorted(db.execute(sql).fetchall(), key=repr), rewritten
+
+
+_SHOP = (
+    "CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER);"
+    "CREATE TABLE items (id INTEGER PRIMARY KEY, order_id INTEGER);"
+    "INSERT INTO orders VALUES (1, 10), (2, 5);"
+    "INSERT INTO items VALUES (1, 1), (2, 1), (3, 1), (4, 2);"
+    "CREATE VIEW lines AS SELECT o.id, o.total FROM orders o JOIN items i ON i.order_id = o.id;"
+    "CREATE VIEW lines_over AS SELECT * FROM lines WHERE total > 0;"
+    "CREATE VIEW lines_star AS SELECT * FROM orders o JOIN items i ON i.order_id = o.id;"
+    "CREATE VIEW distinct_lines AS SELECT DISTINCT o.id, o.total FROM orders o JOIN items i ON i.order_id = o.id;"
+    "CREATE VIEW all_orders AS SELECT * FROM orders;"
+)
+_JOIN = "orders o JOIN items i ON i.order_id = o.id"
+
+
+@pytest.mark.parametrize(
+    ("sql", "rows", "decision"),
+    [
+        # hiding a join and not read through: said, and served as written (each order once per item: 35)
+        (f"SELECT SUM(total) FROM (SELECT * FROM {_JOIN})", 35, "aggregate not analysed: "),
+        (f"WITH x AS (SELECT o.* FROM {_JOIN}) SELECT SUM(total) FROM x", 35, "aggregate not analysed: "),
+        ("SELECT SUM(total) FROM lines_star", 35, "aggregate not analysed: "),
+        ("SELECT SUM(total) FROM lines_over", 35, "aggregate not analysed: "),  # a view over a joining view
+        (f"SELECT SUM(total) FROM (SELECT total FROM orders UNION ALL SELECT o.total FROM {_JOIN})", 50,
+         "aggregate not analysed: "),
+        # read through and corrected: a derived table without an alias
+        (f"SELECT SUM(total) FROM (SELECT o.total FROM {_JOIN})", 15, "corrected values served: "),
+        # no-op cases: rows that cannot repeat what they join
+        ("SELECT SUM(total) FROM distinct_lines", 15, "not at risk: one table"),
+        (f"SELECT SUM(total) FROM (SELECT total FROM orders UNION SELECT o.total FROM {_JOIN})", 15,
+         "not at risk: one table"),
+        ("SELECT SUM(total) FROM all_orders", 15, None),  # no join anywhere: not even looked at
+    ],
+)  # fmt: skip
+def test_an_aggregate_over_one_source_that_hides_a_join(sql: str, rows: int, decision: str | None) -> None:
+    """An aggregate over a single view, CTE or derived table was "not at risk: one table" even where that
+    source joins and repeats the rows it sums; it is said to be not analysed there (or read through)."""
+    import guarded_sqlite
+
+    con = guarded_sqlite.connect(":memory:", guard="text_to_sql")
+    con.executescript(_SHOP)
+    cur = con.execute(sql)
+    assert cur.fetchall() == [(rows,)]
+    report = cur.guard_report
+    assert report is not None
+    reasons = [d.reason for d in report.decisions if d.rule == "aggregate"]
+    if decision is None:
+        assert reasons == []
+    else:
+        assert len(reasons) == 1 and reasons[0].startswith(decision), reasons

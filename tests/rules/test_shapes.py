@@ -271,6 +271,10 @@ _PREDICATES = st.sampled_from(
         "o.total BETWEEN {d} AND {i}",
         "c.name LIKE {s}",
         "(c.id = {i} OR o.status = {s})",
+        # comments and quoted names around literals: the scan must read them as SQLite does
+        "c.id > {i} /* 'it''s' {i} */",
+        "c.id > {i} -- {s}\n AND o.total < {d}",
+        "\"c\".id > {i} AND [o].total < {d} AND c.name <> 'x--y'",
     ]
 )
 _TAILS = st.sampled_from(

@@ -274,7 +274,7 @@ _PREDICATES = st.sampled_from(
         # comments and quoted names around literals: the scan must read them as SQLite does
         "c.id > {i} /* 'it''s' {i} */",
         "c.id > {i} -- {s}\n AND o.total < {d}",
-        "\"c\".id > {i} AND [o].total < {d} AND c.name <> 'x--y'",
+        '"c".id > {i} AND "o".total < {d} AND c.name <> \'x--y\'',
     ]
 )
 _TAILS = st.sampled_from(

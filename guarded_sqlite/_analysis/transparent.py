@@ -179,6 +179,13 @@ def _merge(
     ]
     if unqualified and source_count > 1:
         return False
+    if any(
+        not column.table and fold(column.name) in outputs and column.find_ancestor(exp.Select) is not select
+        for column in own
+    ):
+        # A subquery's unqualified column of that name may be the source's output (SQLite looks outward
+        # for a name its own tables lack): read through, it would be another table's column of that name.
+        return False
     if any(fold(column.name) not in outputs for column in references):
         return False
     # The body's tables, renamed so that no name of the outer query is taken.

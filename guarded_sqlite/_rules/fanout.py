@@ -147,6 +147,9 @@ def confirm(
         return None
     found = tuple(findings)
     described = "; ".join(finding.describe() for finding in found)
+    if serve and width and not plan.decides and not _reproduced(plan, rows, checked):
+        # Corrected values are served only from a check that read what the statement read.
+        return _left(sql, rows, findings, _NOT_REPRODUCED, started)
     if serve:
         corrected = [tuple(row[:width]) if width else tuple(row) for row in checked]
         served = shape(corrected) if shape is not None else corrected
@@ -154,6 +157,68 @@ def confirm(
         return FanoutOutcome(found, served, corrected_sql, decision, time.perf_counter_ns() - started)
     decision = RuleDecision("aggregate", False, f"rows left as written ({described})")
     return FanoutOutcome(found, rows, sql, decision, time.perf_counter_ns() - started)
+
+
+_NOT_REPRODUCED = (
+    "not corrected: the check's written values are not the statement's (the data changed in between, a "
+    "function returned other values, or the statement was read otherwise than the database reads it)"
+)
+
+
+def _reproduced(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequence[Any]]) -> bool:
+    """Whether the statement's rows show, for each aggregate at risk that is a select item, the value the
+    check computed as written (``realised``'s first column) in a check row with the same other columns:
+    the check then read what the statement read. Asked where no aggregate decides which groups are served
+    (the check's rows are then the statement's groups). Rows with columns no check row has, rows that
+    cannot be read as values and GROUP_CONCATs (whose parts the check cannot order) are not compared.
+
+    Exact values are compared as multisets of (groups, values) in one C-level pass; only where those
+    differ (float rounding, groups the check holds beyond the statement's) is each row matched within
+    rounding (``differs``)."""
+    width = plan.width
+    # The select items that are the aggregate itself (not CASE WHEN SUM(..) > 9 THEN ..).
+    pairs = [
+        (j, risk.column)
+        for j, risk in enumerate(plan.risks)
+        if risk.column is not None and risk.column < width and risk.function != "GROUP_CONCAT"
+    ]
+    if not pairs or not rows:
+        return True
+    aggregated = set(plan.steady) | {p for p in plan.items if p is not None}
+    groups = [i for i in range(width) if i not in aggregated]
+    try:
+        if type(rows[0]) is tuple:  # a result's rows are all of one kind: plain tuples, the usual case
+            values: Sequence[Sequence[Any]] = rows
+        else:
+            read = [row_values(row) for row in rows]
+            values = [row for row in read if row is not None]
+            if len(values) != len(read):
+                return True
+        if set(map(len, values)) != {width}:
+            return True
+        shown = _picker([*groups, *(position for _, position in pairs)])
+        written = _picker([*groups, *(width + 5 * j for j, _ in pairs)])
+        if same_multiset(map(shown, values), map(written, checked)):
+            return True
+        group = _picker(groups)
+        by_group: dict[Any, list[Sequence[Any]]] = {}
+        for row in checked:
+            by_group.setdefault(group(row), []).append(row)
+
+        def same(row: Sequence[Any], check: Sequence[Any]) -> bool:
+            return not any(
+                differs(plan.risks[j].function, row[p], check[width + 5 * j], check[width + 5 * j + 2],
+                        check[width + 5 * j + 4])
+                for j, p in pairs
+            )  # fmt: skip
+
+        for row in values:
+            candidates = by_group.get(group(row))
+            if candidates and not any(same(row, check) for check in candidates):
+                return False
+    except TypeError:  # unhashable values: not compared
+        return True
+    return True
 
 
 def _left(sql: str, rows: list[Any], findings: list[AggregateFinding], why: str, started: int) -> FanoutOutcome:

@@ -83,6 +83,9 @@ LEFT_ALONE = [
     "RIGHT JOIN orders o ON o.id = 1",
     # A derived table without an alias beside another source: its columns' owner is not known here.
     "SELECT SUM(total) FROM (SELECT o.total FROM orders o JOIN items i ON i.order_id = o.id) JOIN customers c ON 1",
+    # A subquery's unqualified column named like the source's output may be that output (SQLite looks
+    # outward for a name its own tables lack): read through, it would be another table's column.
+    "SELECT SUM(l.total) FROM order_lines l WHERE EXISTS (SELECT 1 FROM customers c WHERE c.id < total)",
     # A plain table and no source to read through.
     "SELECT SUM(o.total) FROM orders o JOIN customers c ON c.id = o.customer_id",
 ]

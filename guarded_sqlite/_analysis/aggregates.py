@@ -57,7 +57,7 @@ from .plans import AggregatePlan, AggregateRisk, ScopeCheck
 from .pregroup import Leaf, leaf_join, pregrouped
 from .provenance import MAX_NODES, Analysis
 from .schema import SchemaFacts, fold
-from .sqltree import conjuncts, outer_scope, too_big
+from .sqltree import conjuncts, join_group, outer_scope, too_big
 from .trees import keep, spent_text, text_of
 
 __all__ = ["AggregatePlan", "AggregateRisk", "ScopeCheck", "grouped_only", "plan_aggregates", "served_sql"]
@@ -123,6 +123,8 @@ def _join_hidden_in(
     """What names ``source`` (a FROM clause's only source) where it is a derived table, CTE or view whose
     body joins, or reads one that does, with no DISTINCT, GROUP BY or aggregate making its rows
     distinct; else "". A view whose body cannot be read, or too deep a nesting, counts as joining."""
+    if join_group(source) is not None:  # (a JOIN b ON ...): DuckDB and PostgreSQL write views' joins so
+        return "a parenthesised join"
     if isinstance(source, exp.Subquery):
         body, what = source.this, f"derived table {source.alias}".rstrip()
     elif isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
@@ -145,6 +147,8 @@ def _body_joins(
     body: exp.Query, ctes: dict[str, exp.Expression], schema: SchemaFacts, dialect: str, depth: int
 ) -> bool:
     """Whether the rows of ``body`` may repeat rows it joins (``_join_hidden_in``)."""
+    while isinstance(body, exp.Subquery) and isinstance(body.this, exp.Query):  # a query in parentheses
+        body = body.this
     if isinstance(body, exp.SetOperation):
         if body.args.get("distinct"):
             return False

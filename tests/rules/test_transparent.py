@@ -239,3 +239,31 @@ def test_an_aggregate_over_one_source_that_hides_a_join(sql: str, rows: int, dec
         assert reasons == []
     else:
         assert len(reasons) == 1 and reasons[0].startswith(decision), reasons
+
+
+def test_a_duckdb_view_of_three_joined_tables_is_said_to_be_not_analysed() -> None:
+    """DuckDB (and PostgreSQL) write a view's joins as nested parenthesised groups, ``FROM ((customers AS
+    c INNER JOIN orders AS o ON ...) INNER JOIN items AS i ON ...)``, which are not read through: an
+    aggregate over such a view was "not at risk: one table" while the view repeats each order per item."""
+    duckdb = pytest.importorskip("duckdb")
+    import guarded_sqlite
+
+    raw = duckdb.connect()
+    for statement in (
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)",
+        "CREATE TABLE orders (id INTEGER PRIMARY KEY, cid INTEGER, total INTEGER)",
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, oid INTEGER)",
+        "INSERT INTO customers VALUES (1, 'a')",
+        "INSERT INTO orders VALUES (1, 1, 10), (2, 1, 5)",
+        "INSERT INTO items VALUES (1, 1), (2, 1), (3, 2)",
+        "CREATE VIEW v AS SELECT c.name, o.total AS t FROM customers c JOIN orders o ON o.cid = c.id "
+        "JOIN items i ON i.oid = o.id",
+    ):
+        raw.execute(statement)
+    con = guarded_sqlite.wrap(raw, guard="text_to_sql")
+    cur = con.execute("SELECT SUM(t) FROM v")
+    assert cur.fetchall() == [(25,)]  # as the database returned it
+    report = cur.guard_report
+    assert report is not None
+    reasons = [d.reason for d in report.decisions if d.rule == "aggregate"]
+    assert len(reasons) == 1 and reasons[0].startswith("aggregate not analysed: "), reasons

@@ -184,8 +184,7 @@ def _reproduced(plan: AggregatePlan, rows: Sequence[Any], checked: Sequence[Sequ
     ]
     if not pairs or not rows:
         return True
-    aggregated = set(plan.steady) | {p for p in plan.items if p is not None}
-    groups = [i for i in range(width) if i not in aggregated]
+    groups = _group_positions(plan, width)
     try:
         if type(rows[0]) is tuple:  # a result's rows are all of one kind: plain tuples, the usual case
             values: Sequence[Sequence[Any]] = rows
@@ -335,9 +334,8 @@ def _other_rows(
     another group's) as a multiset, or as a sequence where ORDER BY reads an aggregate
     (``plan.decides``). A row that cannot be read as a
     sequence of ``plan.width`` values counts as other (the rows differ as far as anything can tell)."""
-    aggregated = set(plan.steady) | ({p for p in plan.items if p is not None} - values)
     width = plan.width or (len(checked[0]) if checked else 0)  # a statement with a subquery corrected: whole rows
-    pick = _picker([i for i in range(width) if i not in aggregated])
+    pick = _picker(_group_positions(plan, width, values))
     written: list[Any] = []
     for row in rows:
         row_read = row if type(row) is tuple else row_values(row)
@@ -348,6 +346,13 @@ def _other_rows(
     if "ORDER BY" in plan.decides:
         return written != corrected
     return not same_multiset(written, corrected)
+
+
+def _group_positions(plan: AggregatePlan, width: int, values: frozenset[int] = frozenset()) -> list[int]:
+    """The select-list positions, of ``width``, that hold no aggregate (the groups' columns), but for the
+    aggregates at risk at the positions ``values``, which count as such columns."""
+    aggregated = set(plan.steady) | ({p for p in plan.items if p is not None} - values)
+    return [i for i in range(width) if i not in aggregated]
 
 
 def _picker(positions: list[int]) -> Callable[[Sequence[Any]], Any]:
